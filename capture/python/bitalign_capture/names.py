@@ -1,0 +1,286 @@
+"""Canonical op names and the maps from a model's module paths to them.
+
+canonical_ops mirrors Go's engine.OpNames (docs/design.md): an op's execution index is its position in that list.
+A name map is a list of Rules; each rule matches module paths (a regular expression, searched) and says which
+canonical ops the matched module's input or output carries. The built-in map covers Hugging Face
+LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM, and vLLM's module names for the same models (fused
+qkv_proj and gate_up_proj, split back into the canonical projections; rotary_emb returning (q, k); norms that take
+and return the residual).
+"""
+
+import re
+from dataclasses import dataclass, field
+
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The sizes that name and shard ops. Build one with from_hf(config) or by hand."""
+
+    architecture: str
+    layers: int
+    hidden: int = 0
+    intermediate: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    vocab: int = 0
+
+    @staticmethod
+    def from_hf(config):
+        """From a transformers PretrainedConfig (or its dict)."""
+        c = config if isinstance(config, dict) else config.to_dict()
+        arch = str(c.get("model_type", "")).lower()
+        heads = int(c.get("num_attention_heads", 0) or 0)
+        hidden = int(c.get("hidden_size", 0) or 0)
+        hd = c.get("head_dim") or (hidden // heads if heads else 0)
+        return ModelConfig(
+            architecture=arch,
+            layers=int(c.get("num_hidden_layers", 0) or 0),
+            hidden=hidden,
+            intermediate=int(c.get("intermediate_size", 0) or 0),
+            heads=heads,
+            kv_heads=int(c.get("num_key_value_heads", 0) or heads),
+            head_dim=int(hd),
+            vocab=int(c.get("vocab_size", 0) or 0),
+        )
+
+
+_LAYER_OPS = [
+    "attn_norm",
+    "attn.q_proj",
+    "attn.k_proj",
+    "attn.v_proj",
+    "attn.q_norm",
+    "attn.k_norm",
+    "attn.q_rope",
+    "attn.k_rope",
+    "attn.sdpa",
+    "attn.o_proj",
+    "attn_residual",
+    "mlp_norm",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.act",
+    "mlp.down_proj",
+    "mlp_residual",
+]
+
+
+def canonical_ops(architecture, layers):
+    """The canonical op names in execution order (engine.OpNames): q_norm/k_norm only for qwen3."""
+    ops = ["tokens", "embed"]
+    for layer in range(layers):
+        for op in _LAYER_OPS:
+            if op in ("attn.q_norm", "attn.k_norm") and architecture != "qwen3":
+                continue
+            ops.append(f"layers.{layer}.{op}")
+    ops += ["final_norm", "logits", "logprobs", "sample"]
+    return ops
+
+
+_LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
+
+
+def feature_size(cfg, op):
+    """Features per token of op's full (unsharded) output, 0 for a per-token scalar, None if unknown."""
+    if op in ("tokens", "logprobs", "sample"):
+        return 0
+    if op in ("embed", "final_norm"):
+        return cfg.hidden or None
+    if op == "logits":
+        return cfg.vocab or None
+    m = _LAYER_RE.match(op)
+    if not m:
+        return None
+    sub = m.group(2)
+    q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    sizes = {
+        "attn.q_proj": q,
+        "attn.q_norm": q,
+        "attn.q_rope": q,
+        "attn.sdpa": q,
+        "attn.k_proj": kv,
+        "attn.k_norm": kv,
+        "attn.k_rope": kv,
+        "attn.v_proj": kv,
+        "mlp.gate_proj": cfg.intermediate,
+        "mlp.up_proj": cfg.intermediate,
+        "mlp.act": cfg.intermediate,
+    }
+    return sizes.get(sub, cfg.hidden) or None
+
+
+def shard_of(cfg, op, features, tp, rank):
+    """(dim, start, full_features) of a per-token tensor [ntok, features] that rank holds.
+
+    dim is -1 when the tensor is the op's whole output (replicated); 1 when it is a column slice of the
+    op's full output (column-parallel projections, per-head norms, vocab-parallel logits). KV heads that are
+    fewer than the ranks are replicated (vLLM): rank r holds head r * kv_heads // tp.
+    """
+    full = feature_size(cfg, op)
+    if full is None or full == 0 or features == full or tp <= 1:
+        return -1, 0, features
+    if features * tp == full:
+        return 1, rank * features, full
+    m = _LAYER_RE.match(op)
+    if m and m.group(2) in ("attn.k_proj", "attn.k_norm", "attn.k_rope", "attn.v_proj") and cfg.head_dim:
+        if features == cfg.head_dim and cfg.kv_heads < tp:
+            return 1, (rank * cfg.kv_heads // tp) * cfg.head_dim, full
+    raise ValueError(
+        f"bitalign_capture: {op}: {features} features per token fit neither the full {full} nor a 1/{tp} shard"
+    )
+
+
+@dataclass(frozen=True)
+class Take:
+    """One canonical op carried by a matched module.
+
+    op: a template formatted with the match's groups ({0} = first group) and cfg (e.g. "layers.{0}.attn.q_proj");
+    it may also be a function (match, cfg) -> name or None (None: not recorded for this match).
+    source: "out" (the output, or its first element if a tuple), "out.N" (element N of a tuple output),
+    "in" (the first positional input, read before the module runs), or "residual" (the residual stream a norm
+    sees: element 1 of a (normed, residual) tuple output, else the norm's single input).
+    split: None; ("qkv", part) for a fused q|k|v projection; ("halves", part) for a fused gate|up projection.
+    """
+
+    op: object
+    source: str = "out"
+    split: tuple = None
+
+    def name(self, match, cfg):
+        if callable(self.op):
+            return self.op(match, cfg)
+        return self.op.format(*match.groups(), cfg=cfg)
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: str
+    takes: tuple = field(default_factory=tuple)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_re", re.compile(self.pattern))
+
+    def match(self, path):
+        return self._re.search(path)
+
+
+def _prev_mlp_residual(m, cfg):
+    layer = int(m.group(1))
+    return f"layers.{layer - 1}.mlp_residual" if layer > 0 else None
+
+
+def _last_mlp_residual(m, cfg):
+    return f"layers.{cfg.layers - 1}.mlp_residual" if cfg.layers > 0 else None
+
+
+_L = r"(?:^|\.)layers\.(\d+)\."
+
+HF_RULES = (
+    Rule(r"(?:^|\.)embed_tokens$", (Take("embed"),)),
+    Rule(_L + r"input_layernorm$", (Take("layers.{0}.attn_norm"), Take(_prev_mlp_residual, "residual"))),
+    Rule(_L + r"self_attn\.q_proj$", (Take("layers.{0}.attn.q_proj"),)),
+    Rule(_L + r"self_attn\.k_proj$", (Take("layers.{0}.attn.k_proj"),)),
+    Rule(_L + r"self_attn\.v_proj$", (Take("layers.{0}.attn.v_proj"),)),
+    Rule(
+        _L + r"self_attn\.qkv_proj$",
+        (
+            Take("layers.{0}.attn.q_proj", split=("qkv", 0)),
+            Take("layers.{0}.attn.k_proj", split=("qkv", 1)),
+            Take("layers.{0}.attn.v_proj", split=("qkv", 2)),
+        ),
+    ),
+    Rule(_L + r"self_attn\.q_norm$", (Take("layers.{0}.attn.q_norm"),)),
+    Rule(_L + r"self_attn\.k_norm$", (Take("layers.{0}.attn.k_norm"),)),
+    # vLLM's per-layer rotary_emb(positions, q, k) returns (q, k); Hugging Face's model-level one returns
+    # (cos, sin) and is not per layer, so this never matches it.
+    Rule(
+        _L + r"self_attn\.rotary_emb$",
+        (Take("layers.{0}.attn.q_rope", "out.0"), Take("layers.{0}.attn.k_rope", "out.1")),
+    ),
+    Rule(_L + r"self_attn\.o_proj$", (Take("layers.{0}.attn.sdpa", "in"), Take("layers.{0}.attn.o_proj"))),
+    Rule(
+        _L + r"post_attention_layernorm$",
+        (Take("layers.{0}.mlp_norm"), Take("layers.{0}.attn_residual", "residual")),
+    ),
+    Rule(_L + r"mlp\.gate_proj$", (Take("layers.{0}.mlp.gate_proj"),)),
+    Rule(_L + r"mlp\.up_proj$", (Take("layers.{0}.mlp.up_proj"),)),
+    Rule(
+        _L + r"mlp\.gate_up_proj$",
+        (
+            Take("layers.{0}.mlp.gate_proj", split=("halves", 0)),
+            Take("layers.{0}.mlp.up_proj", split=("halves", 1)),
+        ),
+    ),
+    # down_proj's input is silu(gate) * up: the canonical act, which HF's act_fn (silu alone) is not.
+    Rule(_L + r"mlp\.down_proj$", (Take("layers.{0}.mlp.act", "in"), Take("layers.{0}.mlp.down_proj"))),
+    Rule(r"(?:^|\.)norm$", (Take("final_norm"), Take(_last_mlp_residual, "residual"))),
+    Rule(r"(?:^|\.)lm_head$", (Take("logits"),)),
+)
+"""Hugging Face Llama/Qwen2/Qwen3 (and vLLM's module names for them)."""
+
+# Ops a hooked Hugging Face model does not expose: RoPE and attention are functions, not modules, in
+# transformers. (sdpa is still captured, as o_proj's input.)
+HF_NOT_CAPTURED = ("attn.q_rope", "attn.k_rope")
+
+
+def user_rules(name_map):
+    """Rules from a user map {pattern: template | Take | [templates or Takes]}."""
+    rules = []
+    for pattern, v in name_map.items():
+        vs = v if isinstance(v, (list, tuple)) else [v]
+        takes = tuple(t if isinstance(t, Take) else Take(str(t)) for t in vs)
+        rules.append(Rule(pattern, takes))
+    return tuple(rules)
+
+
+def resolve(paths, rules, cfg):
+    """[(path, [(Take, op name)])] for the module paths that carry canonical ops, in the paths' order.
+
+    A path matches the first rule whose pattern it contains; ops named None are dropped.
+    """
+    out = []
+    for path in paths:
+        for rule in rules:
+            m = rule.match(path)
+            if not m:
+                continue
+            takes = [(t, t.name(m, cfg)) for t in rule.takes]
+            takes = [(t, n) for t, n in takes if n is not None]
+            if takes:
+                out.append((path, takes))
+            break
+    return out
+
+
+def split_fused(x, split, cfg):
+    """The part of a fused projection output x [..., F] that split = (kind, part) names.
+
+    qkv: q | k | v with heads:kv_heads:kv_heads columns of head_dim each (F may be a TP shard of the fused
+    output: the local head counts follow from F). halves: gate | up, F/2 each.
+    """
+    kind, part = split
+    F = x.shape[-1]
+    if kind == "halves":
+        if F % 2:
+            raise ValueError(f"bitalign_capture: fused gate_up output has odd width {F}")
+        h = F // 2
+        return x[..., part * h : (part + 1) * h]
+    if kind == "qkv":
+        hd = cfg.head_dim
+        if not (hd and cfg.heads and cfg.kv_heads) or F % hd:
+            raise ValueError(f"bitalign_capture: fused qkv width {F} does not split into heads of {hd}")
+        total = F // hd
+        # rank-local heads: q:k:v = heads:kv:kv, with kv heads replicated (1 per rank) when fewer than ranks
+        denom = cfg.heads + 2 * cfg.kv_heads
+        if (total * cfg.heads) % denom == 0 and (total * cfg.kv_heads) % denom == 0:
+            nq, nkv = total * cfg.heads // denom, total * cfg.kv_heads // denom
+        elif total > 2:
+            nq, nkv = total - 2, 1
+        else:
+            raise ValueError(f"bitalign_capture: fused qkv width {F} does not split into q|k|v heads")
+        cuts = [0, nq * hd, (nq + nkv) * hd, (nq + 2 * nkv) * hd]
+        return x[..., cuts[part] : cuts[part + 1]]
+    raise ValueError(f"bitalign_capture: unknown split {kind!r}")

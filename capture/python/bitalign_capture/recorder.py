@@ -1,0 +1,524 @@
+"""Recording a PyTorch model's forward passes into a bitalign capture with forward hooks.
+
+    with bitalign_capture.record(model, "trainer.arrow", side="trainer", step=0) as rec:
+        model(input_ids=ids, attention_mask=mask)
+
+Every forward of `model` inside the block is recorded: the token ids, the outputs of the modules the name map
+knows (under canonical op names, split per sequence and position: see layout.py), the logits as float32 and the
+next-token log-probabilities (log_softmax in float32 of the logits, then the next token's entry). Tensors go to
+the file as they are produced (one tensor of memory), copied to the CPU from the hook.
+"""
+
+import fnmatch
+import functools
+import json
+import os
+import warnings
+
+import numpy as np
+
+from . import dtypes, names
+from . import layout as layout_mod
+from . import writer as writer_mod
+from .logprobs import Pending
+
+
+def record(model, path, side, **kwargs):
+    """A Recorder for model writing to path (a file, or a directory of rank files under tensor parallelism).
+
+    Use it as a context manager. Keyword arguments are Recorder's.
+    """
+    return Recorder(model, path, side, **kwargs)
+
+
+class Recorder:
+    """Hooks on model that write its forwards to a capture.
+
+    model: a torch.nn.Module whose forward takes input_ids (or inputs_embeds) and optionally attention_mask,
+        position_ids (or positions), cache_position, cu_seqlens: a Hugging Face causal LM or a vLLM-style model.
+    path: the capture file; under tensor parallelism (tp > 1) a directory that gets one rankN.arrow per rank.
+    side: "trainer", "sampler", ... (Meta.side). step: Meta.step and every tensor's step (set_step changes it).
+    name_map: {module path regex: op template or names.Take or a list of them} for models the built-in map
+        does not know (it replaces the built-in rules); rules: a full list of names.Rule instead.
+    config: a names.ModelConfig (default: from model.config). It sizes ops for TP shards and fused splits.
+    ops: glob patterns of op names to record (default all), e.g. ["tokens", "layers.0.*", "logits", "logprobs"].
+    record_inputs: also record each mapped module's first input (role "in").
+    logprobs: compute and record next-token log-probabilities from the logits.
+    record_samples: record op "sample" at the last position of each forward's sequences = the token the next
+        forward of that sequence brings (or sampled() gives): a sampler's draws, for generate-style loops
+        (prefill, then one token per forward). Leave it off on a trainer, whose "sample" is what the sampling
+        rule would draw, not the next input token.
+    tp, rank, group: the tensor-parallel layout; default from torch.distributed when it is initialised
+        (group's size and rank, or the world's), else 1 and 0.
+    seq_ids: the sequence id of each batch row (default 0..B-1); batch() overrides it for one forward.
+    overwrite: replace an existing capture file. kernel_profile, seed, batch_size, extra, created: Meta fields.
+    """
+
+    def __init__(
+        self,
+        model,
+        path,
+        side,
+        *,
+        step=0,
+        name_map=None,
+        rules=None,
+        config=None,
+        ops=None,
+        record_inputs=False,
+        logprobs=True,
+        record_samples=False,
+        tp=None,
+        rank=None,
+        group=None,
+        seq_ids=None,
+        overwrite=False,
+        kernel_profile="",
+        seed=0,
+        batch_size=0,
+        extra=None,
+        created=None,
+    ):
+        self.model = model
+        self.path = os.fspath(path)
+        self.side = side
+        self.step = int(step)
+        self.ops = list(ops) if ops else None
+        self.record_inputs = record_inputs
+        self.logprobs = logprobs
+        self.record_samples = record_samples
+        self.seq_ids = None if seq_ids is None else [int(s) for s in seq_ids]
+        self.overwrite = overwrite
+        self.meta_args = dict(kernel_profile=kernel_profile, seed=seed, batch_size=batch_size, created=created)
+        self.extra = extra
+
+        hf_cfg = getattr(model, "config", None)
+        if isinstance(config, names.ModelConfig):
+            self.cfg = config
+        elif config is not None:
+            self.cfg = names.ModelConfig.from_hf(config)
+        elif hf_cfg is not None:
+            self.cfg = names.ModelConfig.from_hf(hf_cfg)
+        else:
+            self.cfg = names.ModelConfig(architecture="", layers=0)
+        self._hf_cfg = hf_cfg if config is None or not isinstance(config, names.ModelConfig) else None
+        if rules is not None:
+            self.rules = tuple(rules)
+        elif name_map is not None:
+            self.rules = names.user_rules(name_map)
+        else:
+            if self.cfg.architecture and self.cfg.architecture not in names.ARCHITECTURES:
+                warnings.warn(
+                    f"bitalign_capture: model type {self.cfg.architecture!r} is not one of "
+                    f"{names.ARCHITECTURES}: using the Llama-style map; pass name_map if ops are missing"
+                )
+            self.rules = names.HF_RULES
+
+        self.tp, self.rank = _parallel(tp, rank, group)
+        self.file = writer_mod.rank_path(self.path, self.rank) if self.tp > 1 else self.path
+
+        canon = names.canonical_ops(self.cfg.architecture, self.cfg.layers)
+        self._index = {op: i for i, op in enumerate(canon)}
+        self._w = None
+        self._handles = []
+        self._layout = None
+        self._last_layout = None
+        self._next = {}
+        self._seen = set()
+        self._depth = 0
+        self._pending = Pending()
+        self._warned = set()
+        self.forwards = 0
+
+    # ----- lifecycle
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def start(self):
+        """Creates the (temporary) capture file and attaches the hooks."""
+        if self._w is not None:
+            return
+        if self.tp > 1:
+            os.makedirs(self.path, exist_ok=True)
+        self._w = writer_mod.Writer(self.file, self._meta(), overwrite=self.overwrite)
+        try:
+            self._attach()
+        except BaseException:
+            self.abort()
+            raise
+
+    def close(self):
+        """Detaches the hooks and publishes the capture. Log-probabilities still waiting for a next token
+        (the last position of each sequence) are dropped."""
+        self._detach()
+        self._pending.clear()
+        if self._w is not None:
+            self._w.close()
+
+    def abort(self):
+        """Detaches the hooks and discards the capture."""
+        self._detach()
+        self._pending.clear()
+        if self._w is not None:
+            self._w.abort()
+
+    @property
+    def written(self):
+        """Tensors written so far."""
+        return 0 if self._w is None else self._w.n
+
+    def set_step(self, step):
+        """The step recorded with the next tensors (one capture can hold several steps)."""
+        self.step = int(step)
+
+    def batch(self, *, seq_ids=None, cu_seqlens=None, position_ids=None, record_mask=None, attention_mask=None):
+        """Overrides what the next forward's inputs say about its tokens (for that forward only).
+
+        seq_ids: the sequence id of each row (padded) or packed sequence. cu_seqlens: packed sequence
+        boundaries (when the model gets them some other way than a cu_seqlens keyword). record_mask (B, S):
+        False leaves a token out of the capture. attention_mask / position_ids: as the model's keywords.
+        """
+        for k, v in (
+            ("seq_ids", seq_ids),
+            ("cu_seqlens", cu_seqlens),
+            ("position_ids", position_ids),
+            ("record_mask", record_mask),
+            ("attention_mask", attention_mask),
+        ):
+            if v is not None:
+                self._next[k] = v
+
+    def sampled(self, seq_ids, tokens):
+        """Tells the recorder which token each sequence sampled after its last forward (e.g. the last token
+        generate returns, which is never fed back): records its log-probability at the last position."""
+        for s, t in zip(_list(seq_ids), _list(tokens)):
+            got = self._pending.take(s, t)
+            if got is not None:
+                self._next_known(s, got[0], got[1], t)
+
+    def _next_known(self, seq, pos, lp, token):
+        if self._want("logprobs"):
+            self._put("logprobs", np.array([lp], dtype=np.float32), "f32", seq, pos)
+        if self.record_samples and self._want("sample"):
+            self._put("sample", np.array([token], dtype=np.int32), "i32", seq, pos)
+
+    def record_op(self, op, x, *, role="out"):
+        """Records x ([B, S, F], [N, F] or [B, k, F] for the last k tokens) under op, with the token layout
+        of the forward in progress (or the last one): for ops no module hook sees."""
+        lay = self._layout or self._last_layout
+        if lay is None:
+            raise RuntimeError("bitalign_capture: record_op outside a recorded forward")
+        self._tensor(op, role, x, lay)
+
+    # ----- hooks
+
+    def _meta(self):
+        model = {"architecture": self.cfg.architecture}
+        if self._hf_cfg is not None and hasattr(self._hf_cfg, "to_json_string"):
+            model["config"] = json.loads(self._hf_cfg.to_json_string(use_diff=False))
+        extra = {"dtype": self._model_dtype()}
+        if self.extra:
+            extra.update(self.extra)
+        producer = f"bitalign_capture {writer_mod.VERSION} (torch {_torch_version()})"
+        return writer_mod.make_meta(
+            self.side,
+            model=model,
+            tp=self.tp,
+            rank=self.rank,
+            step=self.step,
+            extra=extra,
+            producer=producer,
+            **self.meta_args,
+        )
+
+    def _model_dtype(self):
+        for p in self.model.parameters():
+            if p.is_floating_point():
+                try:
+                    return dtypes.from_torch(p.dtype)
+                except ValueError:
+                    return str(p.dtype)
+        return ""
+
+    def _attach(self):
+        mods = dict(self.model.named_modules())
+        resolved = names.resolve([p for p in mods if p], self.rules, self.cfg)
+        if not resolved:
+            raise ValueError(
+                "bitalign_capture: no module of the model matches the name map (pass name_map for this model)"
+            )
+        for path, takes in resolved:
+            m = mods[path]
+            pre = [(t, n) for t, n in takes if t.source in ("in", "residual")]
+            post = [(t, n) for t, n in takes if t.source.startswith("out") or t.source == "residual"]
+            in_name = next((n for t, n in takes if t.source.startswith("out")), None)
+            if pre or (self.record_inputs and in_name):
+                h = m.register_forward_pre_hook(functools.partial(self._pre, pre, in_name), with_kwargs=True)
+                self._handles.append(h)
+            if post:
+                self._handles.append(m.register_forward_hook(functools.partial(self._post, post)))
+        self._handles.append(self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True, prepend=True))
+        self._handles.append(self.model.register_forward_hook(self._model_post, always_call=True))
+
+    def _detach(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._layout = None
+        self._depth = 0
+
+    def _model_pre(self, module, args, kwargs):
+        self._depth += 1
+        if self._depth > 1:
+            return
+        nxt, self._next = self._next, {}
+        get = lambda k, i=None: nxt.get(k, kwargs.get(k, args[i] if i is not None and len(args) > i else None))
+        ids = get("input_ids", 0)
+        if ids is not None and not _is_tensor(ids):
+            ids = None
+        if ids is not None:
+            shape = tuple(ids.shape)
+        else:
+            emb = kwargs.get("inputs_embeds")
+            if emb is None:
+                self._warn("noinput", "a forward without input_ids or inputs_embeds: not recorded")
+                return
+            shape = tuple(emb.shape[:-1])
+        pos_ids = get("position_ids")
+        if pos_ids is None:
+            pos_ids = kwargs.get("positions", args[1] if len(args) > 1 and ids is not None and ids.dim() == 1 else None)
+        seq_ids = nxt.get("seq_ids")
+        rows = shape[0] if len(shape) == 2 else 1
+        if seq_ids is None and self.seq_ids is not None and len(self.seq_ids) == rows:
+            seq_ids = self.seq_ids
+        lay = layout_mod.build(
+            shape,
+            tokens=_np(ids),
+            attention_mask=_np(get("attention_mask")),
+            position_ids=_np(pos_ids),
+            cache_position=_np(get("cache_position")),
+            cu_seqlens=_np(get("cu_seqlens")),
+            seq_ids=_np(seq_ids),
+            record_mask=_np(nxt.get("record_mask")),
+        )
+        self._layout = self._last_layout = lay
+        self._seen = set()
+        if lay.tokens is None:
+            return
+        for s in lay.segments:
+            tok = lay.tokens[s.start : s.start + s.n]
+            if self._want("tokens"):
+                self._put("tokens", tok.astype(np.int32), "i32", s.seq, s.pos)
+            got = self._pending.resolve(s.seq, s.pos, tok[0])
+            if got is not None:
+                self._next_known(s.seq, got[0], got[1], tok[0])
+
+    def _model_post(self, module, args, output):
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0 and self._layout is not None:
+            self._layout = None
+            self.forwards += 1
+
+    def _pre(self, takes, in_name, module, args, kwargs):
+        if self._layout is None:
+            return
+        tensors = [a for a in args if _is_tensor(a)]
+        x = tensors[0] if tensors else next((v for v in kwargs.values() if _is_tensor(v)), None)
+        if x is None:
+            return
+        if self.record_inputs and in_name:
+            self._tensor(in_name, "in", x, self._layout)
+        for take, name in takes:
+            if take.source == "residual":
+                # a norm that gets the residual stream alone (Hugging Face); one that also gets the branch
+                # output (vLLM's fused add) returns the sum, taken in _post.
+                if len(tensors) != 1 or _is_tensor(kwargs.get("residual")):
+                    continue
+            self._tensor(name, "out", x, self._layout, take.split)
+
+    def _post(self, takes, module, args, output):
+        if self._layout is None:
+            return
+        seq = isinstance(output, (tuple, list))
+        for take, name in takes:
+            if take.source == "residual":
+                if not (seq and len(output) == 2 and _is_tensor(output[1])):
+                    continue
+                x = output[1]
+            elif take.source == "out":
+                x = output[0] if seq else output
+            else:
+                i = int(take.source.split(".")[1])
+                if not seq or len(output) <= i:
+                    continue
+                x = output[i]
+            self._tensor(name, "out", x, self._layout, take.split)
+
+    # ----- writing
+
+    def _want(self, op):
+        return self.ops is None or any(fnmatch.fnmatchcase(op, p) for p in self.ops)
+
+    def _warn(self, key, msg):
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn("bitalign_capture: " + msg, stacklevel=3)
+
+    def _op_index(self, op):
+        if op not in self._index:
+            self._index[op] = len(self._index)
+        return self._index[op]
+
+    def _put(self, op, arr, dt, seq, pos, role="out", shard=None):
+        self._w.write(
+            op,
+            arr,
+            dtype=dt,
+            step=self.step,
+            seq=seq,
+            pos=pos,
+            ntok=arr.shape[0],
+            index=self._op_index(op),
+            role=role,
+            rank=self.rank,
+            shard=shard,
+        )
+
+    def _tensor(self, name, role, x, lay, split=None):
+        if not _is_tensor(x) or (name != "logits" and not self._want(name)):
+            return
+        key = (name, role)
+        if key in self._seen:  # a module run twice in one forward (e.g. recomputation): keep the first
+            return
+        x2, lay = _flatten(x, lay)
+        if x2 is None:
+            self._warn(f"shape:{name}", f"{name}: shape {tuple(x.shape)} does not follow the input's tokens: skipped")
+            return
+        self._seen.add(key)
+        if split is not None:
+            x2 = names.split_fused(x2, split, self.cfg)
+        if name == "logits":
+            self._logits(x2, lay)
+        else:
+            self._rows(name, role, x2, lay)
+
+    def _select(self, x2, lay):
+        import torch
+
+        idx = lay.valid_index()
+        return x2.index_select(0, torch.as_tensor(idx, device=x2.device))
+
+    def _rows(self, name, role, x2, lay, rows=None):
+        if not lay.segments:
+            return
+        arr, dt = dtypes.torch_to_numpy(self._select(x2, lay) if rows is None else rows)
+        F = arr.shape[1]
+        try:
+            sdim, start, full = names.shard_of(self.cfg, name, F, self.tp, self.rank)
+        except ValueError as e:
+            self._warn(f"shard:{name}", f"{e}: recorded as unsharded")
+            sdim, start, full = -1, 0, F
+        off = 0
+        for s in lay.segments:
+            shard = (1, start, [s.n, full]) if sdim == 1 else None
+            self._put(name, arr[off : off + s.n], dt, s.seq, s.pos, role, shard)
+            off += s.n
+
+    def _logits(self, x2, lay):
+        import torch
+
+        if not lay.segments:
+            return
+        # logits are float32 in a capture (docs/design.md); bf16/f16 -> f32 is exact
+        rows = self._select(x2, lay).float()
+        if self._want("logits"):
+            self._rows("logits", "out", None, lay, rows)
+        if not (self.logprobs and (self._want("logprobs") or self.record_samples)):
+            return
+        if self.cfg.vocab and rows.shape[1] != self.cfg.vocab:
+            self._warn("lp-shard", "logits are a vocab shard: log-probabilities need the full vocabulary, skipped")
+            return
+        lsm = torch.log_softmax(rows, dim=-1)  # float32 on the device
+        nxt = lay.next_token()[lay.valid_index()]
+        target = torch.as_tensor(np.maximum(nxt, 0), device=lsm.device).unsqueeze(1)
+        lp = lsm.gather(1, target).squeeze(1).cpu().numpy().astype(np.float32)
+        off = 0
+        for s in lay.segments:
+            if s.n > 1 and self._want("logprobs"):
+                self._put("logprobs", lp[off : off + s.n - 1], "f32", s.seq, s.pos)
+            self._pending.hold(s.seq, s.pos + s.n - 1, lsm[off + s.n - 1].cpu().numpy())
+            off += s.n
+
+
+def _flatten(x, lay):
+    """x viewed as (tokens, features) following lay, and the layout its rows follow; (None, None) if x's
+    leading dimensions are not the forward's tokens."""
+    B, S = lay.shape
+    N = B * S
+    if x.dim() >= 2 and x.shape[0] == B and x.shape[1] == S:
+        return x.reshape(N, -1), lay
+    if x.dim() >= 1 and x.shape[0] == N:
+        return x.reshape(N, -1), lay
+    if x.dim() >= 3 and x.shape[0] == B and 0 < x.shape[1] < S:
+        k = x.shape[1]
+        return x.reshape(B * k, -1), lay.tail(k)
+    return None, None
+
+
+def _parallel(tp, rank, group):
+    dist = None
+    try:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            dist = None
+    except ImportError:
+        pass
+    if tp is None:
+        tp = dist.get_world_size(group) if dist is not None else 1
+    if rank is None:
+        rank = dist.get_rank(group) if dist is not None else 0
+    tp, rank = int(tp), int(rank)
+    if tp < 1 or not 0 <= rank < tp:
+        raise ValueError(f"bitalign_capture: rank {rank} outside tp {tp}")
+    return tp, rank
+
+
+def _is_tensor(x):
+    try:
+        import torch
+    except ImportError:
+        return False
+    return isinstance(x, torch.Tensor)
+
+
+def _np(x):
+    if x is None:
+        return None
+    if _is_tensor(x):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _list(x):
+    if _is_tensor(x):
+        return x.detach().cpu().reshape(-1).tolist()
+    return list(np.asarray(x).reshape(-1).tolist())
+
+
+def _torch_version():
+    try:
+        import torch
+
+        return torch.__version__
+    except ImportError:
+        return "?"

@@ -1,0 +1,364 @@
+"""Writing bitalign capture files (docs/capture-format.md) with pyarrow, from numpy arrays or raw bytes.
+
+One record batch of one row per tensor, written as it arrives (memory stays at one tensor), into a temporary
+file next to the target that appears under its final name only on close (flush, fsync, link/rename): a crashed
+program leaves no half-written capture, and an existing file is never replaced unless overwrite=True.
+Like Go's capture.Writer, each tensor's bytes start on a 64-byte boundary of the file (record-batch custom
+metadata "bitalign.pad" of spaces sizes the message); readers do not depend on it.
+"""
+
+import datetime
+import json
+import os
+import secrets
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from . import dtypes
+
+FORMAT_NAME = "bitalign-capture"  # schema metadata bitalign.format
+FORMAT_VERSION = 1  # schema metadata bitalign.version
+ALIGNMENT = 64  # file offset alignment of tensor bytes
+KEY_FORMAT, KEY_VERSION, KEY_META, KEY_PAD = "bitalign.format", "bitalign.version", "bitalign.meta", "bitalign.pad"
+VERSION = "0.1.0"  # this package's version
+PRODUCER = f"bitalign_capture {VERSION} (python)"
+MAX_DIMS = 32  # as Go's capture.MaxDims
+
+_I64, _I32, _STR = pa.int64(), pa.int32(), pa.string()
+_FIELDS = [
+    ("data", pa.large_binary()),
+    ("step", _I64),
+    ("seq", _I64),
+    ("pos", _I64),
+    ("ntok", _I64),
+    ("op", _STR),
+    ("index", _I32),
+    ("role", _STR),
+    ("dtype", _STR),
+    ("shape", pa.list_(_I64)),
+    ("rank", _I32),
+    ("shard_dim", _I32),
+    ("shard_start", _I64),
+    ("full_shape", pa.list_(_I64)),
+]
+
+
+def schema(meta_json):
+    """The Arrow schema of a capture whose Meta is the JSON string meta_json (capture.Schema in Go)."""
+    md = {KEY_FORMAT: FORMAT_NAME, KEY_VERSION: str(FORMAT_VERSION), KEY_META: meta_json}
+    return pa.schema([pa.field(n, t, nullable=False) for n, t in _FIELDS], metadata=md)
+
+
+def make_meta(
+    side,
+    *,
+    model=None,
+    tp=1,
+    pp=1,
+    dp=1,
+    rank=0,
+    kernel_profile="",
+    batch_size=0,
+    seed=0,
+    step=0,
+    producer=PRODUCER,
+    created=None,
+    extra=None,
+):
+    """A Meta dict with the JSON keys of Go's capture.Meta. model: {"architecture": ..., "config": {...}}."""
+    if created is None:
+        created = datetime.datetime.now(datetime.timezone.utc)
+    if isinstance(created, datetime.datetime):
+        created = created.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    m = {
+        "format_version": FORMAT_VERSION,
+        "side": str(side),
+        "tp": int(tp),
+        "pp": int(pp),
+        "dp": int(dp),
+        "rank": int(rank),
+        "kernel_profile": str(kernel_profile),
+        "batch_size": int(batch_size),
+        "seed": int(seed),
+        "step": int(step),
+        "producer": str(producer),
+        "created": created,
+    }
+    if model is not None:
+        m["model"] = model
+    if extra is not None:
+        m["extra"] = extra
+    return m
+
+
+def _check_meta(path, m):
+    for k in ("tp", "pp", "dp", "rank", "batch_size"):
+        if int(m.get(k, 0)) < 0:
+            raise ValueError(f"bitalign_capture: {path}: meta: negative {k} {m[k]}")
+    world = 1
+    for k in ("tp", "pp", "dp"):
+        if int(m.get(k, 0)) > 1:
+            world *= int(m[k])
+    if int(m.get("rank", 0)) >= world:
+        raise ValueError(f"bitalign_capture: {path}: meta: rank {m['rank']} outside tp×pp×dp = {world}")
+    if not 0 <= int(m.get("seed", 0)) < 1 << 64:
+        raise ValueError(f"bitalign_capture: {path}: meta: seed {m['seed']} is not a uint64")
+
+
+def rank_path(directory, rank):
+    """The file of one tensor-parallel rank inside a capture directory (Open reads every *.arrow there)."""
+    return os.path.join(directory, f"rank{int(rank)}.arrow")
+
+
+class Writer:
+    """Streams tensors into the capture file path; use as a context manager or call close()/abort().
+
+    meta is a dict from make_meta (format_version is set here). Not safe for concurrent use.
+    """
+
+    def __init__(self, path, meta, *, overwrite=False):
+        self.path = os.fspath(path)
+        self.overwrite = overwrite
+        self.n = 0
+        self._done = False
+        meta = dict(meta)
+        meta["format_version"] = FORMAT_VERSION
+        _check_meta(self.path, meta)
+        self.meta = meta
+        if not overwrite and os.path.lexists(self.path):
+            raise FileExistsError(f"bitalign_capture: {self.path}: file exists (pass overwrite=True to replace it)")
+        d, base = os.path.split(os.path.abspath(self.path))
+        self._tmp = os.path.join(d, f".{base}.tmp-{secrets.token_hex(4)}")
+        self._schema = schema(json.dumps(meta, separators=(",", ":")))
+        self._sink = pa.OSFile(self._tmp, "wb")
+        try:
+            self._w = ipc.new_file(self._sink, self._schema)
+        except BaseException:
+            self._sink.close()
+            os.unlink(self._tmp)
+            raise
+        self._prefix = {}  # (first batch?, pad) -> bytes from the batch's start to its tensor bytes
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def write(
+        self,
+        op,
+        data,
+        *,
+        dtype=None,
+        shape=None,
+        step=0,
+        seq=0,
+        pos=0,
+        ntok=0,
+        index=0,
+        role="out",
+        rank=0,
+        shard=None,
+    ):
+        """Appends one tensor. data is a numpy array (dtype taken from it unless given: pass dtype="bf16" with
+        the uint16 bits) or bytes-like (dtype and shape required). shard = (dim, start, full_shape) or None.
+        """
+        if self._done:
+            raise ValueError(f"bitalign_capture: {self.path}: write after close or abort")
+        if not op:
+            raise ValueError(f"bitalign_capture: {self.path}: tensor without an op name")
+        if isinstance(data, np.generic):
+            data = np.asarray(data)
+        if isinstance(data, np.ndarray):
+            dt = dtypes.check(dtype) if dtype else dtypes.from_numpy(data.dtype)
+            if shape is None:
+                shape = data.shape
+            st = dtypes.storage(dt)
+            if data.dtype.itemsize != st.itemsize:
+                raise ValueError(f"bitalign_capture: {self.path}: {op}: {data.dtype} array cannot hold {dt}")
+            arr = np.ascontiguousarray(data)
+            if arr.dtype.byteorder == ">":
+                arr = arr.astype(arr.dtype.newbyteorder("<"))
+            payload = arr.tobytes()
+        else:
+            if dtype is None or shape is None:
+                raise ValueError(f"bitalign_capture: {self.path}: {op}: raw bytes need dtype and shape")
+            dt = dtypes.check(dtype)
+            payload = bytes(data)
+        shape = [int(d) for d in shape]
+        if len(shape) > MAX_DIMS:
+            raise ValueError(f"bitalign_capture: {self.path}: {op}: {len(shape)} dimensions (at most {MAX_DIMS})")
+        if any(d < 0 for d in shape):
+            raise ValueError(f"bitalign_capture: {self.path}: {op}: negative dimension in shape {shape}")
+        want = int(np.prod(shape, dtype=np.int64)) * dtypes.SIZES[dt]
+        if want != len(payload):
+            raise ValueError(
+                f"bitalign_capture: {self.path}: {op}: shape {shape} × {dt} needs {want} bytes, has {len(payload)}"
+            )
+        if int(ntok) < 0:
+            raise ValueError(f"bitalign_capture: {self.path}: {op}: negative ntok {ntok}")
+        if int(rank) < 0:
+            raise ValueError(f"bitalign_capture: {self.path}: {op}: negative rank {rank}")
+        sdim, sstart, sfull = -1, 0, []
+        if shard is not None and shard[0] >= 0:
+            sdim, sstart, sfull = int(shard[0]), int(shard[1]), [int(d) for d in shard[2]]
+            ok = sdim < len(shape) and len(sfull) == len(shape)
+            ok = ok and all(sfull[d] == shape[d] for d in range(len(shape)) if d != sdim)
+            ok = ok and 0 <= sstart <= sfull[sdim] - shape[sdim]
+            if not ok:
+                raise ValueError(
+                    f"bitalign_capture: {self.path}: {op}: shard dim {sdim} start {sstart} of {sfull} "
+                    f"does not fit shape {shape}"
+                )
+        cols = [
+            None,
+            [int(step)],
+            [int(seq)],
+            [int(pos)],
+            [int(ntok)],
+            [str(op)],
+            [int(index)],
+            [str(role or "out")],
+            [dt],
+            [shape],
+            [int(rank)],
+            [sdim],
+            [sstart],
+            [sfull],
+        ]
+        arrays = [pa.array(c, type=t) for c, (_, t) in zip(cols[1:], _FIELDS[1:])]
+        pad = self._pad(arrays)
+        batch = pa.RecordBatch.from_arrays([pa.array([payload], pa.large_binary())] + arrays, schema=self._schema)
+        try:
+            self._w.write_batch(batch, custom_metadata={KEY_PAD: " " * pad})
+        except BaseException:
+            self.abort()
+            raise
+        self.n += 1
+
+    def _pad(self, arrays):
+        """The pad length that puts the next tensor's bytes on an ALIGNMENT boundary of the file.
+
+        The encoded message's length depends only on the pad (every other field of a one-row batch of this
+        schema is fixed-size), so each (first?, pad) prefix is measured once on a scratch stream.
+        """
+        first = self.n == 0
+        start = self._sink.tell()
+        for pad in range(2 * ALIGNMENT):
+            key = (first, pad)
+            if key not in self._prefix:
+                self._prefix[key] = self._measure(arrays, first, pad)
+            if (start + self._prefix[key]) % ALIGNMENT == 0:
+                return pad
+        return 0
+
+    def _measure(self, arrays, first, pad):
+        marker = secrets.token_bytes(32)
+        sink = pa.BufferOutputStream()
+        w = ipc.new_file(sink, self._schema)
+        b = pa.RecordBatch.from_arrays([pa.array([marker], pa.large_binary())] + arrays, schema=self._schema)
+        start = 0
+        if not first:
+            w.write_batch(b)
+            start = sink.tell()
+        w.write_batch(b, custom_metadata={KEY_PAD: " " * pad})
+        w.close()
+        buf = sink.getvalue().to_pybytes()
+        return buf.index(marker, start) - start
+
+    def close(self):
+        """Finishes the file: footer, fsync, then it appears under its final name."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._w.close()
+            self._sink.close()
+            fd = os.open(self._tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _publish(self._tmp, self.path, self.overwrite)
+        except BaseException:
+            _remove(self._tmp)
+            raise
+        _sync_dir(os.path.dirname(os.path.abspath(self.path)))
+
+    def abort(self):
+        """Discards the file being written (safe after close and twice)."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._w.close()
+        except Exception:
+            pass
+        try:
+            self._sink.close()
+        except Exception:
+            pass
+        _remove(self._tmp)
+
+
+def _publish(tmp, path, overwrite):
+    if overwrite:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)  # fails atomically if path exists
+    except FileExistsError:
+        raise FileExistsError(f"bitalign_capture: {path}: file exists (pass overwrite=True to replace it)") from None
+    except OSError:
+        if os.path.lexists(path):
+            raise FileExistsError(f"bitalign_capture: {path}: file exists (pass overwrite=True)") from None
+        os.rename(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _remove(p):
+    try:
+        os.unlink(p)
+    except FileNotFoundError:
+        pass
+
+
+def _sync_dir(d):
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read(path):
+    """(meta dict, [tensor dicts]) of a capture file written by any bitalign writer (for tests and tools).
+
+    Each tensor dict has the columns by name, "data" as bytes and "array" as a numpy array of its dtype's
+    storage type (bf16 as uint16 bits) in its shape.
+    """
+    with pa.memory_map(os.fspath(path), "r") as src:
+        r = ipc.open_file(src)
+        md = r.schema.metadata or {}
+        if md.get(KEY_FORMAT.encode()) != FORMAT_NAME.encode():
+            raise ValueError(f"bitalign_capture: {path}: not a bitalign capture (no {KEY_FORMAT})")
+        meta = json.loads(md[KEY_META.encode()])
+        out = []
+        for i in range(r.num_record_batches):
+            row = r.get_batch(i).to_pylist()[0]
+            row["array"] = np.frombuffer(row["data"], dtype=dtypes.storage(row["dtype"])).reshape(row["shape"])
+            out.append(row)
+    return meta, out

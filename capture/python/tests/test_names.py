@@ -1,0 +1,141 @@
+import numpy as np
+import pytest
+
+import bitalign_capture as bc
+from bitalign_capture import names
+
+QWEN3 = bc.ModelConfig("qwen3", layers=2, hidden=32, intermediate=48, heads=4, kv_heads=2, head_dim=8, vocab=64)
+LLAMA = bc.ModelConfig("llama", layers=2, hidden=32, intermediate=48, heads=4, kv_heads=2, head_dim=8, vocab=64)
+
+
+def hf_paths(layers, qwen3):
+    ps = ["", "model", "model.embed_tokens", "model.layers"]
+    for i in range(layers):
+        L = f"model.layers.{i}"
+        ps += [L, f"{L}.self_attn"]
+        ps += [f"{L}.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        if qwen3:
+            ps += [f"{L}.self_attn.q_norm", f"{L}.self_attn.k_norm"]
+        ps += [f"{L}.mlp", f"{L}.mlp.gate_proj", f"{L}.mlp.up_proj", f"{L}.mlp.down_proj", f"{L}.mlp.act_fn"]
+        ps += [f"{L}.input_layernorm", f"{L}.post_attention_layernorm"]
+    return ps + ["model.norm", "model.rotary_emb", "lm_head"]
+
+
+def ops_of(resolved):
+    return sorted(n for _, takes in resolved for _, n in takes)
+
+
+def test_canonical_ops_mirror_engine_opnames():
+    ll = bc.canonical_ops("llama", 2)
+    q3 = bc.canonical_ops("qwen3", 2)
+    assert ll[:3] == ["tokens", "embed", "layers.0.attn_norm"]
+    assert ll[-4:] == ["final_norm", "logits", "logprobs", "sample"]
+    assert len(ll) == 2 + 2 * 15 + 4 and len(q3) == 2 + 2 * 17 + 4
+    assert q3.index("layers.0.attn.q_norm") == q3.index("layers.0.attn.v_proj") + 1
+    assert ll.index("layers.0.attn.q_rope") == ll.index("layers.0.attn.v_proj") + 1
+    assert ll.index("layers.1.attn_norm") == ll.index("layers.0.mlp_residual") + 1
+
+
+def test_hf_qwen3_map_covers_every_op_hooks_can_see():
+    res = bc.resolve(hf_paths(2, True), bc.HF_RULES, QWEN3)
+    want = set(bc.canonical_ops("qwen3", 2)) - {"tokens", "logprobs", "sample"}
+    want -= {f"layers.{i}.{o}" for i in range(2) for o in bc.HF_NOT_CAPTURED}
+    assert set(ops_of(res)) == want
+    assert len(ops_of(res)) == len(want)  # each op from exactly one place
+    by_path = dict(res)
+    assert [n for _, n in by_path["model.layers.1.input_layernorm"]] == ["layers.1.attn_norm", "layers.0.mlp_residual"]
+    assert [n for _, n in by_path["model.layers.0.input_layernorm"]] == ["layers.0.attn_norm"]
+    assert [n for _, n in by_path["model.norm"]] == ["final_norm", "layers.1.mlp_residual"]
+    assert [(t.source, n) for t, n in by_path["model.layers.0.self_attn.o_proj"]] == [
+        ("in", "layers.0.attn.sdpa"), ("out", "layers.0.attn.o_proj")]
+    assert [(t.source, n) for t, n in by_path["model.layers.0.mlp.down_proj"]][0] == ("in", "layers.0.mlp.act")
+    assert "model.layers.0.mlp.act_fn" not in by_path and "model.rotary_emb" not in by_path
+
+
+def test_llama_map_has_no_qk_norm():
+    res = bc.resolve(hf_paths(2, False), bc.HF_RULES, LLAMA)
+    assert not [n for n in ops_of(res) if "q_norm" in n or "k_norm" in n]
+    assert set(ops_of(res)) <= set(bc.canonical_ops("llama", 2))
+
+
+def test_vllm_fused_names():
+    paths = ["model.embed_tokens", "model.layers.0.self_attn.qkv_proj", "model.layers.0.self_attn.rotary_emb",
+             "model.layers.0.self_attn.attn", "model.layers.0.mlp.gate_up_proj", "model.layers.0.mlp.act_fn",
+             "model.layers.0.mlp.down_proj", "model.layers.0.post_attention_layernorm"]
+    res = dict(bc.resolve(paths, bc.HF_RULES, QWEN3))
+    assert [(t.split, n) for t, n in res["model.layers.0.self_attn.qkv_proj"]] == [
+        (("qkv", 0), "layers.0.attn.q_proj"), (("qkv", 1), "layers.0.attn.k_proj"), (("qkv", 2), "layers.0.attn.v_proj")]
+    assert [(t.source, n) for t, n in res["model.layers.0.self_attn.rotary_emb"]] == [
+        ("out.0", "layers.0.attn.q_rope"), ("out.1", "layers.0.attn.k_rope")]
+    assert [n for _, n in res["model.layers.0.mlp.gate_up_proj"]] == ["layers.0.mlp.gate_proj", "layers.0.mlp.up_proj"]
+
+
+def test_split_fused_qkv_full_and_tp_shards(rng):
+    hd = QWEN3.head_dim
+    q, k, v = (rng.standard_normal((3, n * hd)) for n in (4, 2, 2))
+    fused = np.concatenate([q, k, v], axis=1)
+    for part, want in enumerate((q, k, v)):
+        assert np.array_equal(bc.split_fused(fused, ("qkv", part), QWEN3), want)
+    # TP 2: each rank holds 2 q heads, 1 k head, 1 v head
+    local = np.concatenate([q[:, : 2 * hd], k[:, :hd], v[:, :hd]], axis=1)
+    assert np.array_equal(bc.split_fused(local, ("qkv", 1), QWEN3), k[:, :hd])
+    # TP 4 with 2 kv heads: 1 q head and a replicated kv head per rank
+    local = np.concatenate([q[:, :hd], k[:, :hd], v[:, :hd]], axis=1)
+    assert np.array_equal(bc.split_fused(local, ("qkv", 0), QWEN3), q[:, :hd])
+    assert np.array_equal(bc.split_fused(local, ("qkv", 2), QWEN3), v[:, :hd])
+    with pytest.raises(ValueError, match="does not split"):
+        bc.split_fused(fused[:, :-1], ("qkv", 0), QWEN3)
+
+
+def test_split_fused_gate_up(rng):
+    g, u = rng.standard_normal((2, 3, 6)), rng.standard_normal((2, 3, 6))
+    fused = np.concatenate([g, u], axis=-1)
+    assert np.array_equal(bc.split_fused(fused, ("halves", 0), QWEN3), g)
+    assert np.array_equal(bc.split_fused(fused, ("halves", 1), QWEN3), u)
+    with pytest.raises(ValueError, match="odd"):
+        bc.split_fused(fused[..., :-1], ("halves", 0), QWEN3)
+
+
+@pytest.mark.parametrize(
+    "op, features, tp, rank, want",
+    [
+        ("layers.0.attn.q_proj", 32, 1, 0, (-1, 0, 32)),
+        ("layers.0.attn.q_proj", 16, 2, 1, (1, 16, 32)),
+        ("layers.1.mlp.act", 12, 4, 3, (1, 36, 48)),
+        ("layers.0.attn.o_proj", 32, 2, 1, (-1, 0, 32)),  # row-parallel: replicated after the all-reduce
+        ("logits", 16, 4, 2, (1, 32, 64)),
+        ("layers.0.attn.k_proj", 8, 4, 3, (1, 8, 16)),  # 2 kv heads over 4 ranks: rank 3 holds head 1
+        ("layers.0.attn.k_proj", 8, 4, 1, (1, 0, 16)),
+    ],
+)
+def test_shard_of(op, features, tp, rank, want):
+    assert bc.shard_of(QWEN3, op, features, tp, rank) == want
+
+
+def test_shard_of_rejects_sizes_that_fit_nothing():
+    with pytest.raises(ValueError, match="fit neither"):
+        bc.shard_of(QWEN3, "layers.0.mlp.up_proj", 20, 2, 0)
+
+
+def test_user_map():
+    rules = bc.user_rules({
+        r"transformer\.h\.(\d+)\.ln_1$": "layers.{0}.attn_norm",
+        r"transformer\.h\.(\d+)\.attn\.c_proj$": [bc.Take("layers.{0}.attn.sdpa", "in"), "layers.{0}.attn.o_proj"],
+        r"transformer\.wte$": "embed",
+    })
+    res = bc.resolve(["transformer.wte", "transformer.h.3.ln_1", "transformer.h.3.attn.c_proj", "transformer.h.3.mlp"],
+                     rules, bc.ModelConfig("gpt2", layers=4))
+    assert [(p, [(t.source, n) for t, n in ts]) for p, ts in res] == [
+        ("transformer.wte", [("out", "embed")]),
+        ("transformer.h.3.ln_1", [("out", "layers.3.attn_norm")]),
+        ("transformer.h.3.attn.c_proj", [("in", "layers.3.attn.sdpa"), ("out", "layers.3.attn.o_proj")]),
+    ]
+
+
+def test_model_config_from_hf_dict():
+    c = bc.ModelConfig.from_hf({"model_type": "qwen2", "num_hidden_layers": 3, "hidden_size": 64,
+                                "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 128,
+                                "vocab_size": 100})
+    assert (c.architecture, c.layers, c.head_dim, c.kv_heads) == ("qwen2", 3, 8, 2)
+    assert names.feature_size(c, "layers.2.attn.k_proj") == 16 and names.feature_size(c, "logits") == 100
+    assert names.feature_size(c, "tokens") == 0 and names.feature_size(c, "weird") is None

@@ -1,0 +1,242 @@
+"""Recording real Hugging Face models (random init, float32, eager) and a vLLM-style fused twin."""
+
+import os
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import bitalign_capture as bc  # noqa: E402
+from tinymodels import FusedModel, hf_model, padded  # noqa: E402
+
+ARCHS = ["llama", "qwen2", "qwen3"]
+SEQS = [[5, 17, 33, 2, 71, 9, 40], [11, 64, 3, 3, 58], [90, 1, 2]]
+
+
+def by_key(path):
+    """{(op, role, seq, pos): row} with every tensor split into its positions."""
+    out = {}
+    for t in bc.read(path)[1]:
+        a = t["array"]
+        for i in range(t["ntok"]):
+            key = (t["op"], t["role"], t["seq"], t["pos"] + i)
+            assert key not in out, key
+            out[key] = (a[i], t)
+    return out
+
+
+def capture(model, path, side="trainer", forward=None, **kw):
+    with torch.no_grad(), bc.record(model, path, side, **kw) as rec:
+        forward(rec)
+    return by_key(path)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_capture_is_the_model_output(tmp_path, arch, side):
+    m = hf_model(arch)
+    ids, mask, pos = padded(SEQS, side)
+    res = {}
+
+    def fwd(rec):
+        res["out"] = m(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True)
+
+    cap = capture(m, tmp_path / "c.arrow", forward=fwd)
+    out = res["out"]
+    lsm = torch.log_softmax(out.logits.float(), -1)
+    canon = bc.canonical_ops(arch, 2)
+    for b, s in enumerate(SEQS):
+        cols = torch.nonzero(mask[b]).flatten().tolist()
+        assert len(cols) == len(s)
+        for p, c in enumerate(cols):
+            assert cap[("tokens", "out", b, p)][0] == s[p]
+            # the hooks see the very tensors the model returns: equal bits
+            assert np.array_equal(cap[("embed", "out", b, p)][0], out.hidden_states[0][b, c].numpy())
+            assert np.array_equal(cap[("layers.0.mlp_residual", "out", b, p)][0], out.hidden_states[1][b, c].numpy())
+            assert np.array_equal(cap[("logits", "out", b, p)][0], out.logits[b, c].numpy())
+            if p + 1 < len(s):
+                lp = cap[("logprobs", "out", b, p)][0]
+                assert lp == pytest.approx(float(lsm[b, c, s[p + 1]]), rel=1e-6, abs=1e-6)
+            else:
+                assert ("logprobs", "out", b, p) not in cap  # its next token is not known
+        for op in canon:
+            if op in ("sample",) or op.endswith(("q_rope", "k_rope")):
+                assert (op, "out", b, 0) not in cap
+                continue
+            row, t = cap[(op, "out", b, 0)]
+            assert t["index"] == canon.index(op), op
+            assert t["dtype"] == ("i32" if op == "tokens" else "f32")
+            want = bc.feature_size(bc.ModelConfig.from_hf(m.config), op)
+            assert t["shape"] == ([t["ntok"]] if want == 0 else [t["ntok"], want]), op
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padding_side_does_not_move_positions(tmp_path, arch):
+    """Left- and right-padded batches of the same sequences, and each sequence alone, give the same
+    tensors at the same (seq, position)."""
+    m = hf_model(arch)
+    caps = []
+    for side in ("left", "right"):
+        ids, mask, pos = padded(SEQS, side)
+        caps.append(capture(m, tmp_path / f"{side}.arrow", forward=lambda r: m(input_ids=ids, attention_mask=mask, position_ids=pos)))
+    alone = {}
+    for b, s in enumerate(SEQS):
+        def fwd(rec, s=s, b=b):
+            rec.batch(seq_ids=[b])
+            m(input_ids=torch.tensor([s]))
+        alone.update(capture(m, tmp_path / f"alone{b}.arrow", forward=fwd))
+    assert set(caps[0]) == set(caps[1]) == set(alone)
+    for k in alone:
+        for c in caps:
+            np.testing.assert_allclose(c[k][0], alone[k][0], rtol=1e-5, atol=1e-5, err_msg=str(k))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_generate_sampler_aligns_with_trainer(tmp_path, arch):
+    """A sampler capture (generate: left-padded prefill, then one token per forward from the KV cache) and a
+    trainer capture (one forward over the full sequences) hold the same ops at the same positions."""
+    m = hf_model(arch)
+    prompts = [s[:3] for s in SEQS]
+    ids, mask, _ = padded(prompts, "left")
+    new = 4
+    res = {}
+
+    def sample(rec):
+        res["out"] = m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False)
+        rec.sampled(range(len(prompts)), res["out"][:, -1])
+
+    samp = capture(m, tmp_path / "sampler.arrow", "sampler", forward=sample, record_samples=True)
+    full = [res["out"][b, ids.shape[1] - len(p):].tolist() for b, p in enumerate(prompts)]
+    # the trainer's input is t0..t(N-2); the last token is the target of position N-2
+    tids, tmask, tpos = padded([f[:-1] for f in full], "right")
+
+    def train(rec):
+        rec.batch(record_mask=tmask.bool())
+        logits = m(input_ids=tids, attention_mask=tmask, position_ids=tpos).logits
+        rec.sampled(range(len(full)), [f[-1] for f in full])
+        res["logits"] = logits
+
+    trn = capture(m, tmp_path / "trainer.arrow", "trainer", forward=train)
+    only_sampler = set(samp) - set(trn)
+    assert {k[0] for k in only_sampler} == {"sample"}
+    # generate keeps logits only at the last prompt position, then at each decode step
+    assert {k[0] for k in set(trn) - set(samp)} == {"logits", "logprobs"}
+    for k in set(samp) & set(trn):
+        np.testing.assert_allclose(samp[k][0], trn[k][0], rtol=1e-4, atol=1e-5, err_msg=str(k))
+    for b, f in enumerate(full):
+        N, P = len(f), len(prompts[b])
+        assert sorted(p for (op, _, s, p) in samp if op == "layers.1.mlp.down_proj" and s == b) == list(range(N - 1))
+        assert sorted(p for (op, _, s, p) in samp if op == "logprobs" and s == b) == list(range(P - 1, N - 1))
+        assert sorted(p for (op, _, s, p) in trn if op == "logprobs" and s == b) == list(range(N - 1))
+        assert [int(samp[("sample", "out", b, p)][0]) for p in range(P - 1, N - 1)] == f[P:]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fused_vllm_style_model_splits_back_to_canonical_ops(tmp_path, arch):
+    """Packed flat tokens with cu_seqlens through fused qkv/gate_up projections, residual-returning norms and
+    a per-layer rotary_emb give the same canonical ops as the unfused HF model (plus q_rope/k_rope)."""
+    hf = hf_model(arch)
+    fused = FusedModel(hf).eval()
+    flat = torch.tensor(sum(SEQS, []))
+    cu = torch.tensor(np.cumsum([0] + [len(s) for s in SEQS]))
+    positions = torch.cat([torch.arange(len(s)) for s in SEQS])
+    got = capture(fused, tmp_path / "fused.arrow", forward=lambda r: fused(flat, positions, cu_seqlens=cu))
+    ids, mask, pos = padded(SEQS, "right")
+    want = capture(hf, tmp_path / "hf.arrow", forward=lambda r: hf(input_ids=ids, attention_mask=mask, position_ids=pos))
+    assert set(want) <= set(got)
+    extra = {k[0].split(".", 2)[-1] for k in set(got) - set(want)}
+    assert extra == {"attn.q_rope", "attn.k_rope"}
+    for k in want:
+        np.testing.assert_allclose(got[k][0], want[k][0], rtol=1e-5, atol=1e-5, err_msg=str(k))
+        assert got[k][1]["index"] == want[k][1]["index"]
+    # q_rope: rotating position 0 is the identity on q_norm (qwen3) or q_proj
+    q0 = "layers.0.attn.q_norm" if arch == "qwen3" else "layers.0.attn.q_proj"
+    np.testing.assert_allclose(got[("layers.0.attn.q_rope", "out", 1, 0)][0], got[(q0, "out", 1, 0)][0], rtol=1e-6)
+
+
+def test_ops_filter_inputs_and_overwrite(tmp_path):
+    m = hf_model("llama")
+    ids = torch.tensor([SEQS[0]])
+    p = tmp_path / "f.arrow"
+    with torch.no_grad(), bc.record(m, p, "trainer", ops=["layers.1.*"], record_inputs=True) as rec:
+        m(input_ids=ids)
+    assert rec.written > 0
+    cap = by_key(p)
+    assert {k[0] for k in cap} <= {o for o in bc.canonical_ops("llama", 2) if o.startswith("layers.1.")}
+    roles = {k[1] for k in cap}
+    assert roles == {"out", "in"}
+    # q_proj's input is attn_norm's output
+    np.testing.assert_array_equal(cap[("layers.1.attn.q_proj", "in", 0, 3)][0], cap[("layers.1.attn_norm", "out", 0, 3)][0])
+    with pytest.raises(FileExistsError):
+        bc.record(m, p, "trainer").start()
+    with torch.no_grad(), bc.record(m, p, "trainer", overwrite=True, step=4) as rec:
+        m(input_ids=ids)
+    meta, ts = bc.read(p)
+    assert meta["step"] == 4 and {t["step"] for t in ts} == {4} and meta["extra"]["dtype"] == "f32"
+    assert meta["model"]["architecture"] == "llama" and meta["model"]["config"]["hidden_size"] == 64
+    assert "torch" in meta["producer"]
+
+
+def test_exception_in_forward_leaves_no_file_and_no_hooks(tmp_path):
+    m = hf_model("qwen3")
+    p = tmp_path / "x.arrow"
+    with pytest.raises(RuntimeError):
+        with torch.no_grad(), bc.record(m, p, "trainer"):
+            m(input_ids=torch.tensor([[1, 2, 3]]))
+            raise RuntimeError("boom")
+    assert not p.exists() and os.listdir(tmp_path) == []
+    assert all(not mod._forward_hooks and not mod._forward_pre_hooks for mod in m.modules())
+
+
+def test_bf16_activations_are_bf16_bits(tmp_path):
+    m = hf_model("qwen2", dtype=torch.bfloat16)
+    ids = torch.tensor([SEQS[1]])
+    res = {}
+
+    def fwd(rec):
+        res["out"] = m(input_ids=ids, output_hidden_states=True)
+
+    cap = capture(m, tmp_path / "b.arrow", forward=fwd)
+    row, t = cap[("embed", "out", 0, 2)]
+    assert t["dtype"] == "bf16" and row.dtype == np.uint16
+    assert np.array_equal(row, res["out"].hidden_states[0][0, 2].view(torch.int16).numpy().view(np.uint16))
+    row, t = cap[("logits", "out", 0, 2)]
+    assert t["dtype"] == "f32" and np.array_equal(row, res["out"].logits[0, 2].float().numpy())
+
+
+def test_user_name_map(tmp_path):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = torch.nn.LayerNorm(8)
+            self.fc = torch.nn.Linear(8, 8)
+
+    class Toy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = torch.nn.Embedding(16, 8)
+            self.h = torch.nn.ModuleList([Block(), Block()])
+            self.head = torch.nn.Linear(8, 16)
+
+        def forward(self, input_ids):
+            x = self.wte(input_ids)
+            for b in self.h:
+                x = x + b.fc(b.ln(x))
+            return self.head(x)
+
+    toy = Toy().eval()
+    p = tmp_path / "u.arrow"
+    nm = {r"^wte$": "embed", r"^h\.(\d+)\.ln$": "layers.{0}.attn_norm",
+          r"^h\.(\d+)\.fc$": [bc.Take("layers.{0}.custom_in", "in"), "layers.{0}.custom"], r"^head$": "logits"}
+    with torch.no_grad(), bc.record(toy, p, "trainer", name_map=nm, config=bc.ModelConfig("toy", layers=2, vocab=16)):
+        toy(torch.tensor([[1, 2, 3, 4]]))
+    ts = bc.read(p)[1]
+    ops = [t["op"] for t in ts]
+    assert ops[:3] == ["tokens", "embed", "layers.0.attn_norm"] and "logprobs" in ops and "layers.1.custom" in ops
+    idx = {t["op"]: t["index"] for t in ts}
+    canon = bc.canonical_ops("toy", 2)
+    assert idx["layers.1.attn_norm"] == canon.index("layers.1.attn_norm")
+    assert idx["layers.0.custom_in"] >= len(canon) and idx["layers.0.custom"] == idx["layers.0.custom_in"] + 1

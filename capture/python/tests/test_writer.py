@@ -1,0 +1,191 @@
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+import bitalign_capture as bc
+from bitalign_capture import writer as wmod
+
+
+def meta(**kw):
+    return bc.make_meta("trainer", created="2026-11-29T19:00:00Z", **kw)
+
+
+def test_schema_matches_go_capture_schema():
+    s = bc.schema("{}")
+    assert [f.name for f in s] == [
+        "data", "step", "seq", "pos", "ntok", "op", "index", "role", "dtype", "shape",
+        "rank", "shard_dim", "shard_start", "full_shape",
+    ]
+    types = {f.name: f.type for f in s}
+    assert types["data"] == pa.large_binary()
+    assert types["index"] == pa.int32() and types["rank"] == pa.int32() and types["shard_dim"] == pa.int32()
+    for n in ("step", "seq", "pos", "ntok", "shard_start"):
+        assert types[n] == pa.int64()
+    assert types["shape"] == pa.list_(pa.int64()) and types["full_shape"] == pa.list_(pa.int64())
+    md = s.metadata
+    assert md[b"bitalign.format"] == b"bitalign-capture" and md[b"bitalign.version"] == b"1"
+
+
+def test_roundtrip_every_kind_of_tensor(tmp_path, rng):
+    p = tmp_path / "t.arrow"
+    f32 = rng.standard_normal((3, 5)).astype(np.float32)
+    bf16 = rng.integers(0, 1 << 16, size=(2, 4), dtype=np.uint16)
+    toks = np.array([5, 9, 1], dtype=np.int32)
+    with bc.Writer(p, meta(tp=2, rank=1, seed=(1 << 64) - 1, step=3)) as w:
+        w.write("embed", f32, step=3, seq=2, pos=4, ntok=3, index=1, rank=1)
+        w.write("layers.0.attn.q_proj", bf16, dtype="bf16", seq=1, pos=7, ntok=2, index=3, rank=1,
+                shard=(1, 4, [2, 8]))
+        w.write("tokens", toks, ntok=3)
+        w.write("weight", bytes(range(6)), dtype="u8", shape=[2, 3], role="weight")
+        w.write("scalar", np.float64(2.5).reshape(()))
+    m, ts = bc.read(p)
+    assert m["side"] == "trainer" and m["tp"] == 2 and m["rank"] == 1 and m["step"] == 3
+    assert m["seed"] == (1 << 64) - 1 and m["format_version"] == 1 and m["created"] == "2026-11-29T19:00:00Z"
+    assert [t["op"] for t in ts] == ["embed", "layers.0.attn.q_proj", "tokens", "weight", "scalar"]
+    e, q, tk, wt, sc = ts
+    assert (e["step"], e["seq"], e["pos"], e["ntok"], e["index"], e["role"], e["rank"]) == (3, 2, 4, 3, 1, "out", 1)
+    assert e["dtype"] == "f32" and e["shape"] == [3, 5] and np.array_equal(e["array"], f32)
+    assert e["shard_dim"] == -1 and e["shard_start"] == 0 and e["full_shape"] == []
+    assert q["dtype"] == "bf16" and q["data"] == bf16.astype("<u2").tobytes()
+    assert (q["shard_dim"], q["shard_start"], q["full_shape"]) == (1, 4, [2, 8])
+    assert tk["dtype"] == "i32" and tk["array"].tolist() == [5, 9, 1]
+    assert wt["role"] == "weight" and wt["ntok"] == 0 and wt["data"] == bytes(range(6))
+    assert sc["shape"] == [] and sc["array"] == 2.5
+
+
+def test_data_is_64_byte_aligned_in_the_file(tmp_path, rng):
+    p = tmp_path / "a.arrow"
+    blobs = []
+    with bc.Writer(p, meta()) as w:
+        for i in range(40):
+            n = int(rng.integers(1, 50))
+            a = rng.standard_normal(n).astype(np.float32)
+            # ops and shapes of varied lengths move the message sizes around
+            w.write("op" + "x" * (i % 7), a, seq=i, pos=i * 3, ntok=n, shard=(0, i, [n + i]) if i % 3 == 0 else None)
+            blobs.append(a.tobytes())
+    raw = p.read_bytes()
+    for b in blobs:
+        off = raw.find(b)
+        assert off >= 0 and off % wmod.ALIGNMENT == 0, off
+    # and pyarrow's own reader agrees on the bytes
+    with pa.memory_map(str(p)) as src:
+        r = ipc.open_file(src)
+        assert r.num_record_batches == 40
+        assert r.get_batch(5).column("data")[0].as_py() == blobs[5]
+
+
+def test_atomic_publish_and_abort(tmp_path):
+    p = tmp_path / "c.arrow"
+    w = bc.Writer(p, meta())
+    w.write("x", np.zeros(4, np.float32))
+    assert not p.exists()
+    tmps = [n for n in os.listdir(tmp_path) if n.startswith(".c.arrow.tmp-")]
+    assert len(tmps) == 1
+    w.close()
+    assert p.exists() and os.listdir(tmp_path) == ["c.arrow"]
+    w.close()  # twice is fine
+
+    q = tmp_path / "d.arrow"
+    with pytest.raises(RuntimeError):
+        with bc.Writer(q, meta()) as w2:
+            w2.write("x", np.zeros(4, np.float32))
+            raise RuntimeError("boom")
+    assert sorted(os.listdir(tmp_path)) == ["c.arrow"]
+    with pytest.raises(ValueError, match="after close or abort"):
+        w2.write("x", np.zeros(4, np.float32))
+
+
+def test_streams_tensors_to_disk_before_close(tmp_path):
+    p = tmp_path / "s.arrow"
+    w = bc.Writer(p, meta())
+    tmp = tmp_path / [n for n in os.listdir(tmp_path) if n.startswith(".")][0]
+    sizes = []
+    for i in range(8):
+        w.write("big", np.full((1024, 256), i, np.float32), seq=i)  # 1 MiB each
+        sizes.append(tmp.stat().st_size)
+    w.close()
+    # the file grows with every tensor (pyarrow writes through): memory holds one tensor, not the capture
+    assert sizes[-1] >= 7 * (1 << 20), sizes
+    assert all(b > a for a, b in zip(sizes, sizes[1:])), sizes
+
+
+def test_never_overwrites_without_permission(tmp_path):
+    p = tmp_path / "e.arrow"
+    p.write_bytes(b"user data")
+    with pytest.raises(FileExistsError, match="file exists"):
+        bc.Writer(p, meta())
+    assert p.read_bytes() == b"user data"
+    # a file that appears while writing is not clobbered either
+    q = tmp_path / "f.arrow"
+    w = bc.Writer(q, meta())
+    q.write_bytes(b"raced")
+    with pytest.raises(FileExistsError):
+        w.close()
+    assert q.read_bytes() == b"raced" and sorted(os.listdir(tmp_path)) == ["e.arrow", "f.arrow"]
+    with bc.Writer(p, meta(), overwrite=True) as w:
+        w.write("x", np.ones(2, np.float32))
+    assert bc.read(p)[1][0]["op"] == "x"
+
+
+@pytest.mark.parametrize(
+    "call, msg",
+    [
+        (lambda w: w.write("x", b"\0" * 6, dtype="f32", shape=[2]), "needs 8 bytes, has 6"),
+        (lambda w: w.write("x", np.zeros(2, np.float32), dtype="bf16"), "cannot hold bf16"),
+        (lambda w: w.write("x", np.zeros(2, np.float32), dtype="f7"), "unknown dtype"),
+        (lambda w: w.write("", np.zeros(2, np.float32)), "without an op name"),
+        (lambda w: w.write("x", np.zeros((2, 3), np.float32), shard=(1, 2, [2, 4])), "does not fit"),
+        (lambda w: w.write("x", np.zeros((2, 3), np.float32), shard=(1, 0, [3, 6])), "does not fit"),
+        (lambda w: w.write("x", np.zeros(2, np.float32), ntok=-1), "negative ntok"),
+        (lambda w: w.write("x", np.zeros(2, np.complex64)), "no bitalign dtype"),
+        (lambda w: w.write("x", np.zeros([1] * 33, np.float32)), "at most 32"),
+    ],
+)
+def test_bad_tensors_are_refused_with_the_file_named(tmp_path, call, msg):
+    p = tmp_path / "g.arrow"
+    w = bc.Writer(p, meta())
+    with pytest.raises(ValueError, match=msg) as e:
+        call(w)
+    assert "bitalign_capture" in str(e.value)
+    w.write("ok", np.zeros(1, np.float32))  # the writer stays usable
+    w.close()
+    assert [t["op"] for t in bc.read(p)[1]] == ["ok"]
+
+
+def test_bad_meta_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="rank 2 outside"):
+        bc.Writer(tmp_path / "h.arrow", meta(tp=2, rank=2))
+    with pytest.raises(ValueError, match="negative tp"):
+        bc.Writer(tmp_path / "h.arrow", meta(tp=-1))
+    assert os.listdir(tmp_path) == []
+
+
+def test_big_endian_arrays_are_written_little_endian(tmp_path):
+    a = np.array([1.5, -2.0], dtype=">f4")
+    p = tmp_path / "b.arrow"
+    with bc.Writer(p, meta()) as w:
+        w.write("x", a)
+    t = bc.read(p)[1][0]
+    assert t["data"] == np.array([1.5, -2.0], dtype="<f4").tobytes()
+
+
+def test_rank_files_form_a_directory(tmp_path):
+    d = tmp_path / "cap"
+    d.mkdir()
+    for r in range(2):
+        with bc.Writer(bc.rank_path(d, r), meta(tp=2, rank=r)) as w:
+            w.write("x", np.full(2, r, np.float32), rank=r)
+    assert sorted(os.listdir(d)) == ["rank0.arrow", "rank1.arrow"]
+    assert bc.read(d / "rank1.arrow")[0]["rank"] == 1
+
+
+def test_meta_json_is_compact_and_has_go_keys():
+    m = bc.make_meta("sampler", model={"architecture": "llama"}, extra={"k": 1})
+    assert set(m) >= {"format_version", "side", "model", "tp", "pp", "dp", "rank", "kernel_profile",
+                      "batch_size", "seed", "step", "producer", "created", "extra"}
+    assert m["created"].endswith("Z")
+    json.dumps(m)

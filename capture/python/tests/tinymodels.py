@@ -1,0 +1,181 @@
+"""Tiny random-init Hugging Face models and a vLLM-style fused twin, for the torch tests (no network)."""
+
+import torch
+
+SIZES = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6, pad_token_id=0,
+             bos_token_id=None, eos_token_id=None)
+
+
+def hf_model(arch, dtype=torch.float32, seed=0, tied=False, **over):
+    """A random LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM with eager attention."""
+    import transformers as tf
+
+    kw = dict(SIZES, tie_word_embeddings=tied, **over)
+    if arch == "llama":
+        cfg = tf.LlamaConfig(**kw)
+        cls = tf.LlamaForCausalLM
+    elif arch == "qwen2":
+        cfg = tf.Qwen2Config(**kw)
+        cls = tf.Qwen2ForCausalLM
+    elif arch == "qwen3":
+        cfg = tf.Qwen3Config(head_dim=16, **kw)
+        cls = tf.Qwen3ForCausalLM
+    else:
+        raise ValueError(arch)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    m = cls(cfg)
+    with torch.no_grad():
+        # random norms and biases (init leaves them at 1 and 0, which would hide mix-ups)
+        for n, p in m.named_parameters():
+            if "norm" in n:
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+            elif n.endswith("bias"):
+                p.copy_(0.05 * torch.randn_like(p))
+    return m.to(dtype).eval()
+
+
+def padded(seqs, side="left", pad=0):
+    """(input_ids, attention_mask, position_ids) of a padded batch, positions counting real tokens."""
+    S = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), S), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), S), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        sl = slice(S - len(s), S) if side == "left" else slice(0, len(s))
+        ids[b, sl] = torch.tensor(s)
+        mask[b, sl] = 1
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return ids, mask, pos
+
+
+class _Norm(torch.nn.Module):
+    """vLLM's RMSNorm: norm(x) -> y, norm(x, residual) -> (y, x + residual)."""
+
+    def __init__(self, hf):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, x, residual=None):
+        if residual is None:
+            return self.hf(x)
+        r = x + residual
+        return self.hf(r), r
+
+
+class _Rope(torch.nn.Module):
+    """vLLM's per-layer rotary_emb(positions, q, k) -> (q, k), over flat [N, heads*hd] tensors."""
+
+    def __init__(self, hf_rotary, hd):
+        super().__init__()
+        self.rot, self.hd = hf_rotary, hd
+
+    def forward(self, positions, q, k):
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        N = q.shape[0]
+        cos, sin = self.rot(q, positions.view(1, N))
+        qh = q.view(1, N, -1, self.hd).transpose(1, 2)
+        kh = k.view(1, N, -1, self.hd).transpose(1, 2)
+        qr, kr = apply_rotary_pos_emb(qh, kh, cos, sin)
+        return qr.transpose(1, 2).reshape(N, -1), kr.transpose(1, 2).reshape(N, -1)
+
+
+class _Attn(torch.nn.Module):
+    def __init__(self, hf_attn, rotary, cfg):
+        super().__init__()
+        hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, hd
+        q, k, v = hf_attn.q_proj, hf_attn.k_proj, hf_attn.v_proj
+        bias = q.bias is not None
+        self.qkv_proj = torch.nn.Linear(q.in_features, q.out_features + 2 * k.out_features, bias=bias)
+        with torch.no_grad():
+            self.qkv_proj.weight.copy_(torch.cat([q.weight, k.weight, v.weight]))
+            if bias:
+                self.qkv_proj.bias.copy_(torch.cat([q.bias, k.bias, v.bias]))
+        self.q_norm = getattr(hf_attn, "q_norm", None)
+        self.k_norm = getattr(hf_attn, "k_norm", None)
+        self.rotary_emb = _Rope(rotary, hd)
+        self.o_proj = hf_attn.o_proj
+
+    def forward(self, positions, x, cu_seqlens):
+        N = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.nh * self.hd, self.nkv * self.hd, self.nkv * self.hd], dim=-1)
+        if self.q_norm is not None:
+            q = self.q_norm(q.view(N, self.nh, self.hd)).view(N, -1)
+            k = self.k_norm(k.view(N, self.nkv, self.hd)).view(N, -1)
+        q, k = self.rotary_emb(positions, q, k)
+        out = torch.empty_like(q)
+        for a, b in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()):
+            qh = q[a:b].view(b - a, self.nh, self.hd).transpose(0, 1)
+            kh = k[a:b].view(b - a, self.nkv, self.hd).transpose(0, 1).repeat_interleave(self.nh // self.nkv, 0)
+            vh = v[a:b].view(b - a, self.nkv, self.hd).transpose(0, 1).repeat_interleave(self.nh // self.nkv, 0)
+            s = (qh @ kh.transpose(1, 2)) * self.hd**-0.5
+            s = s + torch.full((b - a, b - a), float("-inf")).triu(1)
+            out[a:b] = (s.softmax(-1) @ vh).transpose(0, 1).reshape(b - a, -1)
+        return self.o_proj(out)
+
+
+class _SiluAndMul(torch.nn.Module):
+    def forward(self, x):
+        g, u = x.chunk(2, dim=-1)
+        return torch.nn.functional.silu(g) * u
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self, hf_mlp):
+        super().__init__()
+        g, u = hf_mlp.gate_proj, hf_mlp.up_proj
+        self.gate_up_proj = torch.nn.Linear(g.in_features, 2 * g.out_features, bias=False)
+        with torch.no_grad():
+            self.gate_up_proj.weight.copy_(torch.cat([g.weight, u.weight]))
+        self.act_fn = _SiluAndMul()
+        self.down_proj = hf_mlp.down_proj
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, hf_layer, rotary, cfg):
+        super().__init__()
+        self.input_layernorm = _Norm(hf_layer.input_layernorm)
+        self.self_attn = _Attn(hf_layer.self_attn, rotary, cfg)
+        self.post_attention_layernorm = _Norm(hf_layer.post_attention_layernorm)
+        self.mlp = _MLP(hf_layer.mlp)
+
+    def forward(self, positions, h, residual, cu_seqlens):
+        if residual is None:
+            residual = h
+            h = self.input_layernorm(h)
+        else:
+            h, residual = self.input_layernorm(h, residual)
+        h = self.self_attn(positions, h, cu_seqlens)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self, hf):
+        super().__init__()
+        self.embed_tokens = hf.model.embed_tokens
+        self.layers = torch.nn.ModuleList(_Layer(l, hf.model.rotary_emb, hf.config) for l in hf.model.layers)
+        self.norm = _Norm(hf.model.norm)
+
+
+class FusedModel(torch.nn.Module):
+    """The HF model's weights behind vLLM's module names and calling conventions: flat tokens (N,), positions
+    (N,), cu_seqlens; fused qkv_proj and gate_up_proj; norms that add the residual; rotary_emb per layer."""
+
+    def __init__(self, hf):
+        super().__init__()
+        self.config = hf.config
+        self.model = _Inner(hf)
+        self.lm_head = hf.lm_head
+
+    def forward(self, input_ids, positions, cu_seqlens):
+        h, residual = self.model.embed_tokens(input_ids), None
+        for layer in self.model.layers:
+            h, residual = layer(positions, h, residual, cu_seqlens)
+        h, _ = self.model.norm(h, residual)
+        return self.lm_head(h)

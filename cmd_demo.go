@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"bitalign/engine"
+	"bitalign/kernels"
+)
+
+func newDemoCmd() *cobra.Command {
+	var out, fault, profile, device string
+	var layer int
+	var list, force bool
+	cmd := &cobra.Command{
+		Use:   "demo --out DIR",
+		Short: "Write a small random model and a trainer and a sampler capture of the same prompts",
+		Long: `Write DIR/checkpoint (a small random Llama-style bf16 model), DIR/sampler (a continuous-batching rollout at
+TP 1) and DIR/trainer (the trainer's recomputation of the sampled sequences: one prefill at batch 8, TP 2).
+
+With the canonical kernels the two captures are bitwise identical in every op and log-probability. --fault
+plants one documented source of mismatch (see --list-faults) on the side and at the op where it really arises.`,
+		Example: `  bitalign demo --out /tmp/run && bitalign diff /tmp/run/trainer /tmp/run/sampler
+  bitalign demo --out /tmp/fusion --fault fusion --layer 2`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if list {
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "FAULT\tSIDE\tFIRST DIVERGENCE\tDESCRIPTION")
+				for _, f := range engine.Faults() {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", f.Name, f.Side, f.Where, f.Description)
+				}
+				return w.Flush()
+			}
+			if out == "" {
+				return usageErr("demo: --out DIR is required")
+			}
+			if fault != "" {
+				if _, err := engine.FaultByName(fault); err != nil {
+					return usageErr("demo: %v", err)
+				}
+			}
+			prof, err := kernels.ParseProfile(profile)
+			if err != nil {
+				return usageErr("demo: %v", err)
+			}
+			backend, name, err := selectBackend(device)
+			if err != nil {
+				return usageErr("demo: %v", err)
+			}
+			start := time.Now()
+			err = engine.Demo(out, engine.DemoOptions{Fault: fault, Layer: layer, Profile: prof, Overwrite: force, Backend: backend})
+			if err != nil {
+				return inputErr(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/checkpoint, %s/trainer, %s/sampler in %.1fs (%s)\n",
+				out, out, out, time.Since(start).Seconds(), name)
+			fmt.Fprintf(cmd.OutOrStdout(), "next: bitalign diff %s/trainer %s/sampler\n      bitalign open %s/trainer %s/sampler --checkpoint %s/checkpoint\n",
+				out, out, out, out, out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "directory to write (must be empty or absent unless --force)")
+	cmd.Flags().StringVar(&fault, "fault", "", "plant one mismatch source (see --list-faults)")
+	cmd.Flags().IntVar(&layer, "layer", 1, "layer of a layered fault")
+	cmd.Flags().BoolVar(&list, "list-faults", false, "list the fault catalog and exit")
+	cmd.Flags().StringVar(&profile, "profile", "canonical", "kernel profile of both sides: canonical or standard")
+	cmd.Flags().StringVar(&device, "device", "cpu", "engine device: cpu, cuda or auto")
+	cmd.Flags().BoolVar(&force, "force", false, "replace DIR's checkpoint/, trainer/ and sampler/ if DIR is not empty")
+	return cmd
+}

@@ -1,0 +1,73 @@
+package cuda
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestOpenLibraryMissing(t *testing.T) {
+	_, err := openLibrary("libbitalign-no-such-driver.so.1")
+	if err == nil {
+		t.Fatal("opening a missing library succeeded")
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		t.Errorf("error does not wrap ErrUnavailable: %v", err)
+	}
+	if !strings.Contains(err.Error(), "no CUDA driver") || !strings.Contains(err.Error(), "libbitalign-no-such-driver.so.1") {
+		t.Errorf("unclear error: %v", err)
+	}
+}
+
+func TestOpenLibraryMissingSymbol(t *testing.T) {
+	// libc exists on every Linux machine and has none of the driver's symbols.
+	_, err := openLibrary("libc.so.6")
+	if err == nil {
+		t.Fatal("libc.so.6 passed for a CUDA driver")
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		t.Errorf("error does not wrap ErrUnavailable: %v", err)
+	}
+	if !strings.Contains(err.Error(), "has no symbol cuInit") {
+		t.Errorf("error does not name the missing symbol: %v", err)
+	}
+}
+
+func TestErrorMessage(t *testing.T) {
+	e := &Error{Call: "cuMemAlloc_v2", Code: ErrorOutOfMemory, Name: "CUDA_ERROR_OUT_OF_MEMORY", Desc: "out of memory"}
+	if got, want := e.Error(), "cuda: cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !IsOutOfMemory(e) || IsOutOfMemory(errors.New("x")) {
+		t.Error("IsOutOfMemory misclassifies")
+	}
+}
+
+// Without a GPU, Open must fail with ErrUnavailable and never panic; with one, it must succeed.
+func TestOpenWithoutOrWithGPU(t *testing.T) {
+	d, err := Open(0)
+	if err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Open(0) failed without ErrUnavailable: %v", err)
+		}
+		requireGPU(t, err)
+		t.Skipf("no GPU here (%v): device paths are tested on the GPU machine", err)
+	}
+	defer d.Close()
+	if _, err := Open(1 << 20); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Open(huge ordinal) = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestSymbolTableComplete(t *testing.T) {
+	for i, names := range symNames {
+		if len(names) == 0 {
+			t.Errorf("symbol %d has no name", i)
+		}
+		for _, n := range names {
+			if n == "cuMulticastCreate" {
+				t.Error("cuMulticastCreate must never be bound")
+			}
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"bitalign/kernels"
+	"bitalign/nvls"
+)
+
+// Buf is a buffer of float32 values owned by a Backend (host memory for the CPU backend, device memory for a
+// GPU one). Activations, weights and KV caches live in Bufs; only captured tensors are downloaded.
+type Buf interface {
+	Len() int // number of float32 elements
+}
+
+// Backend executes the model's ops. The forward pass (forward.go) only talks to this interface, so a GPU backend
+// plugs in without touching the model code. Every op follows docs/arithmetic.md exactly; the CPU backend calls
+// package kernels, a GPU backend must give the same bits.
+//
+// Errors are sticky, as on a device: an op that fails records the error, later ops do nothing, and Err (or the
+// next Download) reports the first one. Shapes are in each method's comment; all matrices are row-major.
+// A Backend is used by one goroutine (one TP rank).
+type Backend interface {
+	Name() string // "cpu", "cuda:0", ...
+	Err() error   // the first error since the backend was created, or nil
+
+	Alloc(n int) Buf               // n zeroed float32 values
+	Free(b Buf)                    // release b (and every view of it); nil is ignored
+	View(b Buf, off, n int) Buf    // elements [off, off+n) of b, sharing its memory
+	Upload(dst Buf, src []float32) // len(src) == dst.Len()
+	Download(dst []float32, src Buf) error
+	Copy(dst, src Buf) // dst.Len() == src.Len()
+
+	// Embed: table is (V, H); out is (len(ids), H), out[t] = round_dt(table[ids[t]]).
+	Embed(out, table Buf, ids []int32, H int, dt kernels.DType)
+	// Matmul: x is (M, K), w is (N, K), bias is (N) or nil, out is (M, N) = round_dt(x·wᵀ + bias).
+	Matmul(p kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType)
+	// MatmulPartial: this rank's share of a row-parallel matmul whose K is split over tp ranks; x is (M, kLocal),
+	// w is (N, kLocal), out (M, N) is the rank's float32 subtree, not rounded. AllReduce finishes the tree, then
+	// MatmulFinish adds the bias (N, or nil) and rounds out in place.
+	MatmulPartial(p kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int)
+	MatmulFinish(out, bias Buf, M, N int, dt kernels.DType)
+	// RMSNorm: x is (rows, C), w is (C), out is (rows, C).
+	RMSNorm(p kernels.Profile, out, x, w Buf, rows, C int, eps float32, dt kernels.DType)
+	// RoPE: x and out are (T, heads*hd); row t is rotated for position pos[t] with the (maxPos, hd/2) tables.
+	RoPE(out, x Buf, pos []int32, T, heads, hd int, cos, sin Buf, dt kernels.DType)
+	// Attention for one sequence: q is (n, heads*hd) at positions start..start+n-1; k and v are (start+n, kvHeads*hd)
+	// (the KV cache: every position from 0); out is (n, heads*hd). Query head h reads kv head h/(heads/kvHeads).
+	// A query's result never depends on n, start or what else is in the batch (canonical profile).
+	Attention(p kernels.Profile, out, q, k, v Buf, start, n, heads, kvHeads, hd int, dt kernels.DType, o AttnOptions)
+	// SwiGLU: out[i] = round_dt(round_dt(silu(gate[i]))·up[i]) over n elements.
+	SwiGLU(out, gate, up Buf, n int, dt kernels.DType)
+	// Residual: out[i] = round_dt(a[i] + b[i]) (dt F32: the unrounded float32 sum).
+	Residual(out, a, b Buf, dt kernels.DType)
+	// Round: x[i] = round_dt(x[i]) in place.
+	Round(x Buf, dt kernels.DType)
+	// AllReduce finishes the tree of a row-parallel matmul in place (identical bits on every rank).
+	AllReduce(c nvls.Comm, x Buf)
+	// AllGather: in is this rank's (rows, cols) block of a (rows, cols·Size) matrix sharded along dim 1; out
+	// receives the full matrix on every rank.
+	AllGather(c nvls.Comm, out, in Buf, rows, cols int)
+	// LogProbs: logits is this rank's (T, vLocal) shard of the vocabulary (columns [rank·vLocal, ...)), targets
+	// (T) are global token ids, out (T) receives log p(targets[t]) from the full-vocabulary log-softmax, the same
+	// bits on every rank; the row reductions are split over c (nil: one rank holds the whole vocabulary).
+	LogProbs(p kernels.Profile, out, logits Buf, targets []int32, T, vLocal int, c nvls.Comm)
+}
+
+// AttnOptions carries deliberate deviations from the canonical attention (fault injection).
+type AttnOptions struct {
+	FastExp bool // approximate exp in the softmax (the fast-exp fault)
+}

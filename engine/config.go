@@ -1,0 +1,290 @@
+// Package engine is bitalign's deterministic transformer: a Llama-style decoder (Llama, Qwen2, Qwen3) loaded from
+// Hugging Face checkpoints, run in a trainer mode (full-sequence prefill, batch B, tensor parallel over nvls) and a
+// sampler mode (prefill then decode from a KV cache with continuous batching), both recording captures. With the
+// canonical kernel profile the two modes produce identical bits for every op, whatever the batch, TP degree or
+// schedule. The arithmetic is docs/arithmetic.md's, executed through a Backend (the CPU one calls package kernels).
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"bitalign/capture"
+)
+
+// Architectures the engine runs, as Config.Architecture spells them.
+const (
+	ArchLlama = "llama"
+	ArchQwen2 = "qwen2"
+	ArchQwen3 = "qwen3"
+)
+
+// hfArchitectures maps a config.json "architectures" entry to the engine's architecture name.
+var hfArchitectures = map[string]string{
+	"LlamaForCausalLM": ArchLlama,
+	"Qwen2ForCausalLM": ArchQwen2,
+	"Qwen3ForCausalLM": ArchQwen3,
+}
+
+// Config describes a decoder-only model. The field names follow docs/design.md; QKVBias, OBias and QKNorm are
+// derived from the architecture and config.json (Qwen2 always has q/k/v bias; Llama and Qwen3 have q/k/v/o bias when
+// attention_bias is set; Qwen3 has per-head q/k RMSNorm).
+type Config struct {
+	Architecture   string // llama, qwen2, qwen3
+	Vocab          int
+	Hidden         int
+	Intermediate   int
+	Layers         int
+	Heads          int
+	KVHeads        int
+	HeadDim        int
+	RopeTheta      float64
+	Eps            float32
+	TiedEmbeddings bool
+	MaxPositions   int
+	// DType is the activation and weight dtype: BF16 or F16 round every op boundary to that type; F32 rounds
+	// nothing (used to replay float32 Hugging Face models).
+	DType   capture.DType
+	QKVBias bool // q_proj, k_proj, v_proj have a bias
+	OBias   bool // o_proj has a bias
+	QKNorm  bool // Qwen3: RMSNorm over each head's hd values of q and k, before RoPE
+}
+
+// Validate checks that the sizes are positive and consistent.
+func (c Config) Validate() error {
+	switch c.Architecture {
+	case ArchLlama, ArchQwen2, ArchQwen3:
+	default:
+		return fmt.Errorf("engine: unknown architecture %q (want llama, qwen2 or qwen3)", c.Architecture)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"vocab", c.Vocab}, {"hidden", c.Hidden}, {"intermediate", c.Intermediate}, {"layers", c.Layers},
+		{"heads", c.Heads}, {"kv heads", c.KVHeads}, {"head_dim", c.HeadDim}} {
+		if f.v <= 0 {
+			return fmt.Errorf("engine: config: %s must be positive, is %d", f.name, f.v)
+		}
+		if f.v > 1<<24 {
+			return fmt.Errorf("engine: config: %s = %d is implausibly large", f.name, f.v)
+		}
+	}
+	if c.Heads%c.KVHeads != 0 {
+		return fmt.Errorf("engine: config: %d attention heads are not a multiple of %d kv heads", c.Heads, c.KVHeads)
+	}
+	if c.HeadDim%2 != 0 {
+		return fmt.Errorf("engine: config: head_dim %d must be even for RoPE", c.HeadDim)
+	}
+	if !(c.RopeTheta > 0) {
+		return fmt.Errorf("engine: config: rope_theta must be positive, is %v", c.RopeTheta)
+	}
+	if !(c.Eps > 0) {
+		return fmt.Errorf("engine: config: rms_norm_eps must be positive, is %v", c.Eps)
+	}
+	switch c.DType {
+	case capture.BF16, capture.F16, capture.F32:
+	default:
+		return fmt.Errorf("engine: config: dtype %v not supported (bf16, f16, f32)", c.DType)
+	}
+	if c.MaxPositions < 0 {
+		return fmt.Errorf("engine: config: max_position_embeddings must not be negative")
+	}
+	if c.Architecture == ArchQwen2 && !c.QKVBias {
+		return fmt.Errorf("engine: config: qwen2 has q/k/v bias")
+	}
+	return nil
+}
+
+// hfConfig is the subset of a Hugging Face config.json the engine reads. Pointers tell "absent" from zero.
+type hfConfig struct {
+	Architectures     []string        `json:"architectures"`
+	ModelType         string          `json:"model_type"`
+	VocabSize         int             `json:"vocab_size"`
+	HiddenSize        int             `json:"hidden_size"`
+	IntermediateSize  int             `json:"intermediate_size"`
+	NumHiddenLayers   int             `json:"num_hidden_layers"`
+	NumAttentionHeads int             `json:"num_attention_heads"`
+	NumKeyValueHeads  *int            `json:"num_key_value_heads"`
+	HeadDim           *int            `json:"head_dim"`
+	RopeTheta         *float64        `json:"rope_theta"`
+	RopeScaling       json.RawMessage `json:"rope_scaling"`
+	RopeParameters    json.RawMessage `json:"rope_parameters"`
+	RMSNormEps        *float64        `json:"rms_norm_eps"`
+	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
+	MaxPositions      int             `json:"max_position_embeddings"`
+	TorchDType        string          `json:"torch_dtype"`
+	DType             string          `json:"dtype"`
+	AttentionBias     *bool           `json:"attention_bias"`
+	MLPBias           *bool           `json:"mlp_bias"`
+	HiddenAct         string          `json:"hidden_act"`
+	UseSlidingWindow  *bool           `json:"use_sliding_window"`
+	PretrainingTP     *int            `json:"pretraining_tp"`
+}
+
+// ParseConfig reads a Hugging Face config.json. name is used in error messages (usually the file's path).
+func ParseConfig(name string, data []byte) (Config, error) {
+	var h hfConfig
+	if err := json.Unmarshal(data, &h); err != nil {
+		return Config{}, fmt.Errorf("engine: %s: %v", name, err)
+	}
+	errf := func(format string, a ...any) error {
+		return fmt.Errorf("engine: %s: "+format, append([]any{name}, a...)...)
+	}
+	if len(h.Architectures) != 1 {
+		return Config{}, errf("architectures must name exactly one of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, has %q", h.Architectures)
+	}
+	arch, ok := hfArchitectures[h.Architectures[0]]
+	if !ok {
+		return Config{}, errf("unsupported architecture %q (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)", h.Architectures[0])
+	}
+	c := Config{
+		Architecture: arch, Vocab: h.VocabSize, Hidden: h.HiddenSize, Intermediate: h.IntermediateSize,
+		Layers: h.NumHiddenLayers, Heads: h.NumAttentionHeads, MaxPositions: h.MaxPositions,
+		RopeTheta: 10000, Eps: 1e-6,
+	}
+	if h.HiddenAct != "" && h.HiddenAct != "silu" {
+		return Config{}, errf("hidden_act %q not supported (only silu)", h.HiddenAct)
+	}
+	if h.MLPBias != nil && *h.MLPBias {
+		return Config{}, errf("mlp_bias is not supported")
+	}
+	if h.UseSlidingWindow != nil && *h.UseSlidingWindow {
+		return Config{}, errf("sliding-window attention (use_sliding_window) is not supported")
+	}
+	if h.PretrainingTP != nil && *h.PretrainingTP > 1 {
+		return Config{}, errf("pretraining_tp %d > 1 is not supported", *h.PretrainingTP)
+	}
+	c.KVHeads = c.Heads
+	if h.NumKeyValueHeads != nil {
+		c.KVHeads = *h.NumKeyValueHeads
+	}
+	if h.HeadDim != nil {
+		c.HeadDim = *h.HeadDim
+	} else if c.Heads > 0 {
+		c.HeadDim = c.Hidden / c.Heads
+	}
+	if h.RopeTheta != nil {
+		c.RopeTheta = *h.RopeTheta
+	}
+	if err := checkRope(h.RopeScaling, "rope_scaling"); err != nil {
+		return Config{}, errf("%v", err)
+	}
+	if len(h.RopeParameters) > 0 && string(h.RopeParameters) != "null" {
+		// transformers ≥ 4.56 moves rope_theta into rope_parameters.
+		if err := checkRope(h.RopeParameters, "rope_parameters"); err != nil {
+			return Config{}, errf("%v", err)
+		}
+		var p struct {
+			RopeTheta *float64 `json:"rope_theta"`
+		}
+		if err := json.Unmarshal(h.RopeParameters, &p); err == nil && p.RopeTheta != nil {
+			c.RopeTheta = *p.RopeTheta
+		}
+	}
+	if h.RMSNormEps != nil {
+		c.Eps = float32(*h.RMSNormEps)
+	}
+	// LlamaConfig, Qwen2Config and Qwen3Config default tie_word_embeddings to false.
+	if h.TieWordEmbeddings != nil {
+		c.TiedEmbeddings = *h.TieWordEmbeddings
+	}
+	dt := h.DType
+	if dt == "" {
+		dt = h.TorchDType
+	}
+	switch dt {
+	case "bfloat16", "":
+		c.DType = capture.BF16
+	case "float16":
+		c.DType = capture.F16
+	case "float32":
+		c.DType = capture.F32
+	default:
+		return Config{}, errf("dtype %q not supported (bfloat16, float16, float32)", dt)
+	}
+	bias := h.AttentionBias != nil && *h.AttentionBias
+	switch arch {
+	case ArchQwen2:
+		c.QKVBias = true // Qwen2Attention: q/k/v bias always, o_proj none
+	case ArchLlama:
+		c.QKVBias, c.OBias = bias, bias
+	case ArchQwen3:
+		c.QKVBias, c.OBias, c.QKNorm = bias, bias, true
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, errf("%v", err)
+	}
+	return c, nil
+}
+
+// checkRope accepts an absent, null or default rope scaling and rejects every other kind clearly.
+func checkRope(raw json.RawMessage, key string) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var r struct {
+		RopeType string `json:"rope_type"`
+		Type     string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("%s: %v", key, err)
+	}
+	t := r.RopeType
+	if t == "" {
+		t = r.Type
+	}
+	if t != "" && t != "default" {
+		return fmt.Errorf("%s type %q is not supported (only the default RoPE)", key, t)
+	}
+	return nil
+}
+
+// LoadConfig reads DIR/config.json.
+func LoadConfig(dir string) (Config, error) {
+	path := filepath.Join(dir, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("engine: %v", err)
+	}
+	return ParseConfig(path, data)
+}
+
+// HFConfig returns the config in Hugging Face config.json form (what Save writes and ParseConfig reads back).
+func (c Config) HFConfig() map[string]any {
+	archName := map[string]string{ArchLlama: "LlamaForCausalLM", ArchQwen2: "Qwen2ForCausalLM", ArchQwen3: "Qwen3ForCausalLM"}[c.Architecture]
+	dt := map[capture.DType]string{capture.BF16: "bfloat16", capture.F16: "float16", capture.F32: "float32"}[c.DType]
+	m := map[string]any{
+		"architectures":           []string{archName},
+		"model_type":              c.Architecture,
+		"vocab_size":              c.Vocab,
+		"hidden_size":             c.Hidden,
+		"intermediate_size":       c.Intermediate,
+		"num_hidden_layers":       c.Layers,
+		"num_attention_heads":     c.Heads,
+		"num_key_value_heads":     c.KVHeads,
+		"head_dim":                c.HeadDim,
+		"rope_theta":              c.RopeTheta,
+		"rms_norm_eps":            float64(c.Eps),
+		"tie_word_embeddings":     c.TiedEmbeddings,
+		"max_position_embeddings": c.MaxPositions,
+		"torch_dtype":             dt,
+		"hidden_act":              "silu",
+		"rope_scaling":            nil,
+	}
+	if c.Architecture != ArchQwen2 {
+		m["attention_bias"] = c.QKVBias
+	}
+	return m
+}
+
+// ModelJSON is the capture Meta.Model value: {"architecture": ..., "config": {config.json}}.
+func (c Config) ModelJSON() json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"architecture": c.Architecture, "config": c.HFConfig()})
+	return b
+}
+
+// QDim is the width of q (heads × head_dim); KVDim the width of k and v.
+func (c Config) QDim() int  { return c.Heads * c.HeadDim }
+func (c Config) KVDim() int { return c.KVHeads * c.HeadDim }

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"bitalign/capture"
+	"bitalign/kernels"
+)
+
+// Demo constants: the model, the prompts and the keys are fixed, so every demo directory has the same bits.
+const (
+	DemoSeed     uint64 = 20261129 // weights
+	DemoSampSeed uint64 = 7        // sampling key
+	DemoStep     int64  = 1
+	DemoPrompts         = 8
+	DemoSlots           = 3 // sampler slots: sequences join as others finish
+)
+
+// DemoConfig is the demo model: a small Llama-style bf16 decoder (4 layers, hidden 256, 8 heads over 2 kv
+// heads, vocab 512).
+func DemoConfig() Config {
+	return Config{Architecture: ArchLlama, Vocab: 512, Hidden: 256, Intermediate: 512, Layers: 4, Heads: 8,
+		KVHeads: 2, HeadDim: 32, RopeTheta: 10000, Eps: 1e-5, MaxPositions: 256, DType: capture.BF16}
+}
+
+// DemoPromptSet returns the demo's prompts and their new-token counts: different lengths, so that sequences
+// finish at different steps.
+func DemoPromptSet(cfg Config) (prompts [][]int32, maxNew []int) {
+	rng := splitmix64(DemoSeed ^ 0x9009)
+	for i := 0; i < DemoPrompts; i++ {
+		n := 3 + (i*5)%10
+		p := make([]int32, n)
+		for j := range p {
+			p[j] = int32(rng.next() % uint64(cfg.Vocab))
+		}
+		prompts = append(prompts, p)
+		maxNew = append(maxNew, 4+(i*3)%9)
+	}
+	return prompts, maxNew
+}
+
+// DemoOptions configure Demo.
+type DemoOptions struct {
+	Fault     string          // a Faults() name, or "" for none
+	Layer     int             // the layer of a layered fault
+	Profile   kernels.Profile // both sides' kernels (default canonical)
+	Overwrite bool            // replace DIR's checkpoint/, trainer/ and sampler/ if DIR is not empty
+	Backend   BackendFactory  // nil: CPU
+}
+
+// DemoTrainerTP is the trainer's TP degree for a fault: 4 for ring-allreduce (with 2 ranks the ring and the tree
+// add the same two partials), else 2.
+func DemoTrainerTP(fault string) int {
+	if fault == "ring-allreduce" {
+		return 4
+	}
+	return 2
+}
+
+// Demo writes DIR/checkpoint (the demo model), DIR/sampler (a continuous-batching rollout at TP 1 with
+// DemoSlots slots) and DIR/trainer (the trainer's recomputation of those sequences: one prefill at batch 8, TP 2).
+// With the canonical kernels and no fault the two captures are bitwise identical in every op.
+func Demo(dir string, opts DemoOptions) error {
+	cfg := DemoConfig()
+	if opts.Fault != "" {
+		f, err := FaultByName(opts.Fault)
+		if err != nil {
+			return err
+		}
+		if f.Layered && (opts.Layer < 0 || opts.Layer >= cfg.Layers) {
+			return fmt.Errorf("engine: demo: fault %s: layer %d outside the demo model's [0, %d)", f.Name, opts.Layer, cfg.Layers)
+		}
+	}
+	if err := prepareDemoDir(dir, opts.Overwrite); err != nil {
+		return err
+	}
+	m := NewRandom(cfg, DemoSeed)
+	if err := m.Save(filepath.Join(dir, "checkpoint")); err != nil {
+		return err
+	}
+	prompts, maxNew := DemoPromptSet(cfg)
+	ctx := context.Background()
+	run := RunOptions{Profile: opts.Profile, Seed: DemoSampSeed, Step: DemoStep, Fault: opts.Fault,
+		FaultLayer: opts.Layer, Backend: opts.Backend}
+	so := SampleOptions{RunOptions: run, Slots: DemoSlots, MaxNew: maxNew}
+	so.TP = 1
+	so.CaptureDir = filepath.Join(dir, SideSampler)
+	out, err := m.Sample(ctx, prompts, so)
+	if err != nil {
+		return err
+	}
+	var seqs [][]int32
+	var plen []int
+	for _, s := range out.Seqs {
+		seqs = append(seqs, s.Tokens)
+		plen = append(plen, s.Prompt)
+	}
+	to := TrainOptions{RunOptions: run, Batch: len(seqs), PromptLens: plen}
+	to.TP = DemoTrainerTP(opts.Fault)
+	to.CaptureDir = filepath.Join(dir, SideTrainer)
+	_, err = m.Train(ctx, seqs, to)
+	return err
+}
+
+// prepareDemoDir creates dir, refusing a non-empty one unless overwrite (then only the demo's own
+// subdirectories are removed).
+func prepareDemoDir(dir string, overwrite bool) error {
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("engine: demo: %v", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("engine: demo: %v", err)
+	case len(ents) > 0 && !overwrite:
+		return fmt.Errorf("engine: demo: %s is not empty (use overwrite to replace its checkpoint/, trainer/ and sampler/)", dir)
+	}
+	for _, sub := range []string{"checkpoint", SideTrainer, SideSampler} {
+		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
+			return fmt.Errorf("engine: demo: %v", err)
+		}
+	}
+	return nil
+}

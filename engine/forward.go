@@ -1,0 +1,371 @@
+package engine
+
+import (
+	"fmt"
+
+	"bitalign/kernels"
+	"bitalign/nvls"
+)
+
+// variant is how one run's kernels are chosen: the profile of each op family and the deliberate faults.
+type variant struct {
+	matmul, norm, attn, softmax kernels.Profile
+	ring                        bool // every all-reduce in ring order (the standard profile)
+	ringLayer                   int  // ≥ 0: only this layer's all-reduces in ring order (ring-allreduce fault)
+	fusionLayer                 int  // ≥ 0: this layer's mlp_norm reads the unrounded residual sum (fusion fault)
+	fastExpLayer                int  // ≥ 0: this layer's attention uses an approximate exp (fast-exp fault)
+	rngSlot                     bool // Gumbel noise keyed by batch slot instead of sequence id (rng-slot fault)
+}
+
+func profileVariant(p kernels.Profile) variant {
+	return variant{matmul: p, norm: p, attn: p, softmax: p, ring: p != kernels.Canonical,
+		ringLayer: -1, fusionLayer: -1, fastExpLayer: -1}
+}
+
+type layerWeights struct {
+	attnNorm, mlpNorm          Buf
+	q, k, v, o, qb, kb, vb, ob Buf
+	qn, kn                     Buf
+	gate, up, down             Buf
+}
+
+// rank is one TP rank: its backend, its weight shards, its KV caches and its capture writer.
+type rank struct {
+	cfg     Config
+	lay     layout
+	be      Backend
+	comm    nvls.Comm
+	ring    nvls.Comm // ring-order group (standard profile, ring-allreduce fault); nil when unused
+	v       variant
+	embed   Buf
+	norm    Buf
+	lmHead  Buf
+	layers  []layerWeights
+	cos     Buf
+	sin     Buf
+	caches  map[int64]*kvCache
+	rec     *recorder // nil: nothing captured
+	scratch []Buf
+	logits  Buf // the last forward's logits shard (T, vLocal)
+	logitsT int
+}
+
+// kvCache holds one sequence's k (after RoPE) and v for every layer, for this rank's kv heads.
+type kvCache struct {
+	k, v []Buf // per layer, (capacity, kvLocal*hd)
+	n    int   // positions filled
+	cap  int
+}
+
+func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, maxPos int) *rank {
+	cfg := m.Config
+	r := &rank{cfg: cfg, lay: lay, be: be, comm: comm, ring: ring, v: v, caches: map[int64]*kvCache{}}
+	up := func(x []float32) Buf {
+		if x == nil {
+			return nil
+		}
+		b := be.Alloc(len(x))
+		if b != nil {
+			be.Upload(b, x)
+		}
+		return b
+	}
+	H, hd := cfg.Hidden, cfg.HeadDim
+	r.embed = up(m.Embed)
+	r.norm = up(m.Norm)
+	r.lmHead = up(rows(m.LMHead, H, lay.v0, lay.vLocal))
+	q0, qn := lay.qHead0*hd, lay.qHeads*hd
+	k0, kn := lay.kvHead0*hd, lay.kvHeads*hd
+	sub := func(x []float32, off, n int) []float32 {
+		if x == nil {
+			return nil
+		}
+		return x[off : off+n]
+	}
+	for _, L := range m.Layers {
+		r.layers = append(r.layers, layerWeights{
+			attnNorm: up(L.AttnNorm), mlpNorm: up(L.MLPNorm),
+			q: up(rows(L.Q, H, q0, qn)), k: up(rows(L.K, H, k0, kn)), v: up(rows(L.V, H, k0, kn)),
+			o:  up(cols(L.O, H, cfg.QDim(), q0, qn)),
+			qb: up(sub(L.QBias, q0, qn)), kb: up(sub(L.KBias, k0, kn)), vb: up(sub(L.VBias, k0, kn)), ob: up(L.OB),
+			qn: up(L.QNorm), kn: up(L.KNorm),
+			gate: up(rows(L.Gate, H, lay.i0, lay.iLocal)), up: up(rows(L.Up, H, lay.i0, lay.iLocal)),
+			down: up(cols(L.Down, H, cfg.Intermediate, lay.i0, lay.iLocal)),
+		})
+	}
+	cos, sin := kernels.RoPETables(cfg.RopeTheta, cfg.HeadDim, max(maxPos, 1), kdt(cfg.DType))
+	r.cos, r.sin = up(cos), up(sin)
+	return r
+}
+
+// segment is one sequence's share of a forward: tokens at positions start..start+len(toks)-1.
+type segment struct {
+	seq        int64
+	slot       int
+	start      int
+	toks       []int32
+	sampleFrom int // first position whose `sample` is recorded (rows before it record none)
+}
+
+// alloc returns a scratch buffer freed at the end of the forward.
+func (r *rank) alloc(n int) Buf {
+	b := r.be.Alloc(n)
+	r.scratch = append(r.scratch, b)
+	return b
+}
+
+func (r *rank) freeScratch() {
+	for _, b := range r.scratch {
+		r.be.Free(b)
+	}
+	r.scratch = r.scratch[:0]
+}
+
+func (r *rank) cache(seq int64, need int) *kvCache {
+	c := r.caches[seq]
+	if c != nil && c.cap >= need {
+		return c
+	}
+	capacity := 64
+	for capacity < need {
+		capacity *= 2
+	}
+	w := r.lay.kvHeads * r.cfg.HeadDim
+	nc := &kvCache{cap: capacity}
+	for range r.cfg.Layers {
+		k, v := r.be.Alloc(capacity*w), r.be.Alloc(capacity*w)
+		nc.k, nc.v = append(nc.k, k), append(nc.v, v)
+	}
+	if c != nil { // grow: copy what is filled
+		for l := range c.k {
+			if c.n > 0 {
+				r.be.Copy(r.be.View(nc.k[l], 0, c.n*w), r.be.View(c.k[l], 0, c.n*w))
+				r.be.Copy(r.be.View(nc.v[l], 0, c.n*w), r.be.View(c.v[l], 0, c.n*w))
+			}
+			r.be.Free(c.k[l])
+			r.be.Free(c.v[l])
+		}
+		nc.n = c.n
+	}
+	r.caches[seq] = nc
+	return nc
+}
+
+// dropCache frees a finished sequence's KV cache.
+func (r *rank) dropCache(seq int64) {
+	if c := r.caches[seq]; c != nil {
+		for l := range c.k {
+			r.be.Free(c.k[l])
+			r.be.Free(c.v[l])
+		}
+		delete(r.caches, seq)
+	}
+}
+
+// forward runs one packed batch of segments through the model on this rank and returns the full logits (T, V),
+// gathered from the vocab shards, on the host. Every captured op output is recorded as it is produced.
+func (r *rank) forward(segs []segment) (*fwdResult, error) {
+	defer r.freeScratch()
+	cfg, be, lay := r.cfg, r.be, r.lay
+	H, hd, dt := cfg.Hidden, cfg.HeadDim, kdt(cfg.DType)
+	T := 0
+	var ids, pos []int32
+	offs := make([]int, len(segs)) // first row of each segment
+	for i, s := range segs {
+		offs[i] = T
+		T += len(s.toks)
+		ids = append(ids, s.toks...)
+		for p := range s.toks {
+			pos = append(pos, int32(s.start+p))
+		}
+		c := r.caches[s.seq]
+		filled := 0
+		if c != nil {
+			filled = c.n
+		}
+		if filled != s.start {
+			return nil, fmt.Errorf("engine: sequence %d: forward at position %d but its KV cache holds %d positions", s.seq, s.start, filled)
+		}
+		r.cache(s.seq, s.start+len(s.toks))
+	}
+	qW, kvW, iW, vW := lay.qHeads*hd, lay.kvHeads*hd, lay.iLocal, lay.vLocal
+	emit := func(op string, b Buf, width int) error { return r.rec.emit(r, op, b, width, segs, offs) }
+
+	if err := r.rec.emitTokens(r, segs); err != nil {
+		return nil, err
+	}
+	x := r.alloc(T * H)
+	be.Embed(x, r.embed, ids, H, dt)
+	if err := emit(OpEmbed, x, H); err != nil {
+		return nil, err
+	}
+	h := r.alloc(T * H)
+	q, qr := r.alloc(T*qW), r.alloc(T*qW)
+	k, kr := r.alloc(T*kvW), r.alloc(T*kvW)
+	v := r.alloc(T * kvW)
+	attn := r.alloc(T * qW)
+	o := r.alloc(T * H)
+	x2 := r.alloc(T * H)
+	g, u, a := r.alloc(T*iW), r.alloc(T*iW), r.alloc(T*iW)
+	var sum Buf
+	if r.v.fusionLayer >= 0 {
+		sum = r.alloc(T * H)
+	}
+	for l, w := range r.layers {
+		op := func(s string) string { return LayerOp(l, s) }
+		be.RMSNorm(r.v.norm, h, x, w.attnNorm, T, H, cfg.Eps, dt)
+		if err := emit(op(opAttnNorm), h, H); err != nil {
+			return nil, err
+		}
+		for _, p := range []struct {
+			s         string
+			out, w, b Buf
+			n         int
+		}{{opQProj, q, w.q, w.qb, qW}, {opKProj, k, w.k, w.kb, kvW}, {opVProj, v, w.v, w.vb, kvW}} {
+			be.Matmul(r.v.matmul, p.out, h, p.w, p.b, T, H, p.n, dt)
+			if err := emit(op(p.s), p.out, p.n); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.QKNorm { // per-head RMSNorm over hd, written back into q and k
+			be.RMSNorm(r.v.norm, qr, q, w.qn, T*lay.qHeads, hd, cfg.Eps, dt)
+			if err := emit(op(opQNorm), qr, qW); err != nil {
+				return nil, err
+			}
+			be.RMSNorm(r.v.norm, kr, k, w.kn, T*lay.kvHeads, hd, cfg.Eps, dt)
+			if err := emit(op(opKNorm), kr, kvW); err != nil {
+				return nil, err
+			}
+			be.Copy(q, qr)
+			be.Copy(k, kr)
+		}
+		be.RoPE(qr, q, pos, T, lay.qHeads, hd, r.cos, r.sin, dt)
+		if err := emit(op(opQRope), qr, qW); err != nil {
+			return nil, err
+		}
+		be.RoPE(kr, k, pos, T, lay.kvHeads, hd, r.cos, r.sin, dt)
+		if err := emit(op(opKRope), kr, kvW); err != nil {
+			return nil, err
+		}
+		ao := AttnOptions{FastExp: r.v.fastExpLayer == l}
+		for i, s := range segs {
+			c := r.caches[s.seq]
+			n := len(s.toks)
+			be.Copy(be.View(c.k[l], s.start*kvW, n*kvW), be.View(kr, offs[i]*kvW, n*kvW))
+			be.Copy(be.View(c.v[l], s.start*kvW, n*kvW), be.View(v, offs[i]*kvW, n*kvW))
+			end := (s.start + n) * kvW
+			be.Attention(r.v.attn, be.View(attn, offs[i]*qW, n*qW), be.View(qr, offs[i]*qW, n*qW),
+				be.View(c.k[l], 0, end), be.View(c.v[l], 0, end), s.start, n, lay.qHeads, lay.kvHeads, hd, dt, ao)
+		}
+		if err := emit(op(opSDPA), attn, qW); err != nil {
+			return nil, err
+		}
+		r.rowParallel(l, o, attn, w.o, w.ob, T, qW, H)
+		if err := emit(op(opOProj), o, H); err != nil {
+			return nil, err
+		}
+		be.Residual(x2, x, o, dt)
+		if err := emit(op(opAttnResidual), x2, H); err != nil {
+			return nil, err
+		}
+		normIn := x2
+		if r.v.fusionLayer == l {
+			// the fusion fault: residual add and RMSNorm fused, the norm reads the sum before its rounding
+			be.Residual(sum, x, o, kernels.F32)
+			normIn = sum
+		}
+		be.RMSNorm(r.v.norm, h, normIn, w.mlpNorm, T, H, cfg.Eps, dt)
+		if err := emit(op(opMLPNorm), h, H); err != nil {
+			return nil, err
+		}
+		be.Matmul(r.v.matmul, g, h, w.gate, nil, T, H, iW, dt)
+		if err := emit(op(opGateProj), g, iW); err != nil {
+			return nil, err
+		}
+		be.Matmul(r.v.matmul, u, h, w.up, nil, T, H, iW, dt)
+		if err := emit(op(opUpProj), u, iW); err != nil {
+			return nil, err
+		}
+		be.SwiGLU(a, g, u, T*iW, dt)
+		if err := emit(op(opAct), a, iW); err != nil {
+			return nil, err
+		}
+		r.rowParallel(l, o, a, w.down, nil, T, iW, H)
+		if err := emit(op(opDownProj), o, H); err != nil {
+			return nil, err
+		}
+		be.Residual(x, x2, o, dt)
+		if err := emit(op(opMLPResidual), x, H); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range segs {
+		if c := r.caches[s.seq]; c != nil {
+			c.n = s.start + len(s.toks)
+		}
+	}
+	be.RMSNorm(r.v.norm, h, x, r.norm, T, H, cfg.Eps, dt)
+	if err := emit(OpFinalNorm, h, H); err != nil {
+		return nil, err
+	}
+	// The vocab-parallel LM head: this rank's logits shard stays on the backend for logprobs; the full rows are
+	// gathered (float32, exact) for the sampling rule.
+	r.be.Free(r.logits)
+	r.logits, r.logitsT = be.Alloc(T*vW), T
+	be.Matmul(r.v.matmul, r.logits, h, r.lmHead, nil, T, H, vW, kernels.F32)
+	if err := emit(OpLogits, r.logits, vW); err != nil {
+		return nil, err
+	}
+	full := r.logits
+	if lay.tp > 1 {
+		full = r.alloc(T * cfg.Vocab)
+		be.AllGather(r.comm, full, r.logits, T, vW)
+	}
+	res := &fwdResult{V: cfg.Vocab, logits: make([]float32, T*cfg.Vocab)}
+	if err := be.Download(res.logits, full); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// logprobs computes log p(targets[t]) for every row of the last forward with the sharded log-softmax.
+func (r *rank) logprobs(targets []int32) ([]float32, error) {
+	if len(targets) != r.logitsT {
+		return nil, fmt.Errorf("engine: %d targets for %d rows", len(targets), r.logitsT)
+	}
+	out := r.be.Alloc(len(targets))
+	defer r.be.Free(out)
+	r.be.LogProbs(r.v.softmax, out, r.logits, targets, r.logitsT, r.lay.vLocal, r.comm)
+	host := make([]float32, len(targets))
+	if err := r.be.Download(host, out); err != nil {
+		return nil, err
+	}
+	return host, nil
+}
+
+// fwdResult is a forward's output on the host: the full logits (T, V).
+type fwdResult struct {
+	V      int
+	logits []float32
+}
+
+func (f *fwdResult) row(t int) []float32 { return f.logits[t*f.V : (t+1)*f.V] }
+
+// rowParallel computes out (T, N) = x (T, kLocal) · wᵀ + bias over the TP group: the rank's partial subtree,
+// the all-reduce that finishes the tree, then the bias and the rounding.
+func (r *rank) rowParallel(layer int, out, x, w, bias Buf, T, kLocal, N int) {
+	be := r.be
+	be.MatmulPartial(r.v.matmul, out, x, w, T, kLocal, N, r.lay.rank, r.lay.tp)
+	if r.lay.tp > 1 {
+		c := r.comm
+		if r.v.ring || r.v.ringLayer == layer {
+			c = r.ring
+		}
+		if r.v.ringLayer == layer {
+			// the ring-allreduce fault: NCCL-style, the partials travel (and are summed) as bf16 in ring order
+			be.Round(out, kdt(r.cfg.DType))
+		}
+		be.AllReduce(c, out)
+	}
+	be.MatmulFinish(out, bias, T, N, kdt(r.cfg.DType))
+}

@@ -1,0 +1,219 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"bitalign/capture"
+	"bitalign/kernels"
+	"bitalign/nvls"
+)
+
+// BackendFactory makes the backend of one TP rank. NewCPU is the default.
+type BackendFactory func(rank int) (Backend, error)
+
+// group is a TP group: one rank per goroutine, joined by nvls communicators.
+type group struct {
+	cfg   Config
+	ranks []*rank
+}
+
+// groupOptions are what the trainer and the sampler share.
+type groupOptions struct {
+	tp         int
+	v          variant
+	backend    BackendFactory
+	maxPos     int
+	captureDir string
+	meta       capture.Meta
+}
+
+func newGroup(m *Model, o groupOptions) (*group, error) {
+	cfg := m.Config
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkTP(cfg, o.tp); err != nil {
+		return nil, err
+	}
+	comms, err := nvls.NewCPUGroup(o.tp)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %v", err)
+	}
+	var rings []nvls.Comm
+	if o.tp > 1 && (o.v.ring || o.v.ringLayer >= 0) {
+		if rings, err = nvls.NewCPUGroup(o.tp, nvls.WithOrder(nvls.Ring)); err != nil {
+			return nil, fmt.Errorf("engine: %v", err)
+		}
+	}
+	factory := o.backend
+	if factory == nil {
+		factory = func(int) (Backend, error) { return NewCPU(), nil }
+	}
+	g := &group{cfg: cfg}
+	if o.captureDir != "" {
+		if err := os.MkdirAll(o.captureDir, 0o755); err != nil {
+			return nil, fmt.Errorf("engine: %v", err)
+		}
+	}
+	for i := 0; i < o.tp; i++ {
+		be, err := factory(i)
+		if err != nil {
+			g.abort()
+			return nil, err
+		}
+		var ring nvls.Comm
+		if rings != nil {
+			ring = rings[i]
+		}
+		r := newRank(m, newLayout(cfg, o.tp, i), be, comms[i], ring, o.v, o.maxPos)
+		if err := be.Err(); err != nil {
+			g.abort()
+			return nil, err
+		}
+		if o.captureDir != "" {
+			meta := o.meta
+			meta.TP, meta.PP, meta.DP = o.tp, 1, 1
+			meta.Model = cfg.ModelJSON()
+			if r.rec, err = newRecorder(o.captureDir, cfg, i, meta); err != nil {
+				g.abort()
+				return nil, err
+			}
+		}
+		g.ranks = append(g.ranks, r)
+	}
+	return g, nil
+}
+
+// forward runs the segments on every rank concurrently and returns rank 0's full logits (T, V).
+func (g *group) forward(segs []segment) (*fwdResult, error) {
+	if len(g.ranks) == 1 {
+		return g.ranks[0].forward(segs)
+	}
+	logits := make([]*fwdResult, len(g.ranks))
+	errs := make([]error, len(g.ranks))
+	var wg sync.WaitGroup
+	for i, r := range g.ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			logits[i], errs[i] = r.forward(segs)
+			if errs[i] != nil {
+				r.leave() // ranks waiting at a collective for this one get an error, not a hang
+			}
+		}()
+	}
+	wg.Wait()
+	return logits[0], firstErr(errs)
+}
+
+// logprobs runs the sharded log-probabilities of the last forward's rows on every rank; rank 0's result.
+func (g *group) logprobs(targets []int32) ([]float32, error) {
+	out := make([][]float32, len(g.ranks))
+	errs := make([]error, len(g.ranks))
+	var wg sync.WaitGroup
+	for i, r := range g.ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = r.logprobs(targets)
+			if errs[i] != nil {
+				r.leave()
+			}
+		}()
+	}
+	wg.Wait()
+	return out[0], firstErr(errs)
+}
+
+// record writes a per-token scalar op (logprobs, sample) to every rank's capture.
+func (g *group) recordF32(op string, seq int64, pos int, vals []float32) error {
+	for _, r := range g.ranks {
+		if r.rec != nil {
+			if err := r.rec.writeF32(r.lay.rank, op, seq, pos, vals); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (g *group) recordI32(op string, seq int64, pos int, vals []int32) error {
+	for _, r := range g.ranks {
+		if r.rec != nil {
+			if err := r.rec.writeI32(r.lay.rank, op, seq, pos, vals); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (g *group) dropCache(seq int64) {
+	for _, r := range g.ranks {
+		r.dropCache(seq)
+	}
+}
+
+// close finishes every capture file (or removes them all if any failed) and frees the caches.
+func (g *group) close(failed bool) error {
+	var first error
+	for _, r := range g.ranks {
+		for seq := range r.caches {
+			r.dropCache(seq)
+		}
+		r.be.Free(r.logits)
+		r.logits = nil
+		r.leave()
+		if r.rec == nil {
+			continue
+		}
+		if failed || first != nil {
+			r.rec.w.Abort()
+			continue
+		}
+		if err := r.rec.w.Close(); err != nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (g *group) abort() {
+	for _, r := range g.ranks {
+		if r.rec != nil {
+			r.rec.w.Abort()
+		}
+	}
+}
+
+// profileName is the capture meta's kernel_profile.
+func profileName(p kernels.Profile) string { return p.String() }
+
+// leave closes this rank's communicators.
+func (r *rank) leave() {
+	for _, c := range []nvls.Comm{r.comm, r.ring} {
+		if cl, ok := c.(io.Closer); ok {
+			cl.Close()
+		}
+	}
+}
+
+// firstErr prefers a rank's own failure over the errors other ranks got because it left.
+func firstErr(errs []error) error {
+	var closed error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, nvls.ErrClosed) {
+			closed = err
+			continue
+		}
+		return err
+	}
+	return closed
+}

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"strconv"
+	"testing"
+
+	"bitalign/capture"
+	"bitalign/kernels"
+)
+
+// tinyConfig is the test model: 2 layers, hidden 64, 8 heads over 4 kv heads (TP 8 replicates kv heads).
+func tinyConfig(arch string, dt capture.DType) Config {
+	c := Config{Architecture: arch, Vocab: 64, Hidden: 64, Intermediate: 128, Layers: 2, Heads: 8, KVHeads: 4,
+		HeadDim: 8, RopeTheta: 10000, Eps: 1e-6, MaxPositions: 128, DType: dt}
+	switch arch {
+	case ArchQwen2:
+		c.QKVBias = true
+	case ArchQwen3:
+		c.QKNorm = true
+	}
+	return c
+}
+
+// tinyPrompts are 8 prompts of different lengths with different new-token counts.
+func tinyPrompts(cfg Config) ([][]int32, []int) {
+	rng := splitmix64(42)
+	var ps [][]int32
+	var mn []int
+	for i := 0; i < 8; i++ {
+		p := make([]int32, 2+(i*3)%7)
+		for j := range p {
+			p[j] = int32(rng.next() % uint64(cfg.Vocab))
+		}
+		ps = append(ps, p)
+		mn = append(mn, 2+(i*5)%6)
+	}
+	return ps, mn
+}
+
+// rollout samples the tiny prompts (continuous batching, 3 slots) and returns the sequences and prompt lengths.
+func rollout(t *testing.T, m *Model, p kernels.Profile, dir string) ([][]int32, []int, *Output) {
+	t.Helper()
+	ps, mn := tinyPrompts(m.Config)
+	o := SampleOptions{RunOptions: RunOptions{TP: 1, Profile: p, Seed: 9, Step: 3, CaptureDir: dir}, Slots: 3, MaxNew: mn}
+	out, err := m.Sample(context.Background(), ps, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs [][]int32
+	var plen []int
+	for _, s := range out.Seqs {
+		seqs = append(seqs, s.Tokens)
+		plen = append(plen, s.Prompt)
+	}
+	return seqs, plen, out
+}
+
+// sameOutputs reports the first difference between two outputs' tokens, log-probabilities and samples.
+func sameOutputs(a, b *Output) string {
+	if len(a.Seqs) != len(b.Seqs) {
+		return "different sequence counts"
+	}
+	for i := range a.Seqs {
+		x, y := a.Seqs[i], b.Seqs[i]
+		if len(x.Tokens) != len(y.Tokens) || len(x.Logprobs) != len(y.Logprobs) || len(x.Samples) != len(y.Samples) {
+			return "different lengths in sequence " + itoa(i)
+		}
+		for j := range x.Tokens {
+			if x.Tokens[j] != y.Tokens[j] {
+				return "token differs in sequence " + itoa(i)
+			}
+		}
+		for j := range x.Samples {
+			if x.Samples[j] != y.Samples[j] {
+				return "sample differs in sequence " + itoa(i)
+			}
+		}
+		for j := range x.Logprobs {
+			if math.Float32bits(x.Logprobs[j]) != math.Float32bits(y.Logprobs[j]) {
+				return "logprob differs in sequence " + itoa(i) + " at position " + itoa(j)
+			}
+		}
+	}
+	return ""
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// compare returns the first divergence between two capture directories, failing on missing coordinates.
+func compare(t *testing.T, cfg Config, a, b string) *Divergence {
+	t.Helper()
+	d, missing, err := CompareCaptures(cfg, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing != 0 {
+		t.Fatalf("%s vs %s: %d coordinates on one side only", a, b, missing)
+	}
+	return d
+}
+
+// sameWeights compares every weight bitwise.
+func sameWeights(a, b *Model) bool {
+	if a.Config != b.Config {
+		return false
+	}
+	sa, sb := a.weightSpecs(), b.weightSpecs()
+	for i := range sa {
+		x, y := *sa[i].ptr, *sb[i].ptr
+		if len(x) != len(y) {
+			return false
+		}
+		for j := range x {
+			if math.Float32bits(x[j]) != math.Float32bits(y[j]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"bitalign/capture"
+)
+
+// Layer holds one decoder layer's weights as float32 values representable in the model dtype. Linear weights are
+// (out_features, in_features), as PyTorch stores them. Optional tensors are nil when the config has none.
+type Layer struct {
+	AttnNorm, MLPNorm       []float32 // (H)
+	Q, K, V, O              []float32 // (nh*hd, H), (nkv*hd, H), (nkv*hd, H), (H, nh*hd)
+	QBias, KBias, VBias, OB []float32 // q/k/v bias (Qwen2; attention_bias), o bias (attention_bias)
+	QNorm, KNorm            []float32 // (hd) Qwen3
+	Gate, Up, Down          []float32 // (I, H), (I, H), (H, I)
+}
+
+// Model is a loaded decoder: its config and weights.
+type Model struct {
+	Config Config
+	Embed  []float32 // (V, H)
+	Layers []Layer
+	Norm   []float32 // (H)
+	LMHead []float32 // (V, H); the same slice as Embed when the embeddings are tied
+}
+
+// weightSpec names one checkpoint tensor, its shape and where it lives in a Model.
+type weightSpec struct {
+	name  string
+	shape []int64
+	ptr   *[]float32
+}
+
+// weightSpecs lists every tensor of the checkpoint layout for m.Config, in a fixed order.
+func (m *Model) weightSpecs() []weightSpec {
+	c := m.Config
+	H, I, V := int64(c.Hidden), int64(c.Intermediate), int64(c.Vocab)
+	qd, kvd, hd := int64(c.QDim()), int64(c.KVDim()), int64(c.HeadDim)
+	specs := []weightSpec{{"model.embed_tokens.weight", []int64{V, H}, &m.Embed}}
+	for l := range m.Layers {
+		ly := &m.Layers[l]
+		p := "model.layers." + strconv.Itoa(l) + "."
+		specs = append(specs,
+			weightSpec{p + "input_layernorm.weight", []int64{H}, &ly.AttnNorm},
+			weightSpec{p + "self_attn.q_proj.weight", []int64{qd, H}, &ly.Q},
+			weightSpec{p + "self_attn.k_proj.weight", []int64{kvd, H}, &ly.K},
+			weightSpec{p + "self_attn.v_proj.weight", []int64{kvd, H}, &ly.V},
+			weightSpec{p + "self_attn.o_proj.weight", []int64{H, qd}, &ly.O})
+		if c.QKVBias {
+			specs = append(specs,
+				weightSpec{p + "self_attn.q_proj.bias", []int64{qd}, &ly.QBias},
+				weightSpec{p + "self_attn.k_proj.bias", []int64{kvd}, &ly.KBias},
+				weightSpec{p + "self_attn.v_proj.bias", []int64{kvd}, &ly.VBias})
+		}
+		if c.OBias {
+			specs = append(specs, weightSpec{p + "self_attn.o_proj.bias", []int64{H}, &ly.OB})
+		}
+		if c.QKNorm {
+			specs = append(specs,
+				weightSpec{p + "self_attn.q_norm.weight", []int64{hd}, &ly.QNorm},
+				weightSpec{p + "self_attn.k_norm.weight", []int64{hd}, &ly.KNorm})
+		}
+		specs = append(specs,
+			weightSpec{p + "post_attention_layernorm.weight", []int64{H}, &ly.MLPNorm},
+			weightSpec{p + "mlp.gate_proj.weight", []int64{I, H}, &ly.Gate},
+			weightSpec{p + "mlp.up_proj.weight", []int64{I, H}, &ly.Up},
+			weightSpec{p + "mlp.down_proj.weight", []int64{H, I}, &ly.Down})
+	}
+	specs = append(specs, weightSpec{"model.norm.weight", []int64{H}, &m.Norm})
+	if !c.TiedEmbeddings {
+		specs = append(specs, weightSpec{"lm_head.weight", []int64{V, H}, &m.LMHead})
+	}
+	return specs
+}
+
+func numel(shape []int64) int {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return int(n)
+}
+
+func newModel(cfg Config) *Model {
+	return &Model{Config: cfg, Layers: make([]Layer, cfg.Layers)}
+}
+
+// Load reads a Hugging Face checkpoint directory: config.json plus model.safetensors, or the shards named by
+// model.safetensors.index.json. Weights stored in bf16, f16 or f32 are rounded to the config's dtype.
+func Load(dir string) (*Model, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	m := newModel(cfg)
+	files := map[string]*stFile{} // shard file name → open file
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	where := map[string]string{} // tensor name → shard file name
+	indexPath := filepath.Join(dir, "model.safetensors.index.json")
+	source := indexPath // what names the tensors: the index, or the single file
+	if data, err := os.ReadFile(indexPath); err == nil {
+		var idx struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		if err := json.Unmarshal(data, &idx); err != nil {
+			return nil, fmt.Errorf("engine: %s: %v", indexPath, err)
+		}
+		if len(idx.WeightMap) == 0 {
+			return nil, fmt.Errorf("engine: %s: empty weight_map", indexPath)
+		}
+		for name, file := range idx.WeightMap {
+			if file != filepath.Base(file) || file == "" || file == "." || file == ".." {
+				return nil, fmt.Errorf("engine: %s: tensor %q: shard %q is not a file name in the checkpoint directory", indexPath, name, file)
+			}
+			where[name] = file
+		}
+	} else if errors.Is(err, os.ErrNotExist) {
+		single := filepath.Join(dir, "model.safetensors")
+		if _, err := os.Stat(single); err != nil {
+			return nil, fmt.Errorf("engine: %s: no model.safetensors or model.safetensors.index.json", dir)
+		}
+		st, err := openSafetensors(single)
+		if err != nil {
+			return nil, err
+		}
+		files["model.safetensors"] = st
+		source = single
+		for name := range st.entries {
+			where[name] = "model.safetensors"
+		}
+	} else {
+		return nil, fmt.Errorf("engine: %v", err)
+	}
+	for _, s := range m.weightSpecs() {
+		file, ok := where[s.name]
+		if !ok {
+			return nil, fmt.Errorf("engine: %s: tensor %q missing from the checkpoint", source, s.name)
+		}
+		st, ok := files[file]
+		if !ok {
+			st, err = openSafetensors(filepath.Join(dir, file))
+			if err != nil {
+				return nil, err
+			}
+			files[file] = st
+		}
+		e, ok := st.entries[s.name]
+		if !ok {
+			return nil, fmt.Errorf("engine: %s: tensor %q missing (the index names this file)", st.path, s.name)
+		}
+		if !equalShape(e.Shape, s.shape) {
+			return nil, fmt.Errorf("engine: %s: tensor %q has shape %v, the config needs %v", st.path, s.name, e.Shape, s.shape)
+		}
+		buf := make([]float32, numel(s.shape))
+		if err := st.read(s.name, buf); err != nil {
+			return nil, err
+		}
+		roundSlice(cfg.DType, buf)
+		*s.ptr = buf
+	}
+	if cfg.TiedEmbeddings {
+		m.LMHead = m.Embed
+	}
+	return m, nil
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// SaveOption changes how Save writes.
+type SaveOption func(*saveOptions)
+
+type saveOptions struct{ overwrite bool }
+
+// Overwrite lets Save replace an existing config.json and model.safetensors.
+func Overwrite() SaveOption { return func(o *saveOptions) { o.overwrite = true } }
+
+// Save writes config.json and model.safetensors (in the config's dtype) to dir, creating it if needed. Each file
+// is written atomically. Existing files are kept unless Overwrite is given.
+func (m *Model) Save(dir string, opts ...SaveOption) error {
+	var o saveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := m.Config.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("engine: %v", err)
+	}
+	cfgPath, stPath := filepath.Join(dir, "config.json"), filepath.Join(dir, "model.safetensors")
+	if !o.overwrite {
+		for _, p := range []string{cfgPath, stPath, filepath.Join(dir, "model.safetensors.index.json")} {
+			if _, err := os.Stat(p); err == nil {
+				return fmt.Errorf("engine: %s exists (use Overwrite to replace it)", p)
+			}
+		}
+	}
+	var tensors []stTensor
+	for _, s := range m.weightSpecs() {
+		if len(*s.ptr) != numel(s.shape) {
+			return fmt.Errorf("engine: save %s: tensor %q has %d values, shape %v needs %d", dir, s.name, len(*s.ptr), s.shape, numel(s.shape))
+		}
+		tensors = append(tensors, stTensor{s.name, s.shape, *s.ptr})
+	}
+	if err := writeSafetensors(stPath, m.Config.DType, tensors); err != nil {
+		return err
+	}
+	cfgJSON, err := json.MarshalIndent(m.Config.HFConfig(), "", "  ")
+	if err != nil {
+		return fmt.Errorf("engine: %v", err)
+	}
+	return writeAtomic(cfgPath, func(w io.Writer) error {
+		_, err := w.Write(append(cfgJSON, '\n'))
+		return err
+	})
+}
+
+// splitmix64 is the deterministic generator behind NewRandom.
+type splitmix64 uint64
+
+func (s *splitmix64) next() uint64 {
+	*s += 0x9e3779b97f4a7c15
+	z := uint64(*s)
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// uniform returns a value in [-1, 1) with 24 random bits.
+func (s *splitmix64) uniform() float64 { return float64(int64(s.next()>>40)-(1<<23)) / (1 << 23) }
+
+// NewRandom builds a model with deterministic random weights for cfg (which must be valid): linear weights
+// uniform with unit output variance, norm weights near 1, small biases. The same (cfg, seed) always gives the
+// same bits.
+func NewRandom(cfg Config, seed uint64) *Model {
+	m := newModel(cfg)
+	for i, s := range m.weightSpecs() {
+		rng := splitmix64(seed ^ uint64(i+1)*0x9e3779b97f4a7c15)
+		buf := make([]float32, numel(s.shape))
+		var scale, offset float64
+		switch {
+		case len(s.shape) == 2 && s.name == "model.embed_tokens.weight":
+			scale = 1
+		case len(s.shape) == 2 && s.name == "lm_head.weight":
+			scale = 2 * math.Sqrt(3/float64(s.shape[1])) // logits of standard deviation ~2: sampling is not argmax
+		case len(s.shape) == 2:
+			scale = math.Sqrt(3 / float64(s.shape[1]))
+		case isNormWeight(s.name):
+			scale, offset = 0.2, 1
+		default: // bias
+			scale = 0.05
+		}
+		for j := range buf {
+			buf[j] = roundTo(cfg.DType, float32(offset+scale*rng.uniform()))
+		}
+		*s.ptr = buf
+	}
+	if cfg.TiedEmbeddings {
+		m.LMHead = m.Embed
+	}
+	return m
+}
+
+func isNormWeight(name string) bool {
+	for _, suf := range []string{"layernorm.weight", "norm.weight"} {
+		if len(name) >= len(suf) && name[len(name)-len(suf):] == suf {
+			return true
+		}
+	}
+	return false
+}
+
+// tensorNames returns the checkpoint tensor names for cfg, sorted (used in errors and tests).
+func tensorNames(cfg Config) []string {
+	m := newModel(cfg)
+	var names []string
+	for _, s := range m.weightSpecs() {
+		names = append(names, s.name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+var _ = capture.BF16

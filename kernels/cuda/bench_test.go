@@ -1,0 +1,159 @@
+package cudakernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"bitalign/cuda"
+	"bitalign/kernels"
+)
+
+// hbmCeiling is the device-to-device copy rate (bytes read + written per second), measured by
+// BenchmarkCopy in the same run; the matmul benchmarks report their bandwidth against it when set.
+var hbmCeiling float64
+
+// timeGPU runs f n times between two events and returns the mean milliseconds per run.
+func timeGPU(b *testing.B, g *gpu, n int, f func(c *cuda.Ctx, i int) error) float64 {
+	b.Helper()
+	var ms float32
+	err := g.d.Do(func(c *cuda.Ctx) error {
+		for i := 0; i < 3; i++ { // warm-up
+			if err := f(c, i); err != nil {
+				return err
+			}
+		}
+		e0, err := c.NewEvent()
+		if err != nil {
+			return err
+		}
+		e1, err := c.NewEvent()
+		if err != nil {
+			return err
+		}
+		defer c.DestroyEvent(e0)
+		defer c.DestroyEvent(e1)
+		if err := c.Record(e0, nil); err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			if err := f(c, i); err != nil {
+				return err
+			}
+		}
+		if err := c.Record(e1, nil); err != nil {
+			return err
+		}
+		if err := c.EventSync(e1); err != nil {
+			return err
+		}
+		ms, err = c.Elapsed(e0, e1)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return float64(ms) / float64(n)
+}
+
+func BenchmarkCopy(b *testing.B) {
+	g := openGPU(b)
+	const bytes = 2 << 30
+	d := &dev{g: g}
+	defer d.free()
+	src, err := g.d.Alloc(bytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst, err := g.d.Alloc(bytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d.ptrs = append(d.ptrs, src, dst)
+	g.d.Memset8(src, 1, bytes)
+	ms := timeGPU(b, g, max(b.N, 5), func(c *cuda.Ctx, _ int) error { return c.CopyDtoDAsync(dst, src, bytes, nil) })
+	hbmCeiling = 2 * bytes / (ms * 1e-3)
+	b.ReportMetric(ms*1e3, "gpu-us/op")
+	b.ReportMetric(hbmCeiling/1e9, "GB/s")
+}
+
+// BenchmarkMatmul times the canonical matmul at K = N = 4096 for M = 1 … 4096 (4 weight copies rotated, so
+// small M reads w from HBM, not L2). Bytes counted: x, w and out once each (the floor); FLOPs 2·M·N·K.
+func BenchmarkMatmul(b *testing.B) {
+	g := openGPU(b)
+	const K, N, copies = 4096, 4096, 4
+	r := rand.New(rand.NewPCG(1, 2))
+	d := &dev{g: g}
+	defer d.free()
+	var ws [copies]cuda.Ptr
+	for i := range ws {
+		ws[i] = d.f32(b, randn(r, N*K, true))
+	}
+	const Mmax = 4096
+	x := d.f32(b, randn(r, Mmax*K, true))
+	out := d.poisoned(b, Mmax*N)
+	for _, M := range []int{1, 2, 4, 8, 16, 32, 64, 256, 1024, 2048, 4096} {
+		for _, p := range []kernels.Profile{kernels.Canonical} {
+			b.Run(fmt.Sprintf("%v/M=%d", p, M), func(b *testing.B) {
+				ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, i int) error {
+					return g.k.MatmulForward(c, p, dtCode(kernels.BF16), out, x, ws[i%copies], 0, M, K, N)
+				})
+				bytes := 4 * float64(M*K+N*K+M*N)
+				b.ReportMetric(ms*1e3, "gpu-us/op")
+				b.ReportMetric(2*float64(M)*K*N/(ms*1e-3)/1e12, "TFLOP/s")
+				b.ReportMetric(bytes/(ms*1e-3)/1e9, "GB/s")
+				if hbmCeiling > 0 {
+					b.ReportMetric(100*bytes/(ms*1e-3)/hbmCeiling, "%copy-BW")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkOps times the other kernels at a Qwen-7B-like decode/prefill size.
+func BenchmarkOps(b *testing.B) {
+	g := openGPU(b)
+	r := rand.New(rand.NewPCG(3, 4))
+	d := &dev{g: g}
+	defer d.free()
+	const H, T, nh, nkv, hd, V = 3584, 512, 28, 4, 128, 152064
+	x := d.f32(b, randn(r, T*H, true))
+	w := d.f32(b, randn(r, H, true))
+	out := d.poisoned(b, T*V)
+	q := d.f32(b, randn(r, T*nh*hd, true))
+	kc, vc := d.f32(b, randn(r, T*nkv*hd, true)), d.f32(b, randn(r, T*nkv*hd, true))
+	pos := make([]int32, T)
+	for i := range pos {
+		pos[i] = int32(i)
+	}
+	dp := d.i32(b, pos)
+	logits := d.f32(b, randn(r, 8*V, false))
+	report := func(b *testing.B, ms, bytes float64) {
+		b.ReportMetric(ms*1e3, "gpu-us/op")
+		b.ReportMetric(bytes/(ms*1e-3)/1e9, "GB/s")
+	}
+	b.Run("rmsnorm/T=512", func(b *testing.B) {
+		ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, _ int) error {
+			return g.k.RMSNormForward(c, kernels.Canonical, kernels.BF16, out, x, w, T, H, 1e-6)
+		})
+		report(b, ms, 8*T*H)
+	})
+	b.Run("attention-prefill/T=512", func(b *testing.B) {
+		ms := timeGPU(b, g, max(b.N, 5), func(c *cuda.Ctx, _ int) error {
+			return g.k.AttentionForward(c, kernels.Canonical, kernels.BF16, out, q, kc, vc, dp, T, T, nh, nkv, hd, 0.088)
+		})
+		report(b, ms, 4*float64(2*T*nh*hd+2*T*nkv*hd))
+	})
+	b.Run("attention-decode/S=512", func(b *testing.B) {
+		ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, _ int) error {
+			return g.k.AttentionForward(c, kernels.Canonical, kernels.BF16, out, q.Add(4*(T-1)*nh*hd), kc, vc, dp.Add(4*(T-1)), 1, T, nh, nkv, hd, 0.088)
+		})
+		report(b, ms, 4*float64(2*nh*hd+2*T*nkv*hd))
+	})
+	b.Run("logsoftmax/T=8,V=152064", func(b *testing.B) {
+		ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, _ int) error {
+			return g.k.LogSoftmaxForward(c, kernels.Canonical, out, logits, 8, V)
+		})
+		report(b, ms, 8*8*V)
+	})
+}

@@ -1,0 +1,40 @@
+// elementwise.cu: twins of kernels.ResidualForward, SwiGLUForward, EmbeddingForward, DType.RoundSlice, and the
+// engine's AddBias (docs/arithmetic.md §1, §8). One thread per element: no reduction, so no order to keep.
+#include "common.cuh"
+
+// residual: out[i] = round_dt(a[i] ⊕ b[i]); dt = DT_NONE gives the engine's unrounded Add. out may alias a or b.
+extern "C" __global__ void residual(float* out, const float* a, const float* b, long long n, int dt) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = round_dt(__fadd_rn(a[i], b[i]), dt);
+}
+
+// swiglu: out[i] = round_dt(round_dt(SiLU(gate[i])) ⊗ up[i]). out may alias gate or up.
+extern "C" __global__ void swiglu(float* out, const float* gate, const float* up, long long n, int dt) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float s = round_dt(bt_silu(gate[i]), dt);
+        out[i] = round_dt(__fmul_rn(s, up[i]), dt);
+    }
+}
+
+// round_buf: x[i] = round_dt(x[i]) in place (the op-boundary rounding).
+extern "C" __global__ void round_buf(float* x, long long n, int dt) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = round_dt(x[i], dt);
+}
+
+// add_bias: out is (M, N), bias is (N): out[m,n] = out[m,n] ⊕ bias[n], not rounded.
+extern "C" __global__ void add_bias(float* out, const float* bias, int M, int N) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (long long)M * N) out[i] = __fadd_rn(out[i], bias[i % N]);
+}
+
+// embedding: table is (V, C), tokens is (T), out is (T, C): out[t, :] = round_dt(table[tokens[t], :]).
+// Tokens are checked on the host (kernels.EmbeddingForward's error); an out-of-range one writes NaN here.
+extern "C" __global__ void embedding(float* out, const float* table, const int* tokens, int T, int V, int C, int dt) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)T * C) return;
+    const int t = (int)(i / C), c = (int)(i % C);
+    const int id = tokens[t];
+    out[i] = (id >= 0 && id < V) ? round_dt(table[(long long)id * C + c], dt) : __uint_as_float(BT_CANONICAL_NAN);
+}

@@ -1,0 +1,155 @@
+package cudakernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"bitalign/cuda"
+	"bitalign/kernels"
+)
+
+// NoRound is the dt code for "no output rounding at all" (MatmulPartial's subtree, the engine's Add).
+const NoRound = -1
+
+// Kernels holds the loaded modules of one device and a scratch buffer for intermediate results (matmul
+// partials, log-softmax statistics). Use it from the device thread only (inside cuda.Device.Do); everything
+// is enqueued on the default stream, in order.
+type Kernels struct {
+	dev          *cuda.Device
+	fn           map[string]*cuda.Function
+	scratch      cuda.Ptr
+	scratchBytes int64
+}
+
+// Load loads every PTX module on c's device and looks up its kernels. Errors wrap the driver's (an unusable
+// PTX, e.g. from a newer nvcc than the driver, is CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+func Load(c *cuda.Ctx) (*Kernels, error) {
+	k := &Kernels{dev: c.Device(), fn: map[string]*cuda.Function{}}
+	for _, mod := range Modules() {
+		src, err := PTX(mod)
+		if err != nil {
+			return nil, err
+		}
+		m, err := c.LoadModule(src)
+		if err != nil {
+			return nil, fmt.Errorf("cudakernels: loading %s.ptx: %w", mod, err)
+		}
+		for _, name := range entryNames(src) {
+			f, err := c.Function(m, name)
+			if err != nil {
+				return nil, err
+			}
+			k.fn[name] = f
+		}
+	}
+	return k, nil
+}
+
+// entryNames lists the ".visible .entry NAME(" kernels of a PTX module.
+func entryNames(ptx []byte) []string {
+	var names []string
+	s := string(ptx)
+	const tag = ".visible .entry "
+	for {
+		i := strings.Index(s, tag)
+		if i < 0 {
+			return names
+		}
+		s = s[i+len(tag):]
+		j := 0
+		for j < len(s) && s[j] != '(' && s[j] != ' ' && s[j] != '\n' {
+			j++
+		}
+		names = append(names, s[:j])
+	}
+}
+
+// Close frees the scratch buffer (modules go with the context).
+func (k *Kernels) Close(c *cuda.Ctx) error {
+	err := c.Free(k.scratch)
+	k.scratch, k.scratchBytes = 0, 0
+	return err
+}
+
+// Scratch returns a device buffer of at least bytes, reused across calls (stream-ordered: safe for the
+// next kernel on the default stream). Growing it synchronises the device first.
+func (k *Kernels) Scratch(c *cuda.Ctx, bytes int64) (cuda.Ptr, error) {
+	if bytes <= k.scratchBytes {
+		return k.scratch, nil
+	}
+	if k.scratch != 0 {
+		if err := c.Synchronize(); err != nil {
+			return 0, err
+		}
+		if err := c.Free(k.scratch); err != nil {
+			return 0, err
+		}
+		k.scratch, k.scratchBytes = 0, 0
+	}
+	n := max(bytes, 1<<20)
+	p, err := c.Alloc(n)
+	if err != nil {
+		return 0, fmt.Errorf("cudakernels: scratch of %d bytes: %w", n, err)
+	}
+	k.scratch, k.scratchBytes = p, n
+	return p, nil
+}
+
+func (k *Kernels) launch(c *cuda.Ctx, name string, grid, block cuda.Dim3, shared int, args ...any) error {
+	f := k.fn[name]
+	if f == nil {
+		return fmt.Errorf("cudakernels: kernel %s is not in the loaded PTX (stale PTX? run make ptx)", name)
+	}
+	return c.Launch(f, grid, block, shared, nil, args...)
+}
+
+func blocks(n int64, per int) cuda.Dim3 { return cuda.Dim3{X: int((n + int64(per) - 1) / int64(per))} }
+
+// dtCode maps a kernels.DType to the kernels' dt code.
+func dtCode(dt kernels.DType) int {
+	switch dt {
+	case kernels.BF16:
+		return 1
+	case kernels.F16:
+		return 2
+	}
+	return 0
+}
+
+// profCode maps a profile to the kernels' prof code.
+func profCode(p kernels.Profile) int {
+	if p == kernels.Standard {
+		return 1
+	}
+	return 0
+}
+
+// segs packs segment boundaries as the kernels' Segs struct (int n; int b[9]) by value.
+func segs(b []int) []byte {
+	buf := make([]byte, 40)
+	binary.LittleEndian.PutUint32(buf, uint32(len(b)-1))
+	for i, v := range b {
+		binary.LittleEndian.PutUint32(buf[4+4*i:], uint32(int32(v)))
+	}
+	return buf
+}
+
+// SegBounds returns the G+1 boundaries floor(j·L/G) of the canonical segments (docs/arithmetic.md §3).
+func SegBounds(L, G int) []int {
+	b := make([]int, G+1)
+	for j := 0; j <= G; j++ {
+		b[j] = int(int64(j) * int64(L) / int64(G))
+	}
+	return b
+}
+
+// ChunkBounds splits L into contiguous chunks of ceil(L/n) (the standard profile's split-K, §13).
+func ChunkBounds(L, n int) []int {
+	c := (L + n - 1) / n
+	b := []int{0}
+	for lo := c; lo < L; lo += c {
+		b = append(b, lo)
+	}
+	return append(b, L)
+}

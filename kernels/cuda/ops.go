@@ -1,0 +1,221 @@
+package cudakernels
+
+import (
+	"fmt"
+
+	"bitalign/cuda"
+	"bitalign/kernels"
+)
+
+// smallM is the largest M served by the decode kernel (one thread per (column, segment), all rows at once);
+// larger M use the 128×128-tiled kernel with the segments on grid.z and a reduction.
+const smallM = 16
+
+// MatmulForward: x is (M, K), w is (N, K), bias is (N) or 0, out is (M, N) = round_dt(x·wᵀ + bias)
+// (kernels.MatmulForward). dt NoRound skips the final rounding.
+func (k *Kernels) MatmulForward(c *cuda.Ctx, p kernels.Profile, dt int, out, x, w, bias cuda.Ptr, M, K, N int) error {
+	b := SegBounds(K, kernels.Segments) // fixed 8-segment split: the order never depends on M
+	seq := 0
+	if p == kernels.Standard {
+		splits := 1 // vendor-style split-K chosen from M
+		switch {
+		case M < 8:
+			splits = 4
+		case M < 64:
+			splits = 2
+		}
+		b, seq = ChunkBounds(K, splits), 1
+	}
+	return k.matmul(c, out, x, w, bias, M, K, N, b, seq, dt)
+}
+
+// MatmulPartial: this rank's share of a row-parallel matmul (kernels.MatmulPartial): x is (M, kLocal), w is
+// (N, kLocal), out (M, N) gets the rank's float32 subtree of G = 8/tp local segments, unrounded, no bias.
+func (k *Kernels) MatmulPartial(c *cuda.Ctx, p kernels.Profile, out, x, w cuda.Ptr, M, kLocal, N, tp int) error {
+	switch tp {
+	case 1, 2, 4, 8:
+	default:
+		return fmt.Errorf("cudakernels: MatmulPartial: tensor-parallel degree %d not in {1, 2, 4, 8}", tp)
+	}
+	b, seq := SegBounds(kLocal, kernels.Segments/tp), 0
+	if p == kernels.Standard {
+		b, seq = []int{0, kLocal}, 1
+	}
+	return k.matmul(c, out, x, w, 0, M, kLocal, N, b, seq, NoRound)
+}
+
+func (k *Kernels) matmul(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b []int, seq, dt int) error {
+	if M <= 0 || N <= 0 {
+		return nil
+	}
+	vec := K%4 == 0
+	for _, v := range b {
+		vec = vec && v%4 == 0
+	}
+	sg := segs(b)
+	if M <= smallM {
+		mt := 1
+		for mt < M {
+			mt *= 2
+		}
+		rows := 16
+		if mt >= 8 {
+			rows = 32
+		}
+		name := fmt.Sprintf("matmul_small%d", mt)
+		if vec {
+			name += "_vec"
+		}
+		return k.launch(c, name, blocks(int64(N), rows), cuda.Dim3{X: rows * 8}, 0, out, x, w, bias, M, K, N, sg, seq, dt)
+	}
+	nseg := len(b) - 1
+	part, err := k.Scratch(c, int64(nseg)*int64(M)*int64(N)*4)
+	if err != nil {
+		return err
+	}
+	name := "matmul_tiled"
+	if vec && N%4 == 0 {
+		name += "_vec"
+	}
+	grid := cuda.Dim3{X: (N + 127) / 128, Y: (M + 127) / 128, Z: nseg}
+	if err := k.launch(c, name, grid, cuda.Dim3{X: 256}, 0, part, x, w, M, K, N, sg); err != nil {
+		return err
+	}
+	return k.launch(c, "matmul_reduce", blocks(int64(M)*int64(N), 256), cuda.Dim3{X: 256}, 0,
+		out, part, bias, M, N, nseg, seq, dt)
+}
+
+// RMSNormForward: x is (rows, C), w is (C), out is (rows, C) (kernels.RMSNormForward); out may alias x.
+func (k *Kernels) RMSNormForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DType, out, x, w cuda.Ptr, rows, C int, eps float32) error {
+	if rows <= 0 {
+		return nil
+	}
+	return k.launch(c, "rmsnorm", blocks(int64(rows), 8), cuda.Dim3{X: 256}, 0, out, x, w, rows, C, eps, profCode(p), dtCode(dt))
+}
+
+// RoPEForward: x and out are (T, heads·hd), pos is (T) int32 on the device, cos and sin are (maxPos, hd/2)
+// (kernels.RoPEForward); out may alias x.
+func (k *Kernels) RoPEForward(c *cuda.Ctx, dt kernels.DType, out, x, pos cuda.Ptr, T, heads, hd int, cos, sin cuda.Ptr) error {
+	n := int64(T) * int64(heads) * int64(hd/2)
+	if n == 0 {
+		return nil
+	}
+	return k.launch(c, "rope", blocks(n, 256), cuda.Dim3{X: 256}, 0, out, x, pos, T, heads, hd, cos, sin, dtCode(dt))
+}
+
+// AttentionForward: q is (T, nh·hd), kc and vc are (S, nkv·hd), pos is (T) int32 on the device, out is
+// (T, nh·hd) (kernels.AttentionForward). Positions must be < S (checked by the caller, who knows them).
+func (k *Kernels) AttentionForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DType, out, q, kc, vc, pos cuda.Ptr, T, S, nh, nkv, hd int, scale float32) error {
+	if nkv <= 0 || nh%nkv != 0 {
+		return fmt.Errorf("cudakernels: AttentionForward: %d query heads not a multiple of %d kv heads", nh, nkv)
+	}
+	if hd > 256 {
+		return fmt.Errorf("cudakernels: AttentionForward: head dim %d > 256", hd)
+	}
+	if T <= 0 {
+		return nil
+	}
+	mode := 0
+	if p == kernels.Standard {
+		mode = 2 // decode: split-KV
+		if T > 1 {
+			mode = 1 // prefill: two-pass
+		}
+	}
+	return k.launch(c, "attention", blocks(int64(T)*int64(nh), 4), cuda.Dim3{X: 128}, 0,
+		out, q, kc, vc, pos, T, S, nh, nkv, hd, scale, mode, dtCode(dt))
+}
+
+// ResidualForward: out = round_dt(a ⊕ b) over n elements (kernels.ResidualForward); dt NoRound: plain add.
+func (k *Kernels) ResidualForward(c *cuda.Ctx, dt int, out, a, b cuda.Ptr, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	return k.launch(c, "residual", blocks(int64(n), 256), cuda.Dim3{X: 256}, 0, out, a, b, int64(n), dt)
+}
+
+// SwiGLUForward: out = round_dt(round_dt(SiLU(gate))·up) over n elements (kernels.SwiGLUForward).
+func (k *Kernels) SwiGLUForward(c *cuda.Ctx, dt kernels.DType, out, gate, up cuda.Ptr, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	return k.launch(c, "swiglu", blocks(int64(n), 256), cuda.Dim3{X: 256}, 0, out, gate, up, int64(n), dtCode(dt))
+}
+
+// Round rounds n elements of x to dt in place (kernels.DType.RoundSlice).
+func (k *Kernels) Round(c *cuda.Ctx, dt kernels.DType, x cuda.Ptr, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	return k.launch(c, "round_buf", blocks(int64(n), 256), cuda.Dim3{X: 256}, 0, x, int64(n), dtCode(dt))
+}
+
+// AddBias: out is (M, N), bias is (N): out[m,n] ⊕= bias[n], unrounded.
+func (k *Kernels) AddBias(c *cuda.Ctx, out, bias cuda.Ptr, M, N int) error {
+	if M*N <= 0 {
+		return nil
+	}
+	return k.launch(c, "add_bias", blocks(int64(M)*int64(N), 256), cuda.Dim3{X: 256}, 0, out, bias, M, N)
+}
+
+// EmbeddingForward: table is (V, C), tokens is (T) int32 on the device, out is (T, C)
+// (kernels.EmbeddingForward). The caller checks the tokens (a bad one gives NaN rows here).
+func (k *Kernels) EmbeddingForward(c *cuda.Ctx, dt kernels.DType, out, table, tokens cuda.Ptr, T, V, C int) error {
+	if T*C <= 0 {
+		return nil
+	}
+	return k.launch(c, "embedding", blocks(int64(T)*int64(C), 256), cuda.Dim3{X: 256}, 0, out, table, tokens, T, V, C, dtCode(dt))
+}
+
+// LogSoftmaxStats: logits is (T, V) on one rank (tp = 1); m and S (each T floats, device) receive the row max
+// and the 8-segment sum of Exp(x ⊖ m).
+func (k *Kernels) LogSoftmaxStats(c *cuda.Ctx, p kernels.Profile, m, S, logits cuda.Ptr, T, V int) error {
+	if err := k.launch(c, "ls_max", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, m, logits, T, V, 1); err != nil {
+		return err
+	}
+	return k.launch(c, "ls_sum", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, S, logits, m, T, V, kernels.Segments, profCode(p))
+}
+
+// LogSoftmaxForward: logits and out are (T, V), float32 (kernels.LogSoftmaxForward with one rank).
+func (k *Kernels) LogSoftmaxForward(c *cuda.Ctx, p kernels.Profile, out, logits cuda.Ptr, T, V int) error {
+	if T <= 0 {
+		return nil
+	}
+	st, err := k.Scratch(c, int64(2*T)*4)
+	if err != nil {
+		return err
+	}
+	m, S := st, st.Add(int64(T)*4)
+	if err := k.LogSoftmaxStats(c, p, m, S, logits, T, V); err != nil {
+		return err
+	}
+	return k.launch(c, "ls_finish", blocks(int64(T)*int64(V), 256), cuda.Dim3{X: 256}, 0, out, logits, m, S, T, V)
+}
+
+// LogProbs: out[t] = log p(targets[t]) (kernels.LogProbs with one rank); targets is (T) int32 on the device.
+func (k *Kernels) LogProbs(c *cuda.Ctx, p kernels.Profile, out, logits, targets cuda.Ptr, T, V int) error {
+	if T <= 0 {
+		return nil
+	}
+	st, err := k.Scratch(c, int64(2*T)*4)
+	if err != nil {
+		return err
+	}
+	m, S := st, st.Add(int64(T)*4)
+	if err := k.LogSoftmaxStats(c, p, m, S, logits, T, V); err != nil {
+		return err
+	}
+	return k.launch(c, "logprobs", blocks(int64(T), 128), cuda.Dim3{X: 128}, 0, out, logits, targets, m, S, T, V, 0, 1)
+}
+
+// Sample: logits is (T, V), seqs and poss are (T) int64 on the device, out is (T) int32 tokens
+// (kernels.Sample with TopK and TopP off; those need a sort and run on the host).
+func (k *Kernels) Sample(c *cuda.Ctx, out, logits cuda.Ptr, T, V int, sp kernels.SampleParams, seqs, poss cuda.Ptr) error {
+	if (sp.TopK > 0 && sp.TopK < V) || (sp.TopP > 0 && sp.TopP < 1) {
+		return fmt.Errorf("cudakernels: Sample: top-k/top-p run on the host (kernels.Sample)")
+	}
+	if T <= 0 {
+		return nil
+	}
+	return k.launch(c, "sample", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, out, logits, T, V, sp.Temperature, sp.Seed, seqs, poss)
+}

@@ -1,0 +1,308 @@
+package kernels
+
+import (
+	"math"
+	"runtime"
+	"sync"
+)
+
+// MatmulForward computes out = round_dt(x·wᵀ + bias) (docs/arithmetic.md §4).
+// x is (M, K), w is (N, K), bias is (N) or nil, out is (M, N).
+// Canonical: 8 fixed K-segments, FMA chains in ascending k, pairwise tree, then bias: a row's bits never
+// depend on M or on its position in the batch. Standard: split-K chosen from M (§13).
+func MatmulForward(p Profile, dt DType, out, x, w, bias []float32, M, K, N int) {
+	checkLen("MatmulForward", "x", x, M*K)
+	checkLen("MatmulForward", "w", w, N*K)
+	checkLen("MatmulForward", "out", out, M*N)
+	if bias != nil {
+		checkLen("MatmulForward", "bias", bias, N)
+	}
+	var bounds []int
+	combine := treeSum
+	if p == Standard {
+		// vendor-style split-K: the number of splits depends on the batch size M
+		splits := 1
+		switch {
+		case M < 8:
+			splits = 4
+		case M < 64:
+			splits = 2
+		}
+		bounds = chunkBounds(K, splits)
+		combine = seqSum
+	} else {
+		bounds = segBounds(K, Segments) // fixed 8-segment split: the order never depends on M
+	}
+	matmulCore(out, x, w, M, K, N, bounds, combine, func(n int, y float32) float32 {
+		if bias != nil {
+			y = float32(y + bias[n])
+		}
+		return dt.Round(y)
+	})
+}
+
+// MatmulPartial is one rank's share of a row-parallel matmul (o_proj, down_proj): x is (M, kLocal), the rank's
+// columns [rank·kLocal, (rank+1)·kLocal) of a K = kLocal·tp reduction, w is (N, kLocal) (the same columns of
+// the (N, K) weight), out is (M, N) and receives the rank's subtree of the 8-segment tree, float32, unrounded,
+// without bias. An nvls AllReduce (tree order) then MatmulFinish gives the bits of MatmulForward for every tp
+// in {1, 2, 4, 8}. Standard: one sequential FMA chain over the local K.
+func MatmulPartial(p Profile, out, x, w []float32, M, kLocal, N, rank, tp int) error {
+	G, err := localSegments("MatmulPartial", kLocal, tp)
+	if err != nil {
+		return err
+	}
+	_ = rank // canonical local boundaries do not depend on the rank (docs/arithmetic.md §3)
+	checkLen("MatmulPartial", "x", x, M*kLocal)
+	checkLen("MatmulPartial", "w", w, N*kLocal)
+	checkLen("MatmulPartial", "out", out, M*N)
+	bounds, combine := segBounds(kLocal, G), treeSum
+	if p == Standard {
+		bounds, combine = []int{0, kLocal}, seqSum
+	}
+	matmulCore(out, x, w, M, kLocal, N, bounds, combine, func(_ int, y float32) float32 { return y })
+	return nil
+}
+
+// MatmulFinish completes a row-parallel matmul after the all-reduce: out = round_dt(out + bias).
+// out is (M, N), bias is (N) or nil.
+func MatmulFinish(dt DType, out, bias []float32, M, N int) {
+	checkLen("MatmulFinish", "out", out, M*N)
+	for m := 0; m < M; m++ {
+		row := out[m*N : (m+1)*N]
+		for n, y := range row {
+			if bias != nil {
+				y = float32(y + bias[n])
+			}
+			row[n] = dt.Round(y)
+		}
+	}
+}
+
+// chunkBounds splits L into n contiguous chunks of ceil(L/n) (standard split-K).
+func chunkBounds(L, n int) []int {
+	c := (L + n - 1) / n
+	b := []int{0}
+	for lo := c; lo < L; lo += c {
+		b = append(b, lo)
+	}
+	return append(b, L)
+}
+
+// exactProducts reports whether every product of an element of a with an element of b is exactly representable
+// in float32: all values are bf16 (8 significant bits, so a product has at most 16) with magnitudes 0 or in
+// [2^-60, 2^60] (no underflow or overflow). Then fma(a, b, c) = RN(RN(a·b) + c) bit for bit, and the FMA
+// chains can run as a float32 multiply and add.
+func exactProducts(vs ...[]float32) bool {
+	for _, v := range vs {
+		low := uint32(0)
+		emin, emax := uint32(255), uint32(0)
+		for _, f := range v {
+			u := math.Float32bits(f)
+			low |= u
+			if t := u & 0x7FFFFFFF; t != 0 {
+				emin = min(emin, t>>23)
+				emax = max(emax, t>>23)
+			}
+		}
+		if low&0xFFFF != 0 || (emax != 0 && (emin < 127-60 || emax > 127+60)) {
+			return false
+		}
+	}
+	return true
+}
+
+// matmulCore computes, for every (m, n), one FMA chain per [bounds[s], bounds[s+1]) from +0 in ascending k,
+// combines the chains with combine and stores post(n, y). The order of operations for one output is fixed by
+// bounds and combine alone; blocking, unrolling and goroutines only choose which outputs are computed together.
+func matmulCore(out, x, w []float32, M, K, N int, bounds []int, combine func([]float32) float32, post func(int, float32) float32) {
+	const nb = 4 // columns per micro-tile
+	const mb = 2 // rows per micro-tile
+	fastX := exactProducts(x[:M*K]) // the weights are checked block by block, while they are in cache
+	workers := runtime.GOMAXPROCS(0)
+	if int64(M)*int64(N)*int64(K) < 1<<16 {
+		workers = 1
+	}
+	// Split the larger dimension across workers: columns when there are few rows (decode), rows otherwise.
+	splitN := N >= M
+	total := M
+	unit := mb
+	if splitN {
+		total, unit = N, nb
+	}
+	units := (total + unit - 1) / unit
+	workers = max(1, min(workers, units))
+	var wg sync.WaitGroup
+	for wk := 0; wk < workers; wk++ {
+		lo := units * wk / workers * unit
+		hi := min(total, units*(wk+1)/workers*unit)
+		m0, m1, n0, n1 := lo, hi, 0, N
+		if splitN {
+			m0, m1, n0, n1 = 0, M, lo, hi
+		}
+		run := func() {
+			matmulBlock(fastX, out, x, w, K, N, m0, m1, n0, n1, bounds, combine, post)
+		}
+		if wk == workers-1 {
+			run()
+		} else {
+			wg.Add(1)
+			go func() { defer wg.Done(); run() }()
+		}
+	}
+	wg.Wait()
+}
+
+// matmulBlock computes outputs [m0, m1) × [n0, n1).
+// fastX says x passed exactProducts; a column block whose weights pass too runs the float32 multiply-add
+// chains instead of FMA32 (the same bits).
+func matmulBlock(fastX bool, out, x, w []float32, K, N, m0, m1, n0, n1 int, bounds []int, combine func([]float32) float32, post func(int, float32) float32) {
+	S := len(bounds) - 1
+	part := make([]float32, 8*S) // partials of one micro-tile: part[o*S+s]
+	tmp := make([]float32, S)
+	const colBlock = 64 // keep a few weight rows hot in L1/L2 while sweeping the rows
+	for nc := n0; nc < n1; nc += colBlock {
+		nce := min(n1, nc+colBlock)
+		fast := fastX && exactProducts(w[nc*K:nce*K])
+		m := m0
+		for ; m+2 <= m1; m += 2 {
+			x0 := x[m*K : (m+1)*K]
+			x1 := x[(m+1)*K : (m+2)*K]
+			n := nc
+			for ; n+4 <= nce; n += 4 {
+				tile2x4(fast, part, S, bounds, x0, x1, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K])
+				for o := 0; o < 8; o++ {
+					mm, nn := m+o/4, n+o%4
+					copy(tmp, part[o*S:(o+1)*S])
+					out[mm*N+nn] = post(nn, combine(tmp))
+				}
+			}
+			for ; n < nce; n++ {
+				for r := 0; r < 2; r++ {
+					out[(m+r)*N+n] = post(n, dot1(tmp, bounds, x[(m+r)*K:(m+r+1)*K], w[n*K:(n+1)*K], combine))
+				}
+			}
+		}
+		for ; m < m1; m++ {
+			x0 := x[m*K : (m+1)*K]
+			n := nc
+			for ; n+4 <= nce; n += 4 {
+				tile1x4(fast, part, S, bounds, x0, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K])
+				for o := 0; o < 4; o++ {
+					copy(tmp, part[o*S:(o+1)*S])
+					out[m*N+n+o] = post(n+o, combine(tmp))
+				}
+			}
+			for ; n < nce; n++ {
+				out[m*N+n] = post(n, dot1(tmp, bounds, x0, w[n*K:(n+1)*K], combine))
+			}
+		}
+	}
+}
+
+// dot1 is one output: one FMA chain per segment, then combine.
+func dot1(tmp []float32, bounds []int, x, w []float32, combine func([]float32) float32) float32 {
+	for s := 0; s+1 < len(bounds); s++ {
+		acc := float32(0)
+		lo, hi := bounds[s], bounds[s+1]
+		for k := lo; k < hi; k++ {
+			acc = FMA32(x[k], w[k], acc)
+		}
+		tmp[s] = acc
+	}
+	return combine(tmp)
+}
+
+// tile2x4 runs the segment chains of 2 rows × 4 columns together: 8 independent accumulators, each in its own
+// fixed order (unrolling across outputs never reorders one output's chain).
+func tile2x4(fast bool, part []float32, S int, bounds []int, x0, x1, w0, w1, w2, w3 []float32) {
+	if fast {
+		tile2x4Exact(part, S, bounds, x0, x1, w0, w1, w2, w3)
+		return
+	}
+	for s := 0; s < S; s++ {
+		lo, hi := bounds[s], bounds[s+1]
+		a0, a1 := x0[lo:hi], x1[lo:hi]
+		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
+		a1, b0, b1, b2, b3 = a1[:len(a0)], b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		var c00, c01, c02, c03, c10, c11, c12, c13 float32
+		for k, u := range a0 {
+			v := a1[k]
+			p0, p1, p2, p3 := b0[k], b1[k], b2[k], b3[k]
+			c00 = FMA32(u, p0, c00)
+			c01 = FMA32(u, p1, c01)
+			c02 = FMA32(u, p2, c02)
+			c03 = FMA32(u, p3, c03)
+			c10 = FMA32(v, p0, c10)
+			c11 = FMA32(v, p1, c11)
+			c12 = FMA32(v, p2, c12)
+			c13 = FMA32(v, p3, c13)
+		}
+		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c00, c01, c02, c03
+		part[4*S+s], part[5*S+s], part[6*S+s], part[7*S+s] = c10, c11, c12, c13
+	}
+}
+
+// tile1x4 is tile2x4 for one row.
+func tile1x4(fast bool, part []float32, S int, bounds []int, x0, w0, w1, w2, w3 []float32) {
+	if fast {
+		tile1x4Exact(part, S, bounds, x0, w0, w1, w2, w3)
+		return
+	}
+	for s := 0; s < S; s++ {
+		lo, hi := bounds[s], bounds[s+1]
+		a0 := x0[lo:hi]
+		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
+		b0, b1, b2, b3 = b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		var c0, c1, c2, c3 float32
+		for k, u := range a0 {
+			c0 = FMA32(u, b0[k], c0)
+			c1 = FMA32(u, b1[k], c1)
+			c2 = FMA32(u, b2[k], c2)
+			c3 = FMA32(u, b3[k], c3)
+		}
+		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c0, c1, c2, c3
+	}
+}
+
+// tile2x4Exact is tile2x4 when every product is exact in float32: fma(u, p, c) = RN(RN(u·p) + c).
+func tile2x4Exact(part []float32, S int, bounds []int, x0, x1, w0, w1, w2, w3 []float32) {
+	for s := 0; s < S; s++ {
+		lo, hi := bounds[s], bounds[s+1]
+		a0, a1 := x0[lo:hi], x1[lo:hi]
+		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
+		a1, b0, b1, b2, b3 = a1[:len(a0)], b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		var c00, c01, c02, c03, c10, c11, c12, c13 float32
+		for k, u := range a0 {
+			v := a1[k]
+			p0, p1, p2, p3 := b0[k], b1[k], b2[k], b3[k]
+			c00 = float32(c00 + float32(u*p0))
+			c01 = float32(c01 + float32(u*p1))
+			c02 = float32(c02 + float32(u*p2))
+			c03 = float32(c03 + float32(u*p3))
+			c10 = float32(c10 + float32(v*p0))
+			c11 = float32(c11 + float32(v*p1))
+			c12 = float32(c12 + float32(v*p2))
+			c13 = float32(c13 + float32(v*p3))
+		}
+		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c00, c01, c02, c03
+		part[4*S+s], part[5*S+s], part[6*S+s], part[7*S+s] = c10, c11, c12, c13
+	}
+}
+
+// tile1x4Exact is tile1x4 when every product is exact in float32.
+func tile1x4Exact(part []float32, S int, bounds []int, x0, w0, w1, w2, w3 []float32) {
+	for s := 0; s < S; s++ {
+		lo, hi := bounds[s], bounds[s+1]
+		a0 := x0[lo:hi]
+		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
+		b0, b1, b2, b3 = b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		var c0, c1, c2, c3 float32
+		for k, u := range a0 {
+			c0 = float32(c0 + float32(u*b0[k]))
+			c1 = float32(c1 + float32(u*b1[k]))
+			c2 = float32(c2 + float32(u*b2[k]))
+			c3 = float32(c3 + float32(u*b3[k]))
+		}
+		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c0, c1, c2, c3
+	}
+}

@@ -1,0 +1,58 @@
+package kernels
+
+import "math"
+
+// RoPETables returns the cos and sin tables, each (maxPos, hd/2), for rotary embeddings with base theta
+// (docs/arithmetic.md §6): inv[j] = 1/theta^(2j/hd) and cos(p·inv[j]) in float64, rounded to float32, then to
+// dt. They are data: the GPU receives these very tables.
+func RoPETables(theta float64, hd, maxPos int, dt DType) (cos, sin []float32) {
+	inv := make([]float64, hd/2)
+	for j := range inv {
+		inv[j] = 1 / math.Pow(theta, float64(2*j)/float64(hd))
+	}
+	return RoPETablesFreq(inv, maxPos, dt)
+}
+
+// RoPETablesFreq is RoPETables for a given inverse-frequency schedule (len(inv) = hd/2), e.g. Llama-3 scaling.
+func RoPETablesFreq(inv []float64, maxPos int, dt DType) (cos, sin []float32) {
+	h := len(inv)
+	cos = make([]float32, maxPos*h)
+	sin = make([]float32, maxPos*h)
+	for p := 0; p < maxPos; p++ {
+		for j, f := range inv {
+			a := float64(p) * f
+			cos[p*h+j] = dt.Round(float32(math.Cos(a)))
+			sin[p*h+j] = dt.Round(float32(math.Sin(a)))
+		}
+	}
+	return cos, sin
+}
+
+// RoPEForward applies rotary embeddings in HF's rotate_half convention (docs/arithmetic.md §6).
+// x is (T, heads*hd), pos is (T) (the position of each row), cos and sin are (maxPos, hd/2) from RoPETables,
+// out is (T, heads*hd); out may alias x.
+func RoPEForward(dt DType, out, x []float32, pos []int32, T, heads, hd int, cos, sin []float32) {
+	checkLen("RoPEForward", "x", x, T*heads*hd)
+	checkLen("RoPEForward", "out", out, T*heads*hd)
+	h := hd / 2
+	tmp := make([]float32, hd)
+	for t := 0; t < T; t++ {
+		p := int(pos[t])
+		c := cos[p*h : (p+1)*h]
+		s := sin[p*h : (p+1)*h]
+		for hh := 0; hh < heads; hh++ {
+			xv := x[(t*heads+hh)*hd : (t*heads+hh+1)*hd]
+			for i := 0; i < h; i++ {
+				a := dt.Round(float32(xv[i] * c[i]))
+				b := dt.Round(float32(xv[i+h] * s[i]))
+				tmp[i] = dt.Round(float32(a - b))
+			}
+			for i := h; i < hd; i++ {
+				a := dt.Round(float32(xv[i] * c[i-h]))
+				b := dt.Round(float32(xv[i-h] * s[i-h]))
+				tmp[i] = dt.Round(float32(a + b))
+			}
+			copy(out[(t*heads+hh)*hd:(t*heads+hh+1)*hd], tmp)
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package session
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"bitalign/capture"
+)
+
+// reference is the obvious element-by-element comparison the chunk comparator must agree with.
+type reference struct {
+	mismatched, nanA, nanB, infA, infB, nanNumber int64
+	hist                                          [65]uint64
+	maxULP                                        uint64
+	maxAt, firstAt                                int64
+	maxAbs, maxRel, sumAbs                        float64
+}
+
+func compareReference(f *format, a, b []byte) reference {
+	r := reference{maxAt: -1, firstAt: -1}
+	for i := 0; i < len(a)/f.size; i++ {
+		x, y := f.load(a, i), f.load(b, i)
+		for _, v := range []struct {
+			x        uint64
+			nan, inf *int64
+		}{{x, &r.nanA, &r.infA}, {y, &r.nanB, &r.infB}} {
+			if f.isNaN(v.x) {
+				*v.nan++
+			} else if f.isInf(v.x) {
+				*v.inf++
+			}
+		}
+		cls, d := f.compare(x, y)
+		if cls == ClassEqual {
+			continue
+		}
+		r.mismatched++
+		if r.firstAt < 0 {
+			r.firstAt = int64(i)
+		}
+		if cls == ClassNaNNumber {
+			r.nanNumber++
+			continue
+		}
+		r.hist[bucket(d)]++
+		if d > r.maxULP {
+			r.maxULP, r.maxAt = d, int64(i)
+		}
+		va, vb := f.value(x), f.value(y)
+		if cls == ClassNumeric && !math.IsInf(va, 0) && !math.IsInf(vb, 0) {
+			ad := math.Abs(va - vb)
+			r.sumAbs += ad
+			r.maxAbs = max(r.maxAbs, ad)
+			if den := max(math.Abs(va), math.Abs(vb)); den > 0 {
+				r.maxRel = max(r.maxRel, ad/den)
+			}
+		}
+	}
+	return r
+}
+
+// plant fills a with random values and b with a copy in which about rate of the elements differ, some of
+// them by special values (NaN, ±Inf, −0).
+func plant(r *rand.Rand, f *format, n int, rate float64) (a, b []byte) {
+	a = make([]byte, n*f.size)
+	for i := range a {
+		a[i] = byte(r.Uint32())
+	}
+	// mostly ordinary values: clear the top exponent bit of floats so specials are planted, not random
+	if f.kind == kindFloat {
+		for i := 0; i < n; i++ {
+			x := f.load(a, i) &^ (f.sign >> 1)
+			putElem(f, a, i, x)
+		}
+	}
+	b = append([]byte(nil), a...)
+	for i := 0; i < n; i++ {
+		if r.Float64() >= rate {
+			continue
+		}
+		x := f.load(b, i)
+		switch r.IntN(6) {
+		case 0:
+			x ^= f.sign // sign flip
+		case 1:
+			x = f.width &^ f.sign // NaN (or max pattern)
+		case 2:
+			if f.kind == kindFloat && !f.noInf {
+				x = (1<<f.expBits - 1) << f.mantBits // +Inf
+			}
+		default:
+			x ^= 1 << r.IntN(8*f.size) // a single bit
+		}
+		putElem(f, b, i, x)
+		if r.IntN(10) == 0 { // the same special on A's side too
+			putElem(f, a, i, x)
+		}
+	}
+	return a, b
+}
+
+func putElem(f *format, data []byte, i int, x uint64) {
+	for k := 0; k < f.size; k++ {
+		data[i*f.size+k] = byte(x >> (8 * k))
+	}
+}
+
+func TestChunkComparatorMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, dt := range capture.DTypes() {
+		f := formats[dt]
+		for _, tc := range []struct {
+			n    int
+			rate float64
+			same bool // first half identical (specials included): the bytes.Equal fast path
+		}{{1, 1, false}, {7, 0.5, false}, {1000, 0, false}, {1000, 0.01, false}, {100003, 0.001, false},
+			{100003, 0.3, false}, {300007, 0.05, true}} {
+			a, b := plant(r, f, tc.n, tc.rate)
+			if tc.same {
+				copy(a[:len(a)/2], b)
+			}
+			want := compareReference(f, a, b)
+			rowLen := int64(1)
+			if tc.n%7 == 0 {
+				rowLen = 7
+			}
+			p := piece{step: 0, seq: 0, pos: 10, rows: int64(tc.n) / rowLen, rowLen: rowLen, a: a, b: b}
+			o := newOpWork(f, []piece{p}, 8, 8)
+			accs := []*acc{{}, {}, {}}
+			w, err := o.run(context.Background(), accs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st OpStat
+			st.Elements = int64(tc.n)
+			fill(&st, o, w, f)
+			name := dt.String()
+			if st.Mismatched != want.mismatched || st.NaNNumber != want.nanNumber {
+				t.Errorf("%s n=%d: mismatched %d (nan-num %d), want %d (%d)", name, tc.n, st.Mismatched, st.NaNNumber, want.mismatched, want.nanNumber)
+			}
+			if st.NaNA != want.nanA || st.NaNB != want.nanB || st.InfA != want.infA || st.InfB != want.infB {
+				t.Errorf("%s n=%d: nan/inf %d %d %d %d, want %d %d %d %d", name, tc.n, st.NaNA, st.NaNB, st.InfA, st.InfB, want.nanA, want.nanB, want.infA, want.infB)
+			}
+			want.hist[0] = uint64(int64(tc.n) - want.mismatched)
+			if st.Hist != want.hist {
+				t.Errorf("%s n=%d: hist differs", name, tc.n)
+			}
+			if st.MaxULP != want.maxULP {
+				t.Errorf("%s n=%d: max ULP %d, want %d", name, tc.n, st.MaxULP, want.maxULP)
+			}
+			if want.maxAt >= 0 && (st.MaxAt == nil || (st.MaxAt.Pos-10)*rowLen+st.MaxAt.Col != want.maxAt) {
+				t.Errorf("%s n=%d: max at %+v, want element %d", name, tc.n, st.MaxAt, want.maxAt)
+			}
+			if want.firstAt >= 0 && (st.FirstAt == nil || (st.FirstAt.Pos-10)*rowLen+st.FirstAt.Col != want.firstAt) {
+				t.Errorf("%s n=%d: first at %+v, want element %d", name, tc.n, st.FirstAt, want.firstAt)
+			}
+			if want.firstAt < 0 && st.FirstAt != nil {
+				t.Errorf("%s n=%d: first at %+v on identical data", name, tc.n, st.FirstAt)
+			}
+			if st.MaxAbs != want.maxAbs || st.MaxRel != want.maxRel {
+				t.Errorf("%s n=%d: max abs/rel %g %g, want %g %g", name, tc.n, st.MaxAbs, st.MaxRel, want.maxAbs, want.maxRel)
+			}
+			if m := want.sumAbs / float64(tc.n); math.Abs(st.MeanAbs-m) > 1e-9*math.Abs(m) {
+				t.Errorf("%s n=%d: mean abs %g, want %g", name, tc.n, st.MeanAbs, m)
+			}
+		}
+	}
+}
+
+// The merged result must not depend on the number of workers (scheduling).
+func TestChunkComparatorDeterministic(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	f := formats[capture.BF16]
+	a, b := plant(r, f, 1<<20, 0.01)
+	var ref *OpStat
+	for _, nw := range []int{1, 2, 3, 8} {
+		o := newOpWork(f, []piece{{rows: 1 << 10, rowLen: 1 << 10, a: a, b: b}}, 16, 16)
+		accs := make([]*acc, nw)
+		for i := range accs {
+			accs[i] = &acc{}
+		}
+		w, err := o.run(context.Background(), accs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := &OpStat{Elements: 1 << 20}
+		fill(st, o, w, f)
+		if ref == nil {
+			ref = st
+			continue
+		}
+		if st.MeanAbs != ref.MeanAbs || st.Hist != ref.Hist {
+			t.Fatalf("workers=%d: result differs", nw)
+		}
+		if st.MaxAt.Pos != ref.MaxAt.Pos || st.MaxAt.Col != ref.MaxAt.Col || string(st.Map.Cells) != string(ref.Map.Cells) {
+			t.Fatalf("workers=%d: max/map differs", nw)
+		}
+	}
+}

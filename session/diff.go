@@ -1,0 +1,501 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"bitalign/capture"
+)
+
+// Option configures Diff.
+type Option func(*config)
+
+type config struct {
+	progress  func(done, total int64)
+	producers func(op string) []string
+	workers   int
+	mapRows   int
+	mapCols   int
+}
+
+// WithProgress calls fn with the bytes compared so far and the total (both captures' tensor bytes). It is
+// called from the goroutine that called Diff.
+func WithProgress(fn func(done, total int64)) Option { return func(c *config) { c.progress = fn } }
+
+// WithProducers names the ops whose outputs an op reads (engine.Producers), so that a divergence can be called
+// local or propagated when the op's inputs were not captured.
+func WithProducers(fn func(op string) []string) Option { return func(c *config) { c.producers = fn } }
+
+// WithWorkers sets how many goroutines compare (default GOMAXPROCS).
+func WithWorkers(n int) Option { return func(c *config) { c.workers = n } }
+
+// WithMapSize sets the largest size of each op's mismatch map (OpStat.Map; default 64 positions × 256 features).
+func WithMapSize(rows, cols int) Option { return func(c *config) { c.mapRows, c.mapCols = rows, cols } }
+
+// rowSets records, per (op, role) and (step, seq), which positions were compared and which mismatched.
+type rowSets struct {
+	compared, mismatched map[seqKey]*bitset
+}
+
+// Diff aligns a and b by (step, seq, position, op, role), compares every aligned element and returns the
+// report. Tensors present on one side only are reported missing; ops whose shapes disagree are reported, not
+// compared. It stops with ctx's error when ctx is cancelled.
+func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, error) {
+	cfg := config{workers: runtime.GOMAXPROCS(0), mapRows: 64, mapCols: 256}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cfg.workers = max(cfg.workers, 1)
+	ia, ib := indexSide(a), indexSide(b)
+	type keyed struct {
+		k     opKey
+		index int32
+	}
+	var keys []keyed
+	for k, ix := range ia.index {
+		keys = append(keys, keyed{k, ix})
+	}
+	for k, ix := range ib.index {
+		if _, ok := ia.index[k]; !ok {
+			keys = append(keys, keyed{k, ix})
+		}
+	}
+	slices.SortFunc(keys, func(x, y keyed) int { return opOrder(x.index, y.index, x.k, y.k) })
+
+	rep := &Report{A: captureInfo(a), B: captureInfo(b)}
+	total := rep.A.Bytes + rep.B.Bytes
+	var done int64
+	report := func() {
+		if cfg.progress != nil {
+			cfg.progress(done, total)
+		}
+	}
+	report()
+	accs := make([]*acc, cfg.workers)
+	for i := range accs {
+		accs[i] = &acc{}
+	}
+	rows := map[opKey]*rowSets{}
+	for _, kk := range keys {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		k := kk.k
+		st := OpStat{Op: k.op, Index: kk.index, Role: k.role}
+		var opBytes int64
+		for _, i := range ia.byOp[k] {
+			opBytes += a.Entry(i).NBytes
+		}
+		for _, i := range ib.byOp[k] {
+			opBytes += b.Entry(i).NBytes
+		}
+		rs, err := diffOp(ctx, &cfg, ia, ib, k, &st, rep, accs, func(n int64) {
+			if cfg.progress != nil {
+				cfg.progress(done+min(n, opBytes), total)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		if rs != nil {
+			rows[k] = rs
+		}
+		done += opBytes
+		report()
+		rep.Ops = append(rep.Ops, st)
+		rep.Compared += st.Elements
+		rep.Mismatched += st.Mismatched
+	}
+	causes(rep, rows, cfg.producers)
+	rep.Identical = true
+	for i := range rep.Ops {
+		if rep.Ops[i].Status != StatusIdentical {
+			rep.Identical = false
+		}
+	}
+	if len(rep.Missing) > 0 {
+		rep.Identical = false
+	}
+	return rep, nil
+}
+
+// diffOp aligns and compares one (op, role), filling st and appending missing tensors (and the first
+// divergence) to rep.
+func diffOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *OpStat, rep *Report, accs []*acc,
+	progress func(int64)) (*rowSets, error) {
+	ua, pa, err := buildUnits(ia.c, ia.byOp[k])
+	if err != nil {
+		return nil, err
+	}
+	ub, pb, err := buildUnits(ib.c, ib.byOp[k])
+	if err != nil {
+		return nil, err
+	}
+	addMissing := func(m MissingTensor) {
+		m.Op, m.Index, m.Role = k.op, st.Index, k.role
+		rep.Missing = append(rep.Missing, m)
+	}
+	// tensors of a side that could not be assembled are missing on the other
+	for _, p := range pa {
+		addMissing(MissingTensor{MissingIn: "B", Step: p.step, Seq: p.seq, Pos: p.pos, NTok: p.ntok, Reason: "A: " + p.reason})
+	}
+	for _, p := range pb {
+		addMissing(MissingTensor{MissingIn: "A", Step: p.step, Seq: p.seq, Pos: p.pos, NTok: p.ntok, Reason: "B: " + p.reason})
+	}
+	if len(ua) == 0 || len(ub) == 0 {
+		in, us := "A", ub
+		st.Status = StatusMissingA
+		if len(ua) > 0 {
+			in, us, st.Status = "B", ua, StatusMissingB
+		}
+		if len(us) > 0 {
+			st.DType, st.Shape = us[0].dt.String(), us[0].feat
+		}
+		for _, u := range us {
+			addMissing(MissingTensor{MissingIn: in, Step: u.step, Seq: u.seq, Pos: u.pos, NTok: u.rows})
+			if in == "A" {
+				st.MissingRowsA += u.rows
+			} else {
+				st.MissingRowsB += u.rows
+			}
+		}
+		if len(ua) == 0 && len(ub) == 0 {
+			st.Status = StatusShapeMismatch
+			st.Detail = "no tensor of this op could be aligned on either side"
+		}
+		return nil, nil
+	}
+	st.DType, st.Shape = ua[0].dt.String(), ua[0].feat
+	if d := shapeProblem(ua, ub); d != "" {
+		st.Status = StatusShapeMismatch
+		st.Detail = d
+		st.ShapeB = ub[0].feat
+		return nil, nil
+	}
+	f, err := formatOf(ua[0].dt)
+	if err != nil {
+		return nil, err
+	}
+	al := align(ua, ub)
+	for _, m := range al.missing {
+		addMissing(m)
+	}
+	st.MissingRowsA, st.MissingRowsB = al.rowsA, al.rowsB
+	o := newOpWork(f, al.pieces, cfg.mapRows, cfg.mapCols)
+	for i := range o.pieces {
+		st.Elements += o.pieces[i].rows * o.pieces[i].rowLen
+	}
+	w, err := o.run(ctx, accs, progress)
+	if err != nil {
+		return nil, err
+	}
+	fill(st, o, w, f)
+	switch {
+	case st.Mismatched > 0:
+		st.Status = StatusDivergent
+	case st.MissingRowsA+st.MissingRowsB > 0:
+		st.Status = StatusIncomplete
+	default:
+		st.Status = StatusIdentical
+	}
+	return o.rowSets(), nil
+}
+
+// shapeProblem describes the first unit whose dtype or per-token shape differs from A's first unit, or "".
+func shapeProblem(ua, ub []unit) string {
+	ref := &ua[0]
+	for side, us := range [][]unit{ua, ub} {
+		for i := range us {
+			u := &us[i]
+			if u.dt != ref.dt || !slices.Equal(u.feat, ref.feat) {
+				name := [...]string{"A", "B"}[side]
+				return fmt.Sprintf("A step %d seq %d pos %d: %s %v per token; %s step %d seq %d pos %d: %s %v",
+					ref.step, ref.seq, ref.pos, ref.dt, ref.feat, name, u.step, u.seq, u.pos, u.dt, u.feat)
+			}
+		}
+	}
+	return ""
+}
+
+func newOpWork(f *format, pieces []piece, mapRows, mapCols int) *opWork {
+	o := &opWork{f: f, pieces: pieces}
+	maxJob := int64(blockBytes / f.size)
+	lo, hi := int64(1)<<62, int64(-1)<<62
+	for pi := range pieces {
+		p := &pieces[pi]
+		p.rowMism = make([]uint64, (p.rows+63)/64)
+		n := p.rows * p.rowLen
+		for s := int64(0); s < n; s += maxJob {
+			o.jobs = append(o.jobs, job{piece: int32(pi), lo: s, hi: min(s+maxJob, n)})
+		}
+		lo, hi = min(lo, p.pos), max(hi, p.pos+p.rows)
+	}
+	o.sums = make([]float64, len(o.jobs))
+	if len(pieces) > 0 && mapRows > 0 && mapCols > 0 {
+		o.posLo, o.posSpan, o.rowLen = lo, hi-lo, pieces[0].rowLen
+		o.gridRows = int(min(int64(mapRows), o.posSpan))
+		o.gridCols = int(min(int64(mapCols), o.rowLen))
+		o.colCell = make([]int32, o.rowLen)
+		for c := range o.colCell {
+			o.colCell[c] = int32(int64(c) * int64(o.gridCols) / o.rowLen)
+		}
+	}
+	return o
+}
+
+// run compares every job on len(accs) goroutines (the caller's among them) and returns the merged
+// accumulator. Workers take jobs in increasing order from a shared counter.
+func (o *opWork) run(ctx context.Context, accs []*acc, progress func(int64)) (*acc, error) {
+	cells := o.gridRows * o.gridCols
+	nw := min(len(accs), max(len(o.jobs), 1))
+	for _, w := range accs[:nw] {
+		w.reset(cells)
+	}
+	var next atomic.Int64
+	var stop atomic.Bool
+	var doneBytes atomic.Int64
+	sz := int64(o.f.size)
+	work := func(w *acc, main bool) {
+		for n := 0; ; n++ {
+			ji := int(next.Add(1) - 1)
+			if ji >= len(o.jobs) || stop.Load() {
+				return
+			}
+			if n%16 == 0 && ctx.Err() != nil {
+				stop.Store(true)
+				return
+			}
+			o.sums[ji] = w.run(o, ji)
+			j := o.jobs[ji]
+			d := doneBytes.Add(2 * (j.hi - j.lo) * sz)
+			if main && n%64 == 63 && progress != nil {
+				progress(d)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, w := range accs[1:nw] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(w, false)
+		}()
+	}
+	work(accs[0], true)
+	wg.Wait()
+	if stop.Load() {
+		return nil, ctx.Err()
+	}
+	for _, w := range accs[1:nw] {
+		accs[0].merge(w)
+	}
+	return accs[0], nil
+}
+
+// fill turns the merged accumulator into st.
+func fill(st *OpStat, o *opWork, w *acc, f *format) {
+	st.Mismatched = w.mismatched
+	st.Hist = w.hist
+	st.Hist[0] = uint64(st.Elements - st.Mismatched)
+	st.NaNA, st.NaNB, st.InfA, st.InfB = w.nanA, w.nanB, w.infA, w.infB
+	st.NaNNumber, st.NaNPayload = w.nanNumber, w.nanPayload
+	st.MaxAbs, st.MaxRel = w.maxAbs, w.maxRel
+	var sum float64
+	for _, s := range o.sums {
+		sum += s
+	}
+	if st.Elements > 0 {
+		st.MeanAbs = sum / float64(st.Elements)
+	}
+	if w.max.ok {
+		st.MaxULP = w.max.ulp
+		c := o.coord(w.max, st.Shape)
+		st.MaxAt = &c
+		va, vb := valueOf(f, w.max.a), valueOf(f, w.max.b)
+		st.MaxA, st.MaxB = &va, &vb
+	}
+	if w.first.ok {
+		c := o.coord(w.first, st.Shape)
+		st.FirstAt = &c
+		st.first = w.first
+		st.firstCoord = c
+	}
+	if o.gridRows > 0 && st.Mismatched > 0 {
+		st.Map = &Map{Rows: o.gridRows, Cols: o.gridCols, PosLo: o.posLo, PosHi: o.posLo + o.posSpan,
+			Features: o.rowLen, Cells: slices.Clone(w.grid)}
+	}
+}
+
+// coord locates a hit.
+func (o *opWork) coord(h hit, feat []int64) Coord {
+	p := &o.pieces[h.piece]
+	row, col := h.elem/p.rowLen, h.elem%p.rowLen
+	return Coord{Step: p.step, Seq: p.seq, Pos: p.pos + row, Col: col, Element: unravel(col, feat)}
+}
+
+// unravel turns a flat index into coordinates of shape (row-major).
+func unravel(i int64, shape []int64) []int64 {
+	out := make([]int64, len(shape))
+	for d := len(shape) - 1; d >= 0; d-- {
+		if shape[d] > 0 {
+			out[d] = i % shape[d]
+			i /= shape[d]
+		}
+	}
+	return out
+}
+
+// rowSets turns the pieces' row bits into per-(step, seq) position sets.
+func (o *opWork) rowSets() *rowSets {
+	rs := &rowSets{compared: map[seqKey]*bitset{}, mismatched: map[seqKey]*bitset{}}
+	for i := range o.pieces {
+		p := &o.pieces[i]
+		k := seqKey{p.step, p.seq}
+		c := rs.compared[k]
+		if c == nil {
+			c = &bitset{}
+			rs.compared[k] = c
+		}
+		c.setRange(p.pos, p.pos+p.rows)
+		for r := int64(0); r < p.rows; r++ {
+			if p.rowMism[r/64]&(1<<(r%64)) != 0 {
+				m := rs.mismatched[k]
+				if m == nil {
+					m = &bitset{}
+					rs.mismatched[k] = m
+				}
+				m.set(p.pos + r)
+			}
+		}
+	}
+	return rs
+}
+
+// causes labels every divergent op local or propagated and picks the report's first divergence.
+func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []string) {
+	ins := map[string][]opKey{} // op → its captured input roles
+	for i := range rep.Ops {
+		o := &rep.Ops[i]
+		if roleRank(o.Role) == 1 {
+			ins[o.Op] = append(ins[o.Op], opKey{o.Op, o.Role})
+		}
+	}
+	for i := range rep.Ops {
+		o := &rep.Ops[i]
+		if !o.Divergent() {
+			continue
+		}
+		o.Cause, o.CauseDetail = CauseUnknown, "no inputs or producers captured"
+		c := o.firstCoord
+		k := seqKey{c.Step, c.Seq}
+		prefix := strings.HasSuffix(o.Op, ".attn.sdpa") // causal attention reads every position ≤ pos
+		check := func(srcs []opKey) (Cause, string) {
+			var differ, unknown []string
+			for _, s := range srcs {
+				rs := rows[s]
+				name := s.op
+				if s.role != "out" {
+					name += "[" + s.role + "]"
+				}
+				if rs == nil || rs.compared[k] == nil {
+					unknown = append(unknown, name)
+					continue
+				}
+				lo := c.Pos
+				if prefix {
+					lo = 0
+				}
+				if m := rs.mismatched[k]; m != nil && m.any(lo, c.Pos+1) {
+					differ = append(differ, name)
+				} else if !rs.compared[k].all(lo, c.Pos+1) {
+					unknown = append(unknown, name)
+				}
+			}
+			switch {
+			case len(differ) > 0:
+				return CausePropagated, "differs: " + strings.Join(differ, ", ")
+			case len(unknown) == 0 && len(srcs) > 0:
+				names := make([]string, len(srcs))
+				for i, s := range srcs {
+					names[i] = s.op
+					if s.role != "out" {
+						names[i] = s.role
+					}
+				}
+				return CauseLocal, "identical: " + strings.Join(names, ", ")
+			}
+			return CauseUnknown, "not captured: " + strings.Join(unknown, ", ")
+		}
+		if roleRank(o.Role) == 2 && len(ins[o.Op]) > 0 {
+			o.Cause, o.CauseDetail = check(ins[o.Op])
+		}
+		if o.Cause == CauseUnknown && producers != nil && roleRank(o.Role) == 2 {
+			var srcs []opKey
+			for _, p := range producers(o.Op) {
+				srcs = append(srcs, opKey{p, "out"})
+			}
+			if len(srcs) > 0 {
+				o.Cause, o.CauseDetail = check(srcs)
+			}
+		}
+		if rep.First == nil {
+			f, _ := formatOf(mustDType(o.DType))
+			rep.First = &Divergence{Op: o.Op, Index: o.Index, Role: o.Role, DType: o.DType, At: c,
+				A: valueOf(f, o.first.a), B: valueOf(f, o.first.b), ULP: o.first.ulp, Class: o.first.class,
+				Cause: o.Cause, Detail: o.CauseDetail}
+		}
+	}
+}
+
+func mustDType(s string) capture.DType {
+	d, _ := capture.ParseDType(s)
+	return d
+}
+
+// bitset is a growable set of non-negative positions.
+type bitset struct{ w []uint64 }
+
+func (b *bitset) set(i int64) {
+	if i < 0 {
+		return
+	}
+	for int64(len(b.w)) <= i/64 {
+		b.w = append(b.w, 0)
+	}
+	b.w[i/64] |= 1 << (i % 64)
+}
+
+func (b *bitset) setRange(lo, hi int64) {
+	for i := max(lo, 0); i < hi; i++ {
+		b.set(i)
+	}
+}
+
+func (b *bitset) has(i int64) bool {
+	return i >= 0 && i/64 < int64(len(b.w)) && b.w[i/64]&(1<<(i%64)) != 0
+}
+
+// any reports whether some position in [lo, hi) is set.
+func (b *bitset) any(lo, hi int64) bool {
+	for i := max(lo, 0); i < hi; i++ {
+		if b.has(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// all reports whether every position in [lo, hi) is set.
+func (b *bitset) all(lo, hi int64) bool {
+	for i := max(lo, 0); i < hi; i++ {
+		if !b.has(i) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,348 @@
+package ui
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	tea "charm.land/bubbletea/v2"
+
+	"bitalign/ui/keys"
+	"bitalign/ui/state"
+)
+
+// handleKey: ctrl+c always quits; an open prompt takes every other key; then global actions, then the
+// focused screen's navigation.
+func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
+	k := msg.String()
+	if k == "ctrl+c" {
+		return tea.Quit
+	}
+	if m.prompt != noPrompt {
+		return m.promptKey(msg)
+	}
+	a := keys.Lookup(k)
+	if m.showHelp {
+		switch a {
+		case keys.Quit:
+			return tea.Quit
+		case keys.Help, keys.Back:
+			m.showHelp = false
+		}
+		return nil
+	}
+	switch a {
+	case keys.Quit:
+		return tea.Quit
+	case keys.Help:
+		m.showHelp = true
+		return nil
+	}
+	if m.rep == nil {
+		if a != keys.None {
+			if m.loadErr != nil {
+				m.setStatus(statusErr, m.loadErr.Error())
+			} else {
+				m.setStatus(statusInfo, "still loading…")
+			}
+		}
+		return nil
+	}
+	switch a {
+	case keys.Filter:
+		m.screen = overviewScreen
+		m.prompt = filterPrompt
+		m.input.SetValue(m.list.Filter())
+		m.input.CursorEnd()
+		return m.input.Focus()
+	case keys.Export:
+		m.prompt = exportPrompt
+		m.input.SetValue(defaultExportPath())
+		m.input.CursorEnd()
+		return m.input.Focus()
+	case keys.Replay:
+		return m.startReplay()
+	case keys.Focus:
+		return m.setScreen(1 - m.screen)
+	case keys.Open:
+		if m.screen == overviewScreen {
+			return m.setScreen(tensorScreen)
+		}
+		return nil
+	case keys.Back:
+		switch {
+		case m.screen == tensorScreen:
+			return m.setScreen(overviewScreen)
+		case m.list.Filter() != "":
+			m.list.SetFilter("")
+			m.setStatus(statusInfo, "filter cleared")
+		}
+		return nil
+	case keys.First:
+		i := m.rep.FirstDivergent()
+		if i < 0 {
+			m.setStatus(statusOK, "no divergent op: the captures agree")
+			return nil
+		}
+		return m.jump(i, false)
+	case keys.NextDiv, keys.PrevDiv:
+		d := 1
+		if a == keys.PrevDiv {
+			d = -1
+		}
+		for i := m.sel + d; i >= 0 && i < len(m.rep.Ops); i += d {
+			if m.rep.Ops[i].Status == state.Divergent {
+				return m.jump(i, false)
+			}
+		}
+		m.setStatus(statusInfo, map[int]string{1: "no divergent op after this one", -1: "no divergent op before this one"}[d])
+		return nil
+	case keys.StepNext, keys.StepPrev:
+		d := 1
+		if a == keys.StepPrev {
+			d = -1
+		}
+		if i := m.sel + d; i >= 0 && i < len(m.rep.Ops) {
+			return m.jump(i, true)
+		}
+		return nil
+	case keys.LayerNext, keys.LayerPrev:
+		d := 1
+		if a == keys.LayerPrev {
+			d = -1
+		}
+		if i := m.layerStep(d); i >= 0 {
+			return m.jump(i, true)
+		}
+		m.setStatus(statusInfo, "no further layer")
+		return nil
+	}
+	if m.screen == tensorScreen {
+		switch a {
+		case keys.MaxCell:
+			if m.data != nil {
+				m.heat.MoveToElement(m.data.MaxAt)
+			}
+			return nil
+		case keys.NextSeq, keys.PrevSeq:
+			return m.stepSeq(map[keys.Action]int{keys.NextSeq: 1, keys.PrevSeq: -1}[a])
+		}
+		m.heat, _ = m.heat.Update(msg)
+		return nil
+	}
+	m.list, _ = m.list.Update(msg)
+	return m.syncSelection()
+}
+
+// syncSelection follows the list's cursor.
+func (m *Model) syncSelection() tea.Cmd {
+	if i := m.list.Selected(); i >= 0 && i != m.sel {
+		m.sel = i
+		m.seq = seqOf(&m.rep.Ops[i], m.seq)
+	}
+	return nil
+}
+
+// jump selects op i; keepToken keeps the heatmap cursor on the same token (debugger stepping), otherwise the
+// cursor goes to the op's worst element.
+func (m *Model) jump(i int, keepToken bool) tea.Cmd {
+	if !m.list.Select(i) {
+		m.list.SetFilter("") // the target is filtered out: show everything
+		m.list.Select(i)
+	}
+	m.keepRow, m.keepCol = -1, -1
+	if keepToken {
+		if r, c, ok := m.heat.Cursor(); ok {
+			m.keepRow, m.keepCol = r, c
+		}
+		m.seq = seqOf(&m.rep.Ops[i], m.seq)
+	} else {
+		m.seq = seqOf(&m.rep.Ops[i], state.SeqKey{Step: -1})
+	}
+	m.sel = i
+	o := &m.rep.Ops[i]
+	m.setStatus(statusInfo, fmt.Sprintf("%s · %s", o.Op, o.Status))
+	m.data = nil
+	return m.ensurePair()
+}
+
+// layerStep finds the same op (by name suffix and role) in the next or previous layer. Past the last (or
+// before the first) layer it goes to the first op outside the stack; from outside the stack, to the nearest op
+// inside it.
+func (m *Model) layerStep(d int) int {
+	o := m.selected()
+	if o == nil {
+		return -1
+	}
+	ops := m.rep.Ops
+	if o.Layer < 0 {
+		for i := m.sel + d; i >= 0 && i < len(ops); i += d {
+			if ops[i].Layer >= 0 {
+				return i
+			}
+		}
+		return -1
+	}
+	suffix := strings.TrimPrefix(o.Op, fmt.Sprintf("layers.%d.", o.Layer))
+	outside := -1
+	for i := m.sel + d; i >= 0 && i < len(ops); i += d {
+		c := &ops[i]
+		if c.Layer < 0 {
+			if outside < 0 {
+				outside = i
+			}
+			continue
+		}
+		if c.Layer != o.Layer && c.Role == o.Role && strings.TrimPrefix(c.Op, fmt.Sprintf("layers.%d.", c.Layer)) == suffix {
+			return i
+		}
+	}
+	return outside
+}
+
+func (m *Model) stepSeq(d int) tea.Cmd {
+	o := m.selected()
+	if o == nil || len(o.Seqs) < 2 {
+		m.setStatus(statusInfo, "this op has one captured sequence")
+		return nil
+	}
+	at := 0
+	for i, s := range o.Seqs {
+		if s == m.seq {
+			at = i
+		}
+	}
+	at = (at + d + len(o.Seqs)) % len(o.Seqs)
+	m.seq = o.Seqs[at]
+	if r, c, ok := m.heat.Cursor(); ok {
+		m.keepRow, m.keepCol = r, c
+	}
+	m.data = nil
+	return m.ensurePair()
+}
+
+func (m *Model) setScreen(s screen) tea.Cmd {
+	m.screen = s
+	m.resize()
+	return m.ensurePair()
+}
+
+func defaultExportPath() string {
+	for i := 0; ; i++ {
+		p := "bitalign-report.md"
+		if i > 0 {
+			p = fmt.Sprintf("bitalign-report-%d.md", i)
+		}
+		if _, err := os.Stat(p); os.IsNotExist(err) {
+			return p
+		}
+	}
+}
+
+// promptKey edits the filter or the export path, or answers the overwrite question.
+func (m *Model) promptKey(msg tea.KeyPressMsg) tea.Cmd {
+	k := msg.String()
+	switch m.prompt {
+	case confirmPrompt:
+		m.prompt = noPrompt
+		if k == "y" || k == "Y" {
+			return m.startExport(m.exportPath, m.exportFormat, true)
+		}
+		m.setStatus(statusInfo, "export cancelled: "+m.exportPath+" left as it was")
+		return nil
+	case filterPrompt:
+		switch k {
+		case "esc":
+			m.prompt = noPrompt
+			m.input.Blur()
+			m.list.SetFilter("")
+			m.syncSelection()
+			m.setStatus(statusInfo, "filter cleared")
+			return nil
+		case "enter":
+			m.prompt = noPrompt
+			m.input.Blur()
+			m.setStatus(statusInfo, fmt.Sprintf("filter %q: %d ops", m.list.Filter(), m.list.Visible()))
+			return m.syncSelection()
+		}
+		var cmd tea.Cmd
+		m.input, cmd = m.input.Update(msg)
+		m.list.SetFilter(m.input.Value())
+		m.syncSelection()
+		return cmd
+	case exportPrompt:
+		switch k {
+		case "esc":
+			m.prompt = noPrompt
+			m.input.Blur()
+			m.setStatus(statusInfo, "export cancelled")
+			return nil
+		case "enter":
+			m.prompt = noPrompt
+			m.input.Blur()
+			path := strings.TrimSpace(m.input.Value())
+			format, err := formatOf(path)
+			if err != nil {
+				m.setStatus(statusErr, err.Error())
+				return nil
+			}
+			m.exportPath, m.exportFormat = path, format
+			if _, err := os.Stat(path); err == nil {
+				m.prompt = confirmPrompt
+				m.setStatus(statusInfo, "")
+				return nil
+			}
+			return m.startExport(path, format, false)
+		}
+		var cmd tea.Cmd
+		m.input, cmd = m.input.Update(msg)
+		return cmd
+	}
+	return nil
+}
+
+// click selects what is under the pointer.
+func (m *Model) click(p tea.Mouse) tea.Cmd {
+	if m.rep == nil || m.showHelp || m.prompt != noPrompt || p.Button != tea.MouseLeft {
+		return nil
+	}
+	l := m.layout()
+	switch m.screen {
+	case overviewScreen:
+		if l.list.contains(p.X, p.Y) {
+			i := m.list.RowAt(p.Y - l.list.y)
+			if i < 0 {
+				return nil
+			}
+			if i == m.sel {
+				return m.setScreen(tensorScreen)
+			}
+			m.list.Select(i)
+			return m.syncSelection()
+		}
+		if l.spark.contains(p.X, p.Y) && p.Y == l.spark.y {
+			if c := p.X - l.spark.x; c < len(l.sparkOps) {
+				return m.jump(l.sparkOps[c], false)
+			}
+		}
+	case tensorScreen:
+		if l.heat.contains(p.X, p.Y) {
+			if cr, cc, ok := m.heat.CellAt(p.X-l.heat.x, p.Y-l.heat.y); ok {
+				m.heat.SetCursorCell(cr, cc)
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Model) wheel(msg tea.MouseWheelMsg) {
+	if m.rep == nil || m.showHelp {
+		return
+	}
+	if m.screen == tensorScreen {
+		m.heat, _ = m.heat.Update(msg)
+		return
+	}
+	m.list, _ = m.list.Update(msg)
+	m.syncSelection()
+}

@@ -1,0 +1,156 @@
+package ui
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+
+	"bitalign/ui/heatmap"
+	"bitalign/ui/replay"
+	"bitalign/ui/state"
+)
+
+type (
+	progressMsg Progress
+	loadedMsg   struct {
+		src state.Source
+		err error
+	}
+	pairMsg struct {
+		key  state.Key
+		data *heatmap.Data
+		err  error
+	}
+	replayMsg struct {
+		key state.Key
+		res *state.Replay
+		err error
+	}
+	exportMsg struct {
+		path  string
+		bytes int64
+		err   error
+	}
+)
+
+// cacheSize is how many prepared pairs are kept: enough to step back and forth around a divergence.
+const cacheSize = 8
+
+// ensurePair starts loading the pair the tensor view needs, unless it is shown, cached or on its way.
+func (m *Model) ensurePair() tea.Cmd {
+	k := m.curKey()
+	if m.src == nil || k.Op == "" || m.screen != tensorScreen {
+		return nil
+	}
+	if k == m.want && (m.data != nil || m.pairLoading || m.pairErr != nil) {
+		return nil
+	}
+	m.want, m.pairErr = k, nil
+	if d, ok := m.cache[k]; ok {
+		m.show(d)
+		return nil
+	}
+	m.pairLoading = true
+	src, ctx := m.src, m.ctx
+	return func() tea.Msg {
+		p, err := src.Pair(ctx, k)
+		if err != nil {
+			return pairMsg{key: k, err: err}
+		}
+		d, err := heatmap.Prepare(p)
+		return pairMsg{key: k, data: d, err: err}
+	}
+}
+
+func (m *Model) pairLoaded(msg pairMsg) tea.Cmd {
+	if msg.err == nil {
+		m.cache[msg.key] = msg.data
+		m.cacheOrder = append(m.cacheOrder, msg.key)
+		if len(m.cacheOrder) > cacheSize {
+			delete(m.cache, m.cacheOrder[0])
+			m.cacheOrder = m.cacheOrder[1:]
+		}
+	}
+	if msg.key != m.want {
+		return m.ensurePair() // stale: the user moved on
+	}
+	m.pairLoading = false
+	if msg.err != nil {
+		m.pairErr = msg.err
+		m.data = nil
+		m.setStatus(statusErr, msg.err.Error())
+		return nil
+	}
+	m.show(msg.data)
+	return nil
+}
+
+func (m *Model) show(d *heatmap.Data) {
+	m.data = d
+	m.pairLoading = false
+	m.heat.SetData(d, m.keepRow, m.keepCol)
+	m.keepRow, m.keepCol = -1, -1
+}
+
+// startReplay re-executes the selected op in the background.
+func (m *Model) startReplay() tea.Cmd {
+	k := m.curKey()
+	if m.src == nil || k.Op == "" {
+		return nil
+	}
+	if s := m.replays[k]; s != nil && s.Running {
+		m.setStatus(statusInfo, "replay of "+k.Op+" is already running")
+		return nil
+	}
+	backend := ""
+	if b, ok := m.src.(interface{ ReplayBackend() string }); ok {
+		backend = b.ReplayBackend()
+	}
+	m.replays[k] = &replay.Status{Running: true, Backend: backend, Since: time.Now()}
+	on := ""
+	if backend != "" {
+		on = " on " + backend
+	}
+	m.setStatus(statusInfo, fmt.Sprintf("replaying %s%s…", k.Op, on))
+	src, ctx := m.src, m.ctx
+	return func() tea.Msg {
+		res, err := src.Replay(ctx, k)
+		return replayMsg{key: k, res: res, err: err}
+	}
+}
+
+func (m *Model) replayDone(msg replayMsg) {
+	s := m.replays[msg.key]
+	if s == nil {
+		s = &replay.Status{}
+		m.replays[msg.key] = s
+	}
+	s.Running, s.Result, s.Err = false, msg.res, msg.err
+	switch {
+	case errors.Is(msg.err, state.ErrNoReplay):
+		m.setStatus(statusErr, "replay: "+msg.err.Error())
+	case msg.err != nil:
+		m.setStatus(statusErr, "replay "+msg.key.Op+": "+msg.err.Error())
+	default:
+		m.setStatus(statusOK, fmt.Sprintf("replay (%s): %s", msg.res.Backend, msg.res.Verdict))
+	}
+}
+
+func (m *Model) startExport(path, format string, overwrite bool) tea.Cmd {
+	src := m.src
+	m.setStatus(statusInfo, "exporting "+path+"…")
+	return func() tea.Msg {
+		n, err := writeAtomic(path, overwrite, func(w *countingWriter) error { return src.WriteReport(w, format) })
+		return exportMsg{path: path, bytes: n, err: err}
+	}
+}
+
+func (m *Model) exportDone(msg exportMsg) {
+	if msg.err != nil {
+		m.setStatus(statusErr, msg.err.Error())
+		return
+	}
+	m.setStatus(statusOK, fmt.Sprintf("✓ report written to %s (%s)", msg.path, byteCount(msg.bytes)))
+}

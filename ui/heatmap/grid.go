@@ -1,0 +1,115 @@
+// Package heatmap draws a tensor pair's mismatch map over tokens × features: cells coloured by log2 ULP,
+// two cells per character (half blocks), downsampled to the panel by taking each block's worst element, with a
+// cursor, axis rulers, a legend and the slice's ULP histogram.
+package heatmap
+
+import (
+	"fmt"
+
+	"bitalign/ui/fp"
+	"bitalign/ui/state"
+)
+
+// Data is a pair's per-element ULP buckets, computed once per pair (in the background) and downsampled to
+// the panel on every resize.
+type Data struct {
+	Pair    *state.Pair
+	Format  fp.Format
+	Bucket  []uint8 // per element: fp.Bucket(ULP)
+	Hist    [65]uint64
+	MaxULP  uint64
+	MaxAt   int // element index of the largest ULP (0 when all equal)
+	Diff    int64
+	Missing int // rows one side did not capture (compared as equal, shown in the bit view)
+}
+
+// Prepare computes the element buckets of p. A side that is missing leaves every bucket 0.
+func Prepare(p *state.Pair) (*Data, error) {
+	f, err := fp.Parse(p.DType)
+	if err != nil {
+		return nil, err
+	}
+	n := p.Rows * p.Cols
+	d := &Data{Pair: p, Format: f, Bucket: make([]uint8, n)}
+	if p.A == nil || p.B == nil {
+		d.Hist[0] = uint64(n)
+		return d, nil
+	}
+	if len(p.A) < n*f.Size || len(p.B) < n*f.Size {
+		return nil, fmt.Errorf("heatmap: %s: %d×%d %s needs %d bytes a side, have %d and %d", p.Key, p.Rows, p.Cols,
+			p.DType, n*f.Size, len(p.A), len(p.B))
+	}
+	for r := 0; r < p.Rows; r++ {
+		if !p.Has(0, r) || !p.Has(1, r) {
+			d.Missing++
+			d.Hist[0] += uint64(p.Cols)
+			continue
+		}
+		for i := r * p.Cols; i < (r+1)*p.Cols; i++ {
+			u := f.ULP(f.Bits(p.A, i), f.Bits(p.B, i))
+			bk := fp.Bucket(u)
+			d.Bucket[i] = bk
+			d.Hist[bk]++
+			if u > d.MaxULP {
+				d.MaxULP, d.MaxAt = u, i
+			}
+		}
+	}
+	d.Diff = int64(n) - int64(d.Hist[0])
+	return d, nil
+}
+
+// Grid is Data downsampled to CR×CC cells: each cell holds its block's worst bucket and where that element is.
+type Grid struct {
+	Rows, Cols int // data: tokens × features
+	CR, CC     int // cells
+	Bucket     []uint8
+	Arg        []int // element index of each cell's worst element (its first element when all are equal)
+}
+
+// RowOf is the cell row holding data row r.
+func (g *Grid) RowOf(r int) int { return min(r*g.CR/max(g.Rows, 1), g.CR-1) }
+
+// ColOf is the cell column holding data column c.
+func (g *Grid) ColOf(c int) int { return min(c*g.CC/max(g.Cols, 1), g.CC-1) }
+
+// RowSpan is the data rows [lo, hi) of cell row r.
+func (g *Grid) RowSpan(r int) (int, int) { return r * g.Rows / g.CR, (r + 1) * g.Rows / g.CR }
+
+// ColSpan is the data columns [lo, hi) of cell column c.
+func (g *Grid) ColSpan(c int) (int, int) { return c * g.Cols / g.CC, (c + 1) * g.Cols / g.CC }
+
+// Downsample bins d into at most maxR×maxC cells (never more cells than elements).
+func Downsample(d *Data, maxR, maxC int) *Grid {
+	p := d.Pair
+	g := &Grid{Rows: p.Rows, Cols: p.Cols, CR: max(1, min(p.Rows, maxR)), CC: max(1, min(p.Cols, maxC))}
+	g.Bucket = make([]uint8, g.CR*g.CC)
+	g.Arg = make([]int, g.CR*g.CC)
+	// column → cell map, so the inner loop is a table lookup
+	colCell := make([]int32, p.Cols)
+	for c := range colCell {
+		colCell[c] = int32(g.ColOf(c))
+	}
+	for cr := 0; cr < g.CR; cr++ {
+		lo, hi := g.RowSpan(cr)
+		base := cr * g.CC
+		for cc := 0; cc < g.CC; cc++ {
+			c0, _ := g.ColSpan(cc)
+			g.Arg[base+cc] = lo*p.Cols + c0
+		}
+		for r := lo; r < hi; r++ {
+			row := d.Bucket[r*p.Cols : (r+1)*p.Cols]
+			for c, bk := range row {
+				if bk == 0 {
+					continue
+				}
+				cell := base + int(colCell[c])
+				if bk > g.Bucket[cell] {
+					g.Bucket[cell] = bk
+					g.Arg[cell] = r*p.Cols + c
+				}
+			}
+		}
+	}
+	return g
+}

@@ -1,0 +1,322 @@
+package heatmap
+
+import (
+	"fmt"
+	"strings"
+
+	tea "charm.land/bubbletea/v2"
+	"charm.land/lipgloss/v2"
+
+	"bitalign/ui/keys"
+	"bitalign/ui/theme"
+)
+
+// axisW is the width of the token-position axis left of the map.
+const axisW = 6
+
+// Model is the heatmap with its cursor. Its size is the map area: a ruler row on top, an axis on the left.
+type Model struct {
+	st     theme.Styles
+	data   *Data
+	grid   *Grid
+	w, h   int
+	cr, cc int // cursor cell
+	sx, sy int // display scale: each cell is sx characters wide and sy half-rows tall (small tensors)
+	pin    int // element the cursor is pinned to inside its cell (-1: the cell's worst element)
+
+	// cells[top][bottom] is "▀" coloured top/bottom, built once from the styles
+	cells      [theme.Levels + 1][theme.Levels + 1]string
+	cursorT    [theme.Levels + 1]string // cursor in the top half, bottom level given
+	cursorB    [theme.Levels + 1]string // cursor in the bottom half, top level given
+	cursorFull string                   // cursor in both halves (magnified cells)
+}
+
+// New returns an empty heatmap.
+func New(st theme.Styles) Model {
+	m := Model{st: st, pin: -1}
+	m.buildCells()
+	return m
+}
+
+func (m *Model) buildCells() {
+	st := m.st
+	white := st.Cursor.GetForeground()
+	for t := 0; t <= theme.Levels; t++ {
+		for b := 0; b <= theme.Levels; b++ {
+			if st.Color {
+				m.cells[t][b] = lipgloss.NewStyle().Foreground(st.HeatColor(t)).Background(st.HeatColor(b)).Render("▀")
+			} else {
+				m.cells[t][b] = theme.Shade(max(t, b))
+			}
+		}
+		if st.Color {
+			m.cursorT[t] = lipgloss.NewStyle().Foreground(white).Background(st.HeatColor(t)).Render("▀")
+			m.cursorB[t] = lipgloss.NewStyle().Foreground(st.HeatColor(t)).Background(white).Render("▀")
+		} else {
+			m.cursorT[t], m.cursorB[t] = "◘", "◘"
+		}
+	}
+	m.cursorFull = "◘"
+	if st.Color {
+		m.cursorFull = lipgloss.NewStyle().Foreground(white).Render("█")
+	}
+}
+
+// SetStyles swaps the styles (the colour profile changed).
+func (m *Model) SetStyles(st theme.Styles) {
+	m.st = st
+	m.buildCells()
+}
+
+// Data is the data shown, nil before the first SetData.
+func (m Model) Data() *Data { return m.data }
+
+// Grid is the current downsampled grid, nil when there is no data.
+func (m Model) Grid() *Grid { return m.grid }
+
+// SetData shows d, putting the cursor on data row keepRow (the same token as before a step) and column
+// keepCol when they exist; negative values put the cursor on the worst element.
+func (m *Model) SetData(d *Data, keepRow, keepCol int) {
+	m.data, m.pin = d, -1
+	m.regrid()
+	if m.grid == nil {
+		return
+	}
+	if keepRow < 0 || keepCol < 0 {
+		m.MoveToElement(d.MaxAt)
+		return
+	}
+	r, c := min(keepRow, m.grid.Rows-1), min(keepCol, m.grid.Cols-1)
+	m.MoveToElement(r*m.grid.Cols + c)
+}
+
+// SetSize sets the map area (ruler and axis included) and re-bins the data, keeping the cursor's element.
+func (m *Model) SetSize(w, h int) {
+	if w == m.w && h == m.h {
+		return
+	}
+	r, c, ok := m.Cursor()
+	pinned := m.pin >= 0
+	m.w, m.h = w, h
+	m.regrid()
+	if ok && m.grid != nil {
+		m.MoveToElement(r*m.grid.Cols + c)
+		if !pinned {
+			m.pin = -1
+		}
+	}
+}
+
+func (m *Model) regrid() {
+	if m.data == nil || m.w <= axisW || m.h < 2 {
+		m.grid = nil
+		return
+	}
+	m.grid = Downsample(m.data, 2*(m.h-1), m.w-axisW)
+	m.cr = min(m.cr, m.grid.CR-1)
+	m.cc = min(m.cc, m.grid.CC-1)
+	// small tensors are magnified by whole factors (at most 4) so they fill the panel
+	m.sx = max(1, min(4, (m.w-axisW)/m.grid.CC))
+	m.sy = max(1, min(4, 2*(m.h-1)/m.grid.CR))
+}
+
+// Cursor returns the data row and column of the selected element: the one the cursor was put on (a step
+// keeps the token and feature; m goes to the largest ULP), else the cursor cell's worst element.
+func (m Model) Cursor() (row, col int, ok bool) {
+	if m.grid == nil {
+		return 0, 0, false
+	}
+	i := m.grid.Arg[m.cr*m.grid.CC+m.cc]
+	if m.pin >= 0 {
+		i = m.pin
+	}
+	return i / m.grid.Cols, i % m.grid.Cols, true
+}
+
+// Pinned reports whether the selected element was chosen exactly (not as its cell's worst).
+func (m Model) Pinned() bool { return m.pin >= 0 }
+
+// CursorCell is the cursor's cell and the data block it covers.
+func (m Model) CursorCell() (cr, cc, r0, r1, c0, c1 int) {
+	if m.grid == nil {
+		return
+	}
+	r0, r1 = m.grid.RowSpan(m.cr)
+	c0, c1 = m.grid.ColSpan(m.cc)
+	return m.cr, m.cc, r0, r1, c0, c1
+}
+
+// MoveToElement puts the cursor on the cell holding element i.
+func (m *Model) MoveToElement(i int) {
+	if m.grid == nil {
+		return
+	}
+	i = max(0, min(i, m.grid.Rows*m.grid.Cols-1))
+	m.cr, m.cc = m.grid.RowOf(i/m.grid.Cols), m.grid.ColOf(i%m.grid.Cols)
+	m.pin = i
+}
+
+// Move moves the cursor by (dr, dc) cells.
+func (m *Model) Move(dr, dc int) {
+	if m.grid == nil {
+		return
+	}
+	m.cr = max(0, min(m.cr+dr, m.grid.CR-1))
+	m.cc = max(0, min(m.cc+dc, m.grid.CC-1))
+	if dr != 0 || dc != 0 {
+		m.pin = -1
+	}
+}
+
+// CellAt maps a point of the map area (as drawn by View) to a cell.
+func (m Model) CellAt(x, y int) (cr, cc int, ok bool) {
+	if m.grid == nil || x < axisW || y < 1 {
+		return 0, 0, false
+	}
+	cc, cr = (x-axisW)/m.sx, 2*(y-1)/m.sy
+	if cc >= m.grid.CC || cr >= m.grid.CR {
+		return 0, 0, false
+	}
+	return cr, cc, true
+}
+
+// SetCursorCell moves the cursor to a cell (from CellAt).
+func (m *Model) SetCursorCell(cr, cc int) {
+	m.cr, m.cc, m.pin = cr, cc, -1
+	m.Move(0, 0)
+}
+
+// Update moves the cursor on navigation keys and the wheel.
+func (m Model) Update(msg tea.Msg) (Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.KeyPressMsg:
+		switch keys.Lookup(msg.String()) {
+		case keys.Up:
+			m.Move(-1, 0)
+		case keys.Down:
+			m.Move(1, 0)
+		case keys.Left:
+			m.Move(0, -1)
+		case keys.Right:
+			m.Move(0, 1)
+		case keys.FastUp:
+			m.Move(-8, 0)
+		case keys.FastDown:
+			m.Move(8, 0)
+		case keys.FastLeft:
+			m.Move(0, -8)
+		case keys.FastRight:
+			m.Move(0, 8)
+		}
+	case tea.MouseWheelMsg:
+		switch msg.Button {
+		case tea.MouseWheelUp:
+			m.Move(-1, 0)
+		case tea.MouseWheelDown:
+			m.Move(1, 0)
+		case tea.MouseWheelLeft:
+			m.Move(0, -1)
+		case tea.MouseWheelRight:
+			m.Move(0, 1)
+		}
+	}
+	return m, nil
+}
+
+// View draws the ruler, the axis and the map, exactly w×h.
+func (m Model) View() string {
+	if m.grid == nil {
+		msg := "no data"
+		if m.data != nil {
+			msg = "too small"
+		}
+		return strings.Join(theme.FitLines(m.st.Muted.Render(msg), m.w, m.h), "\n")
+	}
+	g := m.grid
+	var b strings.Builder
+	b.Grow((m.h + 1) * (m.w*20 + 8))
+	b.WriteString(m.ruler())
+	pos0 := m.data.Pair.Pos0
+	sx, sy := m.sx, m.sy
+	for y := 0; y < m.h-1; y++ {
+		b.WriteByte('\n')
+		t, bo := 2*y/sy, (2*y+1)/sy // cell rows of the top and bottom halves
+		if t >= g.CR {
+			b.WriteString(strings.Repeat(" ", m.w))
+			continue
+		}
+		// axis: the token position where a cell row starts (every other row at most), and a marker on the
+		// cursor's row
+		label := ""
+		onCursor := t == m.cr || bo == m.cr
+		if (2*y)%sy == 0 && (t%2 == 0 || sy > 1) || onCursor {
+			r0, _ := g.RowSpan(t)
+			label = fmt.Sprint(pos0 + int64(r0))
+		}
+		if onCursor {
+			b.WriteString(m.st.Accent.Render(fmt.Sprintf("%*s▶", axisW-2, label)) + " ")
+		} else {
+			b.WriteString(m.st.Faint.Render(fmt.Sprintf("%*s ", axisW-1, label)))
+		}
+		top := g.Bucket[t*g.CC : (t+1)*g.CC]
+		var bot []uint8
+		if bo < g.CR {
+			bot = g.Bucket[bo*g.CC : (bo+1)*g.CC]
+		}
+		for x := 0; x < g.CC*sx; x++ {
+			c := x / sx
+			lt, lb := theme.Level(top[c]), 0
+			if bot != nil {
+				lb = theme.Level(bot[c])
+			}
+			switch {
+			case c == m.cc && t == m.cr && bo == m.cr:
+				b.WriteString(m.cursorFull)
+			case c == m.cc && t == m.cr:
+				b.WriteString(m.cursorT[lb])
+			case c == m.cc && bo == m.cr:
+				b.WriteString(m.cursorB[lt])
+			default:
+				b.WriteString(m.cells[lt][lb])
+			}
+		}
+		if pad := m.w - axisW - g.CC*sx; pad > 0 {
+			b.WriteString(strings.Repeat(" ", pad))
+		}
+	}
+	return b.String()
+}
+
+// ruler is the feature axis: labels every 16 characters and a ▼ over the cursor column.
+func (m Model) ruler() string {
+	g := m.grid
+	line := []rune(strings.Repeat(" ", m.w-axisW))
+	step := 16
+	for x := 0; x < g.CC*m.sx; x += step {
+		lo, _ := g.ColSpan(x / m.sx)
+		l := []rune(fmt.Sprint(lo))
+		if x+len(l) < len(line) {
+			copy(line[x:], l)
+		}
+	}
+	cur := m.cc * m.sx
+	head := m.st.Faint.Render(theme.Fit("feat", axisW))
+	if cur < len(line) {
+		return head + m.st.Faint.Render(string(line[:cur])) + m.st.Accent.Render("▼") + m.st.Faint.Render(string(line[cur+1:]))
+	}
+	return head + m.st.Faint.Render(string(line))
+}
+
+// Legend is a one-line key to the heat colours.
+func Legend(st theme.Styles) string {
+	var b strings.Builder
+	b.WriteString(st.Muted.Render("ULP "))
+	for l := 0; l <= theme.Levels; l++ {
+		sw := "■"
+		if !st.Color {
+			sw = theme.Shade(l)
+		}
+		b.WriteString(st.Heat[l].Render(sw) + st.Faint.Render(theme.LevelLabel(l)) + " ")
+	}
+	return strings.TrimRight(b.String(), " ")
+}

@@ -1,0 +1,91 @@
+package ui
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
+
+	"bitalign/ui/internal/fake"
+	"bitalign/ui/state"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ui")
+
+// run executes cmd and feeds the UI's own messages back (see drive).
+func run(t *testing.T, m *Model, cmd tea.Cmd) []tea.Msg {
+	t.Helper()
+	return drive(m, cmd)
+}
+
+func fakeLoader(src state.Source, err error) Loader {
+	return func(ctx context.Context, progress func(Progress)) (Source, error) {
+		progress(Progress{Stage: "diffing", Done: 1, Total: 2})
+		return src, err
+	}
+}
+
+// loaded returns a model over the default fake session, loaded and sized w×h.
+func loaded(t *testing.T, cfg fake.Config, w, h int) *Model {
+	t.Helper()
+	m := New(context.Background(), fakeLoader(fake.New(cfg), nil), "demo")
+	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
+	run(t, m, m.Init())
+	if m.rep == nil {
+		t.Fatal("model did not load")
+	}
+	return m
+}
+
+// press sends key presses by their names ("j", "enter", "ctrl+c", "shift+up", or a literal rune).
+func press(t *testing.T, m *Model, names ...string) []tea.Msg {
+	t.Helper()
+	var other []tea.Msg
+	for _, n := range names {
+		_, cmd := m.Update(keyMsg(n))
+		other = append(other, run(t, m, cmd)...)
+	}
+	return other
+}
+
+func keyMsg(n string) tea.KeyPressMsg { return keyPress(n) }
+
+// typeText sends each rune of s as a key press.
+func typeText(t *testing.T, m *Model, s string) {
+	t.Helper()
+	for _, r := range s {
+		press(t, m, string(r))
+	}
+}
+
+// text is the rendered view without colour, trailing spaces trimmed.
+func text(m *Model) string {
+	lines := strings.Split(ansi.Strip(m.Render()), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimRight(lines[i], " ")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// golden compares got with testdata/ui/name.golden (rewritten with -update).
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("..", "testdata", "ui", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./ui -update)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from %s (run go test ./ui -update after checking):\n%s", name, path, got)
+	}
+}

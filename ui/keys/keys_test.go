@@ -1,0 +1,53 @@
+package keys
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/keys.md")
+
+// TestDocs fails when docs/keys.md is not what the table generates.
+func TestDocs(t *testing.T) {
+	path := filepath.Join("..", "..", "docs", "keys.md")
+	want := Markdown()
+	if *update {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (regenerate: go test ./ui/keys -run TestDocs -update)", err)
+	}
+	if string(got) != want {
+		t.Fatalf("docs/keys.md is stale: regenerate with go test ./ui/keys -run TestDocs -update")
+	}
+}
+
+// TestNoDuplicateKeys: one key, one action.
+func TestNoDuplicateKeys(t *testing.T) {
+	seen := map[string]Action{}
+	for _, e := range Table {
+		for _, k := range e.Binding.Keys() {
+			if a, ok := seen[k]; ok {
+				t.Errorf("key %q bound to both %d and %d", k, a, e.Action)
+			}
+			seen[k] = e.Action
+		}
+	}
+}
+
+func TestLookup(t *testing.T) {
+	for k, want := range map[string]Action{"q": Quit, "ctrl+c": Quit, "N": PrevDiv, "n": NextDiv, "/": Filter, "x": None} {
+		if got := Lookup(k); got != want {
+			t.Errorf("Lookup(%q) = %d, want %d", k, got, want)
+		}
+	}
+	var km KeyMap
+	if len(km.FullHelp()) != len(Groups) || len(km.ShortHelp()) == 0 {
+		t.Error("KeyMap: want one column per group and a non-empty short help")
+	}
+}

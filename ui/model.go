@@ -1,0 +1,260 @@
+// Package ui is bitalign's interactive terminal debugger (Bubble Tea v2). The root Model routes messages to
+// one component per sub-package (oplist, heatmap, bits, overview, replay, help) and reads the session only
+// through the state.Source interface, so the whole UI is tested against a fake source.
+package ui
+
+import (
+	"context"
+
+	"charm.land/bubbles/v2/textinput"
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/colorprofile"
+
+	"bitalign/ui/heatmap"
+	"bitalign/ui/oplist"
+	"bitalign/ui/replay"
+	"bitalign/ui/state"
+	"bitalign/ui/theme"
+)
+
+// Source, Report and the other plain structs the UI draws are defined in ui/state.
+type (
+	Source = state.Source
+	Report = state.Report
+)
+
+// Progress is a loader's report of how far it got.
+type Progress struct {
+	Stage       string // "generating demo", "reading trainer", "diffing", ...
+	Done, Total int64  // Total 0: unknown
+}
+
+// Loader opens (or generates) the captures and diffs them. It runs in the background; progress may be called
+// from any goroutine.
+type Loader func(ctx context.Context, progress func(Progress)) (Source, error)
+
+type screen int
+
+const (
+	overviewScreen screen = iota
+	tensorScreen
+)
+
+type promptKind int
+
+const (
+	noPrompt promptKind = iota
+	filterPrompt
+	exportPrompt
+	confirmPrompt
+)
+
+type statusKind int
+
+const (
+	statusInfo statusKind = iota
+	statusOK
+	statusErr
+)
+
+// Model is the root model.
+type Model struct {
+	ctx   context.Context
+	st    theme.Styles
+	load  Loader
+	title string
+
+	w, h int
+
+	loading bool
+	prog    Progress
+	loadErr error
+	loadCh  chan tea.Msg
+
+	src state.Source
+	rep *state.Report
+
+	screen   screen
+	showHelp bool
+	list     oplist.Model
+	heat     heatmap.Model
+	sel      int          // selected op (index into rep.Ops), -1 before loading
+	seq      state.SeqKey // the (step, seq) slice shown
+
+	want         state.Key // the pair the tensor view wants
+	data         *heatmap.Data
+	pairErr      error
+	pairLoading  bool
+	cache        map[state.Key]*heatmap.Data
+	cacheOrder   []state.Key
+	keepRow      int // token (data row) to keep when the next pair arrives; -1: go to the worst element
+	keepCol      int
+	replays      map[state.Key]*replay.Status
+	prompt       promptKind
+	input        textinput.Model
+	exportPath   string
+	exportFormat string
+	status       string
+	statusKind   statusKind
+}
+
+// New returns the root model; Init starts load in the background. title names what is being opened.
+func New(ctx context.Context, load Loader, title string) *Model {
+	st := theme.Default()
+	m := &Model{ctx: ctx, st: st, load: load, title: title, w: 80, h: 24, loading: true, sel: -1,
+		list: oplist.New(st), heat: heatmap.New(st), cache: map[state.Key]*heatmap.Data{},
+		replays: map[state.Key]*replay.Status{}, keepRow: -1, keepCol: -1}
+	m.input = textinput.New()
+	m.input.Prompt = ""
+	is := textinput.DefaultDarkStyles()
+	is.Cursor.Blink = false // a steady cursor: no timer messages while typing
+	is.Focused.Text = st.Text
+	m.input.SetStyles(is)
+	m.resize()
+	return m
+}
+
+// Init starts loading.
+func (m *Model) Init() tea.Cmd {
+	m.loadCh = make(chan tea.Msg, 64)
+	ch, ctx, load := m.loadCh, m.ctx, m.load
+	go func() {
+		src, err := load(ctx, func(p Progress) {
+			select {
+			case ch <- progressMsg(p):
+			default: // drop: the UI only needs the latest
+			}
+		})
+		ch <- loadedMsg{src: src, err: err}
+	}()
+	return waitLoad(ch)
+}
+
+func waitLoad(ch chan tea.Msg) tea.Cmd { return func() tea.Msg { return <-ch } }
+
+// setStyles switches styles, e.g. when the terminal turns out to have no colour.
+func (m *Model) setStyles(st theme.Styles) {
+	m.st = st
+	m.list = oplist.New(st)
+	if m.rep != nil {
+		m.list.SetOps(m.rep.Ops)
+		if m.sel >= 0 {
+			m.list.Select(m.sel)
+		}
+	}
+	m.heat.SetStyles(st)
+	m.resize()
+}
+
+// colourProfile adapts to the terminal: shade glyphs instead of colour when it has none.
+func (m *Model) colourProfile(p colorprofile.Profile) {
+	noColour := p == colorprofile.Ascii || p == colorprofile.NoTTY
+	if noColour == !m.st.Color {
+		return
+	}
+	st := m.st
+	st.Color = !noColour
+	m.setStyles(st)
+}
+
+// Update routes a message to its owner, then re-lays out (panel sizes depend on what is shown).
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	cmd := m.update(msg)
+	m.resize()
+	return m, cmd
+}
+
+func (m *Model) update(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.w, m.h = msg.Width, msg.Height
+		m.resize()
+		return nil
+	case tea.ColorProfileMsg:
+		m.colourProfile(msg.Profile)
+		return nil
+	case progressMsg:
+		m.prog = Progress(msg)
+		return waitLoad(m.loadCh)
+	case loadedMsg:
+		return m.loaded(msg)
+	case pairMsg:
+		return m.pairLoaded(msg)
+	case replayMsg:
+		m.replayDone(msg)
+		return nil
+	case exportMsg:
+		m.exportDone(msg)
+		return nil
+	case tea.KeyPressMsg:
+		return m.handleKey(msg)
+	case tea.MouseClickMsg:
+		return m.click(msg.Mouse())
+	case tea.MouseWheelMsg:
+		m.wheel(msg)
+		return nil
+	}
+	if m.prompt != noPrompt {
+		var cmd tea.Cmd
+		m.input, cmd = m.input.Update(msg)
+		return cmd
+	}
+	return nil
+}
+
+func (m *Model) setStatus(k statusKind, s string) { m.status, m.statusKind = s, k }
+
+func (m *Model) loaded(msg loadedMsg) tea.Cmd {
+	m.loading = false
+	if msg.err != nil {
+		m.loadErr = msg.err
+		m.setStatus(statusErr, msg.err.Error())
+		return nil
+	}
+	m.src = msg.src
+	m.rep = msg.src.Report()
+	m.list.SetOps(m.rep.Ops)
+	m.sel = m.list.Selected()
+	if first := m.rep.FirstDivergent(); first >= 0 {
+		m.list.Select(first)
+		m.sel = first
+		m.setStatus(statusInfo, "loaded: first divergence selected (enter opens it)")
+	} else if m.rep.Identical {
+		m.setStatus(statusOK, "loaded: the captures are bitwise identical")
+	} else {
+		m.setStatus(statusInfo, "loaded")
+	}
+	if m.sel >= 0 {
+		m.seq = seqOf(&m.rep.Ops[m.sel], state.SeqKey{Step: -1})
+	}
+	m.resize()
+	return m.ensurePair()
+}
+
+// seqOf picks the slice to show for op o: keep (when o has it), else o's worst slice.
+func seqOf(o *state.OpStat, keep state.SeqKey) state.SeqKey {
+	for _, s := range o.Seqs {
+		if s == keep {
+			return s
+		}
+	}
+	k := o.Key()
+	return state.SeqKey{Step: k.Step, Seq: k.Seq}
+}
+
+// selected is the selected op, nil when none.
+func (m *Model) selected() *state.OpStat {
+	if m.rep == nil || m.sel < 0 || m.sel >= len(m.rep.Ops) {
+		return nil
+	}
+	return &m.rep.Ops[m.sel]
+}
+
+// curKey is the selected op's current slice.
+func (m *Model) curKey() state.Key {
+	o := m.selected()
+	if o == nil {
+		return state.Key{}
+	}
+	return state.Key{Op: o.Op, Role: o.Role, Step: m.seq.Step, Seq: m.seq.Seq}
+}

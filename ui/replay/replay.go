@@ -1,0 +1,85 @@
+// Package replay draws the verdict of re-executing an op from each side's captured inputs: which side the
+// deterministic engine reproduces, and whether the divergence starts at this op or comes from upstream.
+package replay
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"bitalign/ui/oplist"
+	"bitalign/ui/state"
+	"bitalign/ui/theme"
+)
+
+// Status is what the panel shows for the selected op.
+type Status struct {
+	Running bool
+	Backend string // known while running when the source says so
+	Since   time.Time
+	Result  *state.Replay
+	Err     error
+}
+
+// View draws s in w×h.
+func View(st theme.Styles, s Status, sides [2]string, w, h int) string {
+	var lines []string
+	switch {
+	case s.Running:
+		lines = append(lines, st.Info.Render("replaying…"), st.Muted.Render("the engine re-executes this op from"),
+			st.Muted.Render("each side's captured inputs"))
+	case s.Err != nil:
+		lines = append(lines, st.StatusErr.Render("replay failed"))
+		lines = append(lines, strings.Split(wrap(s.Err.Error(), w), "\n")...)
+	case s.Result == nil:
+		lines = append(lines, st.Muted.Render("press r to replay this op"), st.Faint.Render("with the deterministic engine"))
+	default:
+		r := s.Result
+		verdict, rest, _ := strings.Cut(r.Verdict, ":")
+		vs := st.Good
+		if r.Local {
+			vs = st.Bad
+		} else if !r.InputsIdentical {
+			vs = st.Warn
+		}
+		lines = append(lines, vs.Bold(true).Render(strings.ToUpper(verdict))+st.Muted.Render(fmt.Sprintf("  %s · %s", r.Backend,
+			r.Elapsed.Round(time.Millisecond))))
+		lines = append(lines, strings.Split(wrap(strings.TrimSpace(rest), w), "\n")...)
+		in := st.Good.Render("identical")
+		if !r.InputsIdentical {
+			in = st.Warn.Render("differ")
+		}
+		lines = append(lines, st.Muted.Render(theme.Fit("inputs", 14))+in)
+		lines = append(lines, side(st, sides[0], r.FromA), side(st, sides[1], r.FromB))
+	}
+	return strings.Join(theme.FitLines(strings.Join(lines, "\n"), w, h), "\n")
+}
+
+func side(st theme.Styles, name string, s state.ReplaySide) string {
+	label := st.Muted.Render(theme.Fit("from "+name, 14))
+	if s.Reproduces {
+		return label + st.Good.Render("✓ reproduced")
+	}
+	return label + st.Bad.Render(fmt.Sprintf("✗ %d differ, max %s", s.Mismatched, oplist.FormatULP(s.MaxULP)))
+}
+
+// wrap breaks s into lines of at most w cells at spaces.
+func wrap(s string, w int) string {
+	if w <= 0 {
+		return s
+	}
+	var out []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		if line != "" && len([]rune(line))+1+len([]rune(word)) > w {
+			out = append(out, line)
+			line = word
+			continue
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	return strings.Join(append(out, line), "\n")
+}

@@ -1,0 +1,207 @@
+// Package state holds the plain structs the TUI draws and the Source interface through which it reads a
+// debugging session. Following Delve's split, the UI never reaches into the session core directly: an adapter
+// (ui.FromSession) fills these structs, and tests and screenshots use a fake Source.
+package state
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Source is everything the UI asks of a loaded debugging session. Calls other than Report may be slow and
+// are always made from a background command, never from Update or View.
+type Source interface {
+	// Report is the whole-capture diff; it never changes once the source is loaded.
+	Report() *Report
+	// Pair returns both sides of one tensor over tokens × features.
+	Pair(ctx context.Context, k Key) (*Pair, error)
+	// Replay re-executes k's op from each side's captured inputs. ErrNoReplay when no checkpoint is loaded.
+	Replay(ctx context.Context, k Key) (*Replay, error)
+	// WriteReport writes the divergence report in format "md", "json" or "html".
+	WriteReport(w io.Writer, format string) error
+}
+
+// ErrNoReplay is returned by Source.Replay when replay is impossible (no checkpoint).
+var ErrNoReplay = fmt.Errorf("replay needs a checkpoint (open with --checkpoint DIR)")
+
+// Key names one tensor of a capture: an op's output (or input) at one step for one sequence.
+type Key struct {
+	Op   string
+	Role string
+	Step int64
+	Seq  int64
+}
+
+func (k Key) String() string {
+	return fmt.Sprintf("%s[%s] step %d seq %d", k.Op, k.Role, k.Step, k.Seq)
+}
+
+// Status of one op in the report.
+type Status int
+
+const (
+	Identical     Status = iota // every element bitwise equal
+	Divergent                   // at least one element differs
+	MissingA                    // captured only by side B
+	MissingB                    // captured only by side A
+	Incomplete                  // compared elements identical, but positions missing on a side
+	ShapeMismatch               // shapes or dtypes disagree: nothing compared
+)
+
+func (s Status) String() string {
+	switch s {
+	case Identical:
+		return "identical"
+	case Divergent:
+		return "divergent"
+	case MissingA:
+		return "missing in A"
+	case MissingB:
+		return "missing in B"
+	case Incomplete:
+		return "incomplete"
+	case ShapeMismatch:
+		return "shape mismatch"
+	}
+	return fmt.Sprintf("Status(%d)", int(s))
+}
+
+// Missing reports whether one side lacks the tensor.
+func (s Status) Missing() bool { return s == MissingA || s == MissingB }
+
+// CaptureInfo is one capture's metadata as shown side by side in the overview.
+type CaptureInfo struct {
+	Path          string
+	Side          string // "trainer", "sampler", ...
+	Producer      string
+	Model         string // architecture and size, e.g. "llama 4L h256"
+	DType         string
+	BatchSize     int
+	TP, PP, DP    int
+	Ranks         int
+	KernelProfile string
+	Step          int64
+	Seed          uint64
+	Tensors       int
+	Bytes         int64
+	Created       time.Time
+}
+
+// Coord locates one element: a token (step, seq, pos) and a flat feature index.
+type Coord struct {
+	Step, Seq, Pos int64
+	Feature        int64
+}
+
+// Divergence is the first op (in execution order) whose outputs differ.
+type Divergence struct {
+	Op     string
+	Role   string
+	At     Coord
+	MaxULP uint64
+}
+
+// SeqKey names one (step, seq) slice of an op.
+type SeqKey struct{ Step, Seq int64 }
+
+// OpStat is one op's row in the report.
+type OpStat struct {
+	Op         string
+	Index      int32
+	Role       string
+	Layer      int // -1 for ops outside the layer stack
+	DType      string
+	Shape      []int64 // per-token feature shape (the whole shape when the tensor is not per token)
+	Status     Status
+	Elements   int64
+	Mismatched int64
+	MaxULP     uint64
+	MaxAt      *Coord
+	Hist       [65]uint64 // bucket b: ULP in [2^(b-1), 2^b); bucket 0: equal
+	MaxAbs     float64
+	MeanAbs    float64
+	MaxRel     float64
+	NaNA, NaNB int64
+	InfA, InfB int64
+	Cause      string   // "", "local", "propagated" (from the diff, when known)
+	Seqs       []SeqKey // the (step, seq) slices captured for this op, in order
+}
+
+// MismatchFrac is the fraction of elements that differ.
+func (o *OpStat) MismatchFrac() float64 {
+	if o.Elements == 0 {
+		return 0
+	}
+	return float64(o.Mismatched) / float64(o.Elements)
+}
+
+// Key returns the key of the op's most interesting slice: where its maximum ULP is, else its first slice.
+func (o *OpStat) Key() Key {
+	k := Key{Op: o.Op, Role: o.Role}
+	switch {
+	case o.MaxAt != nil:
+		k.Step, k.Seq = o.MaxAt.Step, o.MaxAt.Seq
+	case len(o.Seqs) > 0:
+		k.Step, k.Seq = o.Seqs[0].Step, o.Seqs[0].Seq
+	}
+	return k
+}
+
+// Report is the result of diffing two captures.
+type Report struct {
+	A, B      CaptureInfo
+	Identical bool
+	First     *Divergence
+	Ops       []OpStat // execution order
+}
+
+// FirstDivergent returns the index in Ops of the first divergent op, or -1.
+func (r *Report) FirstDivergent() int {
+	for i := range r.Ops {
+		if r.Ops[i].Status == Divergent {
+			return i
+		}
+	}
+	return -1
+}
+
+// Pair holds both sides of one tensor slice over Rows tokens × Cols features (trailing dims flattened).
+type Pair struct {
+	Key        Key
+	DType      string // capture dtype name: "bf16", "f16", "f32", "f64", "f8e4m3", "f8e5m2", "i32", "i64", "u8", "bool"
+	Rows       int
+	Cols       int
+	Pos0       int64  // position of row 0
+	A, B       []byte // little-endian, Rows*Cols elements each; nil when that side lacks the tensor
+	HasA, HasB []bool // per row: whether the side captured it (nil: every row)
+}
+
+// Has reports whether side 0 (A) or 1 (B) captured row r.
+func (p *Pair) Has(side, r int) bool {
+	data, has := p.A, p.HasA
+	if side == 1 {
+		data, has = p.B, p.HasB
+	}
+	return data != nil && (has == nil || has[r])
+}
+
+// Replay is the verdict of re-executing one op from each side's captured inputs.
+type Replay struct {
+	Key             Key
+	Backend         string // "CPU" or "GPU (NVIDIA H200)"
+	InputsIdentical bool   // both sides fed the op bitwise-equal inputs
+	FromA, FromB    ReplaySide
+	Local           bool   // the divergence starts in this op (not propagated from upstream)
+	Verdict         string // one line for the status line and the panel
+	Elapsed         time.Duration
+}
+
+// ReplaySide is the replay of the op from one side's inputs, compared with that side's captured output.
+type ReplaySide struct {
+	Reproduces bool   // replay output is bitwise equal to the side's captured output
+	Mismatched int64  // elements that differ from the captured output
+	MaxULP     uint64 // largest ULP distance to the captured output
+	Out        []byte // the replayed output (same layout as Pair.A), nil if unavailable
+}
