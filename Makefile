@@ -40,5 +40,20 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpenArrow -fuzztime 30s ./capture
 	$(GO) test -run '^$$' -fuzz FuzzOpenSafetensors -fuzztime 30s ./capture
 
+# CUDA kernels: nvcc exists only on the GPU machine (docs/gpu.md). Regenerates the PTX and its manifest.
+NVCC ?= nvcc
+NVCCFLAGS := -ptx -arch=sm_90 -fmad=false -ftz=false -prec-div=true -prec-sqrt=true -O3
+ptx:
+	cd kernels/cuda && for f in *.cu; do $(NVCC) $(NVCCFLAGS) -o $${f%.cu}.ptx $$f || exit 1; done && sha256sum *.cu *.cuh *.ptx > MANIFEST.sha256
+
+# Test binaries to carry to the GPU machine (scripts/gpu.sh runs them there).
+gpu-build:
+	mkdir -p .gpu
+	$(GO) build -o .gpu/bitalign .
+	$(GO) test -c -o .gpu/cuda.test ./cuda
+	$(GO) test -c -o .gpu/kernels-cuda.test ./kernels/cuda
+	$(GO) test -c -o .gpu/engine.test ./engine
+	$(GO) test -c -o .gpu/nvls.test ./nvls
+
 clean:
 	rm -rf bin

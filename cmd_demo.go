@@ -47,7 +47,7 @@ plants one documented source of mismatch (see --list-faults) on the side and at 
 			if err != nil {
 				return usageErr("demo: %v", err)
 			}
-			backend, name, err := selectBackend(device)
+			backend, name, err := engine.SelectBackend(device)
 			if err != nil {
 				return usageErr("demo: %v", err)
 			}

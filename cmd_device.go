@@ -6,28 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bitalign/cuda"
-	"bitalign/engine"
 )
-
-// selectBackend turns a --device value into the engine's backend factory (nil: the CPU) and a description of
-// what runs, for the user. "auto" takes the GPU when one can be used and says why it fell back otherwise.
-func selectBackend(device string) (engine.BackendFactory, string, error) {
-	switch device {
-	case "", "cpu":
-		return nil, "cpu", nil
-	case "cuda", "auto":
-		f, name, err := cudaBackend()
-		if err == nil {
-			return f, name, nil
-		}
-		if device == "cuda" {
-			return nil, "", err
-		}
-		return nil, fmt.Sprintf("cpu (no GPU: %v)", err), nil
-	default:
-		return nil, "", fmt.Errorf("unknown --device %q (cpu, cuda, auto)", device)
-	}
-}
 
 func newDevicesCmd() *cobra.Command {
 	return &cobra.Command{

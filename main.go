@@ -77,10 +77,13 @@ With no arguments it opens the interactive debugger on the built-in demo.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runTUI(cmd.Context(), tuiArgs{demo: true})
-		},
 	}
+	var demo tuiArgs
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		demo.demo = true
+		return runTUI(cmd.Context(), demo)
+	}
+	addDemoFlags(root, &demo)
 	root.AddCommand(newOpenCmd(), newDiffCmd(), newDemoCmd(), newReplayCmd(), newDevicesCmd(), newVersionCmd())
 	return root
 }

@@ -82,10 +82,10 @@ func readMeta(s *arrow.Schema) (Meta, error) {
 type columnKind int
 
 const (
-	kindBinary columnKind = iota // binary or large_binary
-	kindInt                      // any signed integer, or uint8/16/32
-	kindString                   // utf8 or large_utf8
-	kindIntList                  // list or large_list of int64 or int32
+	kindBinary  columnKind = iota // binary or large_binary
+	kindInt                       // any signed integer, or uint8/16/32
+	kindString                    // utf8 or large_utf8
+	kindIntList                   // list or large_list of int64 or int32
 )
 
 var columnKinds = []struct {

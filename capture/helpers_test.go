@@ -3,6 +3,8 @@ package capture
 import (
 	"strings"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
 func withGenericIndex() OpenOption { return func(c *openConfig) { c.genericOnly = true } }
@@ -21,3 +23,5 @@ func wantErr(t *testing.T, err error, path, want string) {
 		t.Fatalf("error %q, want prefix %q and %q", err, prefix, want)
 	}
 }
+
+func defaultAllocator() memory.Allocator { return memory.DefaultAllocator }

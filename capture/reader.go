@@ -77,8 +77,14 @@ func (c *Capture) addFile(path string, size int64) (err error) {
 	if err != nil {
 		return fmt.Errorf("capture: %s: %v", path, err)
 	}
-	mf := &mappedFile{path: path, data: data, unmap: unmap}
-	c.files = append(c.files, mf)
+	adviseIndexing(data)
+	defer adviseDone(data)
+	return c.addData(path, data, unmap)
+}
+
+// addData indexes the file contents data (mapped, or in memory) as file number len(c.files).
+func (c *Capture) addData(path string, data []byte, unmap func() error) (err error) {
+	c.files = append(c.files, &mappedFile{path: path, data: data, unmap: unmap})
 	idx := len(c.files) - 1
 
 	defer func() {

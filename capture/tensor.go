@@ -21,7 +21,7 @@ type Shard struct {
 	FullShape []int64
 }
 
-// NoShard is the shard spec of an unsharded tensor.
+// NoShard is the shard spec of an unsharded tensor (Writer.Write also takes the zero Shard to mean it).
 var NoShard = Shard{Dim: -1}
 
 // Sharded reports whether the spec describes a slice of a larger tensor.

@@ -38,10 +38,16 @@ func verifyFooter(data []byte) error {
 		return err
 	}
 	verifyKeyValues(schema, 2)
-	ft.vector(2, 24) // dictionaries
-	ft.vector(3, 24) // record batches
+	dstart, nd := ft.vector(2, 24) // dictionaries: arrow-go decodes them while opening
+	ft.vector(3, 24)               // record batches
 	if f.err != nil {
 		return fmt.Errorf("footer: %v", f.err)
+	}
+	for d := int64(0); d < nd; d++ {
+		p := dstart + 24*d
+		if err := verifyMessage(data, f.i64(p), int64(int32(f.u32(p+8)))); err != nil {
+			return fmt.Errorf("dictionary %d: %v", d, err)
+		}
 	}
 	return nil
 }
@@ -89,7 +95,10 @@ func verifyKeyValues(t table, i int64) {
 // vectorAt is table.vector for a table obtained from f.
 func (f *fbReader) vectorAt(t table, i, elemSize int64) { t.vector(i, elemSize) }
 
-// verifyMessage checks the record batch message of a block before arrow-go decodes it.
+const messageHeaderDictionaryBatch = 2
+
+// verifyMessage checks the record batch or dictionary message of a block before arrow-go decodes it. It
+// refuses compressed bodies: arrow-go allocates a compressed buffer's declared uncompressed size unchecked.
 func verifyMessage(data []byte, off, metaLen int64) error {
 	size := int64(len(data))
 	if off < 0 || metaLen < 8 || off > size || metaLen > size-off {
@@ -106,10 +115,17 @@ func verifyMessage(data []byte, off, metaLen int64) error {
 	f := &fbReader{b: msg[fbStart : fbStart+fbLen]}
 	m := f.root()
 	verifyKeyValues(m, 4)
-	if rb, ok := m.sub(2); ok {
+	rb, ok := m.sub(2)
+	if ok && m.u8(1, 0) == messageHeaderDictionaryBatch {
+		rb, ok = rb.sub(1)
+	}
+	if ok {
 		rb.vector(1, 16)
 		rb.vector(2, 16)
 		rb.vector(4, 8)
+		if _, compressed := rb.sub(3); compressed && f.err == nil {
+			return errors.New("compressed record batches are not supported")
+		}
 	}
 	if f.err != nil {
 		return fmt.Errorf("message: %v", f.err)

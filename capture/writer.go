@@ -95,6 +95,10 @@ func Create(path string, meta Meta, opts ...WriterOption) (*Writer, error) {
 		return nil, fmt.Errorf("capture: %s: %v", path, err)
 	}
 	w.f, w.tmp = f, f.Name()
+	if err := f.Chmod(0o644); err != nil { // CreateTemp makes 0600; a capture is a shareable file
+		w.Abort()
+		return nil, fmt.Errorf("capture: %s: %v", path, err)
+	}
 	w.bw = bufio.NewWriterSize(f, 1<<20)
 	w.cw = countWriter{w: w.bw}
 	w.schema = Schema(mj)
@@ -133,8 +137,9 @@ func (w *Writer) Path() string { return w.path }
 func (w *Writer) Len() int { return w.n }
 
 // Write appends one tensor. It validates the tensor first (known dtype, len(Data) == product(Shape)·size,
-// consistent shard spec); an invalid tensor is refused and leaves the writer usable. t.Data is not retained
-// after Write returns.
+// consistent shard spec); an invalid tensor is refused and leaves the writer usable. An empty Role is written
+// as "out" and the zero Shard (Dim 0 without a FullShape) as NoShard. t.Data is not retained after Write
+// returns.
 func (w *Writer) Write(t Tensor) error {
 	if w.done {
 		return fmt.Errorf("capture: %s: write after Close or Abort", w.path)
@@ -144,6 +149,9 @@ func (w *Writer) Write(t Tensor) error {
 	}
 	if t.Role == "" {
 		t.Role = "out"
+	}
+	if t.Shard.Dim == 0 && t.Shard.Start == 0 && t.Shard.FullShape == nil {
+		t.Shard = NoShard // the zero Shard: not sharded
 	}
 	if err := t.check(); err != nil {
 		return fmt.Errorf("capture: %s: %v", w.path, err)

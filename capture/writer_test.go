@@ -146,12 +146,25 @@ func TestWriteValidates(t *testing.T) {
 		tc.mod(&tn)
 		wantErr(t, w.Write(tn), path, tc.want)
 	}
-	// a refused tensor leaves the writer usable
+	// a refused tensor leaves the writer usable; the zero Shard means not sharded
 	if err := w.Write(good); err != nil {
+		t.Fatal(err)
+	}
+	zero := good
+	zero.Op, zero.Shard = "zero-shard", Shard{}
+	if err := w.Write(zero); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
+	}
+	c, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Len() != 2 || c.Entry(1).Shard.Dim != -1 {
+		t.Fatalf("%d tensors, second has shard %+v", c.Len(), c.Entry(1).Shard)
 	}
 	if _, err := Create(filepath.Join(t.TempDir(), "m.arrow"), Meta{TP: 2, Rank: 2}); err == nil {
 		t.Fatal("Create accepted rank 2 of tp 2")

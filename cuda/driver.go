@@ -245,7 +245,12 @@ func DeviceCount() (int, error) {
 	return int(n), nil
 }
 
-// call invokes symbol i and turns a non-zero CUresult into an *Error.
+// call invokes symbol i and turns a non-zero CUresult into an *Error. Callers pass out-parameters as
+// uintptr(unsafe.Pointer(&v)); go:uintptrescapes moves such v to the heap and keeps it alive for the call
+// (without it a local could sit on a goroutine stack that moves while the driver writes to it: seen on the
+// H200 as a device count of 0 and a scratch pointer of 0).
+//
+//go:uintptrescapes
 func (l *library) call(i int, args ...uintptr) error {
 	r, _, _ := purego.SyscallN(l.fn[i], args...)
 	if res := Result(int32(r)); res != Success {

@@ -122,6 +122,26 @@ func TestLoadF32IntoBF16(t *testing.T) {
 	}
 }
 
+// TestLoadDTypeFromWeights: a config.json without dtype takes the stored weights' dtype.
+func TestLoadDTypeFromWeights(t *testing.T) {
+	m := NewRandom(tinyConfig(ArchQwen2, capture.F16), 3)
+	dir := t.TempDir()
+	if err := m.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	rewriteConfig(t, dir, func(c map[string]any) { delete(c, "torch_dtype") })
+	if c, err := LoadConfig(dir); err != nil || c.DType != capture.InvalidDType {
+		t.Fatalf("config without dtype: %v %v", c.DType, err)
+	}
+	back, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Config.DType != capture.F16 || !sameWeights(m, back) {
+		t.Fatalf("dtype %v", back.Config.DType)
+	}
+}
+
 func rewriteConfig(t *testing.T, dir string, edit func(map[string]any)) {
 	t.Helper()
 	p := filepath.Join(dir, "config.json")
@@ -183,7 +203,7 @@ func TestLoadBadCheckpoints(t *testing.T) {
 		{"offsets past the end", withHeader(func(h map[string]json.RawMessage) {
 			var e stEntry
 			json.Unmarshal(h["model.norm.weight"], &e)
-			e.Offsets = []int64{e.Offsets[0], e.Offsets[0] + 1 << 40}
+			e.Offsets = []int64{e.Offsets[0], e.Offsets[0] + 1<<40}
 			h["model.norm.weight"], _ = json.Marshal(e)
 		}), nil, "outside the"},
 		{"bad dtype", withHeader(func(h map[string]json.RawMessage) {

@@ -1,8 +1,3 @@
-// Package engine is bitalign's deterministic transformer: a Llama-style decoder (Llama, Qwen2, Qwen3) loaded from
-// Hugging Face checkpoints, run in a trainer mode (full-sequence prefill, batch B, tensor parallel over nvls) and a
-// sampler mode (prefill then decode from a KV cache with continuous batching), both recording captures. With the
-// canonical kernel profile the two modes produce identical bits for every op, whatever the batch, TP degree or
-// schedule. The arithmetic is docs/arithmetic.md's, executed through a Backend (the CPU one calls package kernels).
 package engine
 
 import (
@@ -45,7 +40,8 @@ type Config struct {
 	TiedEmbeddings bool
 	MaxPositions   int
 	// DType is the activation and weight dtype: BF16 or F16 round every op boundary to that type; F32 rounds
-	// nothing (used to replay float32 Hugging Face models).
+	// nothing (used to replay float32 Hugging Face models). From config.json's dtype/torch_dtype; when
+	// config.json has neither, ParseConfig leaves it invalid and Load takes the stored embedding's dtype.
 	DType   capture.DType
 	QKVBias bool // q_proj, k_proj, v_proj have a bias
 	OBias   bool // o_proj has a bias
@@ -195,7 +191,8 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		dt = h.TorchDType
 	}
 	switch dt {
-	case "bfloat16", "":
+	case "": // Load takes the dtype of the stored embedding
+	case "bfloat16":
 		c.DType = capture.BF16
 	case "float16":
 		c.DType = capture.F16
@@ -213,7 +210,11 @@ func ParseConfig(name string, data []byte) (Config, error) {
 	case ArchQwen3:
 		c.QKVBias, c.OBias, c.QKNorm = bias, bias, true
 	}
-	if err := c.Validate(); err != nil {
+	check := c
+	if check.DType == capture.InvalidDType {
+		check.DType = capture.BF16
+	}
+	if err := check.Validate(); err != nil {
 		return Config{}, errf("%v", err)
 	}
 	return c, nil

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"bitalign/capture"
-	"bitalign/kernels"
 	"bitalign/nvls"
 )
 
@@ -189,9 +188,6 @@ func (g *group) abort() {
 		}
 	}
 }
-
-// profileName is the capture meta's kernel_profile.
-func profileName(p kernels.Profile) string { return p.String() }
 
 // leave closes this rank's communicators.
 func (r *rank) leave() {

@@ -99,7 +99,9 @@ func runMatrix(t *testing.T, cfg Config, p kernels.Profile) {
 // TestInvarianceCanonical: with the canonical kernels every op, log-probability and sample is bitwise
 // identical across batch 1..8, TP 1/2/4/8, prefill vs decode, continuous vs static batching and run vs run.
 func TestInvarianceCanonical(t *testing.T) {
-	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), tinyConfig(ArchQwen3, capture.F32), tinyConfig(ArchQwen2, capture.F16)} {
+	qwen3 := tinyConfig(ArchQwen3, capture.F32)
+	qwen3.QKVBias, qwen3.OBias = true, true // attention_bias: q/k/v and the row-parallel o_proj
+	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), qwen3, tinyConfig(ArchQwen2, capture.F16)} {
 		t.Run(cfg.Architecture+"-"+cfg.DType.String(), func(t *testing.T) { runMatrix(t, cfg, kernels.Canonical) })
 	}
 }

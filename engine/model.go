@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 
 	"bitalign/capture"
@@ -144,7 +143,7 @@ func Load(dir string) (*Model, error) {
 	} else {
 		return nil, fmt.Errorf("engine: %v", err)
 	}
-	for _, s := range m.weightSpecs() {
+	for i, s := range m.weightSpecs() {
 		file, ok := where[s.name]
 		if !ok {
 			return nil, fmt.Errorf("engine: %s: tensor %q missing from the checkpoint", source, s.name)
@@ -163,6 +162,10 @@ func Load(dir string) (*Model, error) {
 		}
 		if !equalShape(e.Shape, s.shape) {
 			return nil, fmt.Errorf("engine: %s: tensor %q has shape %v, the config needs %v", st.path, s.name, e.Shape, s.shape)
+		}
+		if i == 0 && cfg.DType == capture.InvalidDType { // config.json names no dtype: the embedding's
+			cfg.DType = stDTypes[e.DType]
+			m.Config.DType = cfg.DType
 		}
 		buf := make([]float32, numel(s.shape))
 		if err := st.read(s.name, buf); err != nil {
@@ -292,16 +295,3 @@ func isNormWeight(name string) bool {
 	}
 	return false
 }
-
-// tensorNames returns the checkpoint tensor names for cfg, sorted (used in errors and tests).
-func tensorNames(cfg Config) []string {
-	m := newModel(cfg)
-	var names []string
-	for _, s := range m.weightSpecs() {
-		names = append(names, s.name)
-	}
-	sort.Strings(names)
-	return names
-}
-
-var _ = capture.BF16

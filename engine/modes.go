@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"bitalign/capture"
@@ -15,11 +16,11 @@ const (
 	SideReplay  = "replay"
 )
 
-// SamplingParams is the canonical sampling rule's parameters (temperature 0: greedy argmax).
+// SamplingParams is the canonical sampling rule's parameters (temperature ≤ 0: greedy argmax).
 type SamplingParams struct {
-	Temperature float32
-	TopK        int     // 0: no top-k
-	TopP        float32 // 0 or 1: no top-p
+	Temperature float32 `json:"temperature"`
+	TopK        int     `json:"top_k"` // 0: no top-k
+	TopP        float32 `json:"top_p"` // 0 or 1: no top-p
 }
 
 // DefaultSampling samples from the full distribution at temperature 1.
@@ -32,7 +33,7 @@ type RunOptions struct {
 	Seed       uint64          // sampling key
 	Step       int64           // the step recorded in the capture
 	SeqIDs     []int64         // sequence ids (default 0, 1, 2, ...)
-	Sampling   SamplingParams  // zero value: DefaultSampling
+	Sampling   *SamplingParams // nil: DefaultSampling
 	CaptureDir string          // "" records nothing; else DIR/rank0.arrow, DIR/rank1.arrow, ... (must not exist)
 	Fault      string          // a Faults() name; applied only if the fault arises on this run's side
 	FaultLayer int             // the layer of a layered fault
@@ -74,8 +75,9 @@ func (o *RunOptions) fill(n int) error {
 	if o.TP == 0 {
 		o.TP = 1
 	}
-	if o.Sampling == (SamplingParams{}) {
-		o.Sampling = DefaultSampling
+	if o.Sampling == nil {
+		sp := DefaultSampling
+		o.Sampling = &sp
 	}
 	if o.SeqIDs == nil {
 		for i := 0; i < n; i++ {
@@ -95,19 +97,35 @@ func (o *RunOptions) fill(n int) error {
 	return nil
 }
 
-func (o *RunOptions) meta(side string, batch int, p kernels.Profile) capture.Meta {
+// meta is a run's capture metadata; seqs (the trainer's full sequences) give the final tokens, except for
+// open-ended ones whose last token is a placeholder.
+func (o *RunOptions) meta(side string, batch int, p kernels.Profile, seqs [][]int32, openEnded []bool) capture.Meta {
+	ex := captureExtra{Sampling: o.Sampling}
+	for i, s := range seqs {
+		if openEnded != nil && openEnded[i] {
+			continue
+		}
+		ex.FinalTokens = append(ex.FinalTokens, [3]int64{o.Step, o.SeqIDs[i], int64(s[len(s)-1])})
+	}
+	extra, _ := json.Marshal(ex)
 	return capture.Meta{Side: side, KernelProfile: p.String(), BatchSize: batch, Seed: o.Seed, Step: o.Step,
-		Producer: "bitalign engine"}
+		Producer: "bitalign engine", Extra: extra}
 }
 
 // Train runs the trainer mode: each sequence t0..t(N-1) is processed at positions 0..N-2 in one prefill
 // forward, Batch sequences packed per forward, over TP ranks. It records the log-probability of each next token
 // and the token the sampling rule would draw at positions P-1..N-2.
 func (m *Model) Train(ctx context.Context, seqs [][]int32, opts TrainOptions) (*Output, error) {
+	return m.train(ctx, seqs, opts, SideTrainer, nil)
+}
+
+// train is Train with the capture's side and, per sequence, whether its last token is unknown (a replay of a
+// capture that does not say what followed): then the last position's log-probability is not recorded.
+func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, side string, openEnded []bool) (*Output, error) {
 	if err := opts.fill(len(seqs)); err != nil {
 		return nil, err
 	}
-	v, _, err := runVariant(SideTrainer, opts.RunOptions, m.Config.Layers)
+	v, _, err := runVariant(side, opts.RunOptions, m.Config.Layers)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +147,7 @@ func (m *Model) Train(ctx context.Context, seqs [][]int32, opts TrainOptions) (*
 		batch = len(seqs)
 	}
 	g, err := newGroup(m, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, maxPos: maxLen,
-		captureDir: opts.CaptureDir, meta: opts.meta(SideTrainer, batch, opts.Profile)})
+		captureDir: opts.CaptureDir, meta: opts.meta(side, batch, opts.Profile, seqs, openEnded)})
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +163,8 @@ func (m *Model) Train(ctx context.Context, seqs [][]int32, opts TrainOptions) (*
 				if opts.PromptLens != nil {
 					P = opts.PromptLens[i]
 				}
-				if P < 1 || P >= len(seqs[i]) {
-					return fmt.Errorf("engine: train: sequence %d: prompt length %d outside [1, %d)", i, P, len(seqs[i]))
+				if P < 1 || P > len(seqs[i]) {
+					return fmt.Errorf("engine: train: sequence %d: prompt length %d outside [1, %d]", i, P, len(seqs[i]))
 				}
 				segs = append(segs, segment{seq: opts.SeqIDs[i], start: 0, toks: seqs[i][:len(seqs[i])-1], sampleFrom: P - 1})
 			}
@@ -167,14 +185,21 @@ func (m *Model) Train(ctx context.Context, seqs [][]int32, opts TrainOptions) (*
 				full := seqs[b0+j]
 				so := SeqOutput{ID: s.seq, Tokens: append([]int32(nil), full...), Prompt: s.sampleFrom + 1}
 				so.Logprobs = lps[row : row+len(s.toks)]
+				if openEnded != nil && openEnded[b0+j] {
+					so.Logprobs = so.Logprobs[:len(s.toks)-1] // the target of the last position is unknown
+				}
 				for p := s.sampleFrom; p < len(s.toks); p++ {
-					so.Samples = append(so.Samples, drawToken(res.row(row+p), opts.Sampling, opts.Seed, s.seq, p))
+					so.Samples = append(so.Samples, drawToken(res.row(row+p), *opts.Sampling, opts.Seed, s.seq, p))
 				}
-				if err := g.recordF32(OpLogprobs, s.seq, 0, so.Logprobs); err != nil {
-					return err
+				if len(so.Logprobs) > 0 {
+					if err := g.recordF32(OpLogprobs, s.seq, 0, so.Logprobs); err != nil {
+						return err
+					}
 				}
-				if err := g.recordI32(OpSample, s.seq, s.sampleFrom, so.Samples); err != nil {
-					return err
+				if len(so.Samples) > 0 {
+					if err := g.recordI32(OpSample, s.seq, s.sampleFrom, so.Samples); err != nil {
+						return err
+					}
 				}
 				row += len(s.toks)
 				g.dropCache(s.seq)
@@ -251,7 +276,7 @@ func (m *Model) Sample(ctx context.Context, prompts [][]int32, opts SampleOption
 		slots = len(prompts)
 	}
 	g, err := newGroup(model, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, maxPos: maxLen,
-		captureDir: opts.CaptureDir, meta: opts.meta(SideSampler, slots, opts.Profile)})
+		captureDir: opts.CaptureDir, meta: opts.meta(SideSampler, slots, opts.Profile, nil, nil)})
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +342,7 @@ func (m *Model) Sample(ctx context.Context, prompts [][]int32, opts SampleOption
 				if v.rngSlot {
 					key = int64(seg.slot) // the rng-slot fault: noise keyed by batch slot
 				}
-				tok := drawToken(res.row(row+n-1), opts.Sampling, opts.Seed, key, seg.start+n-1)
+				tok := drawToken(res.row(row+n-1), *opts.Sampling, opts.Seed, key, seg.start+n-1)
 				a.so.Tokens = append(a.so.Tokens, tok)
 				a.so.Samples = append(a.so.Samples, tok)
 				targets = append(targets, a.so.Tokens[seg.start+1:seg.start+n+1]...)

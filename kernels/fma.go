@@ -9,11 +9,18 @@ import "math"
 // float64 sum sits exactly halfway between two float32 values or is below 2^-126 (fewer float32 bits): those
 // rare cases go to fma32Slow, which rounds to odd using the exact TwoSum error.
 func FMA32(a, b, c float32) float32 {
-	s := float64(a)*float64(b) + float64(c) // a fused float64 FMA gives the same s: the product is exact
-	if u := math.Float64bits(s); u&0x1FFFFFFF != 0x10000000 && u&0x7FF0000000000000 >= 0x3810000000000000 {
-		return float32(s)
+	if r, ok := fma32Try(a, b, c); ok {
+		return r
 	}
 	return fma32Slow(a, b, c)
+}
+
+// fma32Try is FMA32's inlinable fast path: ok is false in the rare cases that need fma32Slow. Hot loops write
+// `if r, ok := fma32Try(a, b, c); ok { acc = r } else { acc = fma32Slow(a, b, c) }` to avoid a call.
+func fma32Try(a, b, c float32) (float32, bool) {
+	s := float64(a)*float64(b) + float64(c) // a fused float64 FMA gives the same s: the product is exact
+	u := math.Float64bits(s)
+	return float32(s), u&0x1FFFFFFF != 0x10000000 && u&0x7FF0000000000000 >= 0x3810000000000000
 }
 
 func fma32Slow(a, b, c float32) float32 {

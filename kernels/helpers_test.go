@@ -23,14 +23,15 @@ func assertSame(t *testing.T, what string, got, want []float32) {
 	}
 }
 
-// assertDiffers fails when got and want are bitwise identical (a standard-profile control that must diverge).
+// assertDiffers fails when got and want are bitwise identical (a control, e.g. the standard profile, that must
+// diverge).
 func assertDiffers(t *testing.T, what string, got, want []float32) {
 	t.Helper()
 	i, u, ok := FirstDiff(got, want)
 	if !ok {
-		t.Fatalf("%s: standard profile gave identical bits; the control group must diverge", what)
+		t.Fatalf("%s: identical bits, but this control must diverge", what)
 	}
-	t.Logf("%s: standard profile differs first at %d by %d ulp", what, i, u)
+	t.Logf("%s: differs (as it must) first at %d by %d ulp", what, i, u)
 }
 
 func at(x []float32, i int) float32 {

@@ -40,16 +40,26 @@ func Exp(x float32) float32 {
 	}
 	t := float32(x * expL2E)
 	n := float32(math.RoundToEven(float64(t)))
-	r := FMA32(-n, expLn2Hi, x)
-	r = FMA32(-n, expLn2Lo, r)
+	// Each "if v, ok := fma32Try(a, b, c)" block below is FMA32(a, b, c) with its fast path inlined.
+	var r float32
+	if v, ok := fma32Try(-n, expLn2Hi, x); ok {
+		r = v
+	} else {
+		r = fma32Slow(-n, expLn2Hi, x)
+	}
+	if v, ok := fma32Try(-n, expLn2Lo, r); ok {
+		r = v
+	} else {
+		r = fma32Slow(-n, expLn2Lo, r)
+	}
 	p := expE7
-	p = FMA32(p, r, expE6)
-	p = FMA32(p, r, expE5)
-	p = FMA32(p, r, expE4)
-	p = FMA32(p, r, expE3)
-	p = FMA32(p, r, expE2)
-	p = FMA32(p, r, 1)
-	p = FMA32(p, r, 1)
+	for _, c := range [...]float32{expE6, expE5, expE4, expE3, expE2, 1, 1} {
+		if v, ok := fma32Try(p, r, c); ok {
+			p = v
+		} else {
+			p = fma32Slow(p, r, c)
+		}
+	}
 	k := int32(n)
 	k1 := k >> 1
 	k2 := k - k1
@@ -87,15 +97,32 @@ func Log(x float32) float32 {
 		e++
 	}
 	g := float32(m - 1)
+	// Each "if v, ok := fma32Try(a, b, c)" block below is FMA32(a, b, c) with its fast path inlined.
 	q := logC[0]
 	for _, c := range logC[1:] {
-		q = FMA32(q, g, c)
+		if v, ok := fma32Try(q, g, c); ok {
+			q = v
+		} else {
+			q = fma32Slow(q, g, c)
+		}
 	}
 	g2 := float32(g * g)
-	y := FMA32(g2, q, g)
+	var y float32
+	if v, ok := fma32Try(g2, q, g); ok {
+		y = v
+	} else {
+		y = fma32Slow(g2, q, g)
+	}
 	fe := float32(e)
-	y = FMA32(fe, logLn2Lo, y)
-	return FMA32(fe, logLn2Hi, y)
+	if v, ok := fma32Try(fe, logLn2Lo, y); ok {
+		y = v
+	} else {
+		y = fma32Slow(fe, logLn2Lo, y)
+	}
+	if v, ok := fma32Try(fe, logLn2Hi, y); ok {
+		return v
+	}
+	return fma32Slow(fe, logLn2Hi, y)
 }
 
 // Rsqrt is 1/√x: IEEE square root, then IEEE division (docs/arithmetic.md §2.3).
@@ -109,4 +136,25 @@ func SiLU(x float32) float32 {
 	e := Exp(-x)
 	d := float32(1 + e)
 	return x / d
+}
+
+// FastExp is a deliberately cheap e^x of the kind fast-math attention kernels use: t = x·1.442695,
+// 2^frac(t) by a degree-3 polynomial, times 2^floor(t); a few hundred ulp off Exp. It is not part of the
+// canonical arithmetic: the demo's "fast-exp" fault plants it in one side's attention (AttentionForwardExp).
+// Same bits as the engine's and the CUDA kernels' fast_exp (docs/arithmetic.md §16).
+func FastExp(x float32) float32 {
+	if x != x {
+		return x
+	}
+	if x < -87 {
+		return 0
+	}
+	if x > 88 {
+		return float32(math.Inf(1))
+	}
+	t := float32(x * 1.442695)
+	n := float32(math.Floor(float64(t)))
+	f := float32(t - n) // [0, 1)
+	p := FMA32(FMA32(FMA32(0.0790, f, 0.2249), f, 0.6963), f, 1)
+	return float32(p * math.Float32frombits(uint32(int32(n)+127)<<23))
 }

@@ -18,7 +18,7 @@ func MatmulForward(p Profile, dt DType, out, x, w, bias []float32, M, K, N int) 
 		checkLen("MatmulForward", "bias", bias, N)
 	}
 	var bounds []int
-	combine := treeSum
+	tree := true
 	if p == Standard {
 		// vendor-style split-K: the number of splits depends on the batch size M
 		splits := 1
@@ -29,16 +29,11 @@ func MatmulForward(p Profile, dt DType, out, x, w, bias []float32, M, K, N int) 
 			splits = 2
 		}
 		bounds = chunkBounds(K, splits)
-		combine = seqSum
+		tree = false
 	} else {
 		bounds = segBounds(K, Segments) // fixed 8-segment split: the order never depends on M
 	}
-	matmulCore(out, x, w, M, K, N, bounds, combine, func(n int, y float32) float32 {
-		if bias != nil {
-			y = float32(y + bias[n])
-		}
-		return dt.Round(y)
-	})
+	matmulCore(out, x, w, M, K, N, bounds, tree, epilogue{bias: bias, dt: dt})
 }
 
 // MatmulPartial is one rank's share of a row-parallel matmul (o_proj, down_proj): x is (M, kLocal), the rank's
@@ -55,11 +50,11 @@ func MatmulPartial(p Profile, out, x, w []float32, M, kLocal, N, rank, tp int) e
 	checkLen("MatmulPartial", "x", x, M*kLocal)
 	checkLen("MatmulPartial", "w", w, N*kLocal)
 	checkLen("MatmulPartial", "out", out, M*N)
-	bounds, combine := segBounds(kLocal, G), treeSum
+	bounds, tree := segBounds(kLocal, G), true
 	if p == Standard {
-		bounds, combine = []int{0, kLocal}, seqSum
+		bounds, tree = []int{0, kLocal}, false
 	}
-	matmulCore(out, x, w, M, kLocal, N, bounds, combine, func(_ int, y float32) float32 { return y })
+	matmulCore(out, x, w, M, kLocal, N, bounds, tree, epilogue{raw: true})
 	return nil
 }
 
@@ -78,6 +73,24 @@ func MatmulFinish(dt DType, out, bias []float32, M, N int) {
 	}
 }
 
+// epilogue is what happens to a finished reduction: bias add and rounding (MatmulForward), or nothing
+// (MatmulPartial's unrounded partial).
+type epilogue struct {
+	bias []float32
+	dt   DType
+	raw  bool
+}
+
+func (e epilogue) apply(n int, y float32) float32 {
+	if e.raw {
+		return y
+	}
+	if e.bias != nil {
+		y = float32(y + e.bias[n])
+	}
+	return e.dt.Round(y)
+}
+
 // chunkBounds splits L into n contiguous chunks of ceil(L/n) (standard split-K).
 func chunkBounds(L, n int) []int {
 	c := (L + n - 1) / n
@@ -92,19 +105,9 @@ func chunkBounds(L, n int) []int {
 // in float32: all values are bf16 (8 significant bits, so a product has at most 16) with magnitudes 0 or in
 // [2^-60, 2^60] (no underflow or overflow). Then fma(a, b, c) = RN(RN(a·b) + c) bit for bit, and the FMA
 // chains can run as a float32 multiply and add.
-func exactProducts(vs ...[]float32) bool {
-	for _, v := range vs {
-		low := uint32(0)
-		emin, emax := uint32(255), uint32(0)
-		for _, f := range v {
-			u := math.Float32bits(f)
-			low |= u
-			if t := u & 0x7FFFFFFF; t != 0 {
-				emin = min(emin, t>>23)
-				emax = max(emax, t>>23)
-			}
-		}
-		if low&0xFFFF != 0 || (emax != 0 && (emin < 127-60 || emax > 127+60)) {
+func exactProducts(v []float32) bool {
+	for _, f := range v {
+		if !okBits(math.Float32bits(f)) {
 			return false
 		}
 	}
@@ -112,13 +115,34 @@ func exactProducts(vs ...[]float32) bool {
 }
 
 // matmulCore computes, for every (m, n), one FMA chain per [bounds[s], bounds[s+1]) from +0 in ascending k,
-// combines the chains with combine and stores post(n, y). The order of operations for one output is fixed by
+// combines the chains with combine and stores post.apply(n, y). The order of operations for one output is fixed by
 // bounds and combine alone; blocking, unrolling and goroutines only choose which outputs are computed together.
-func matmulCore(out, x, w []float32, M, K, N int, bounds []int, combine func([]float32) float32, post func(int, float32) float32) {
+func matmulCore(out, x, w []float32, M, K, N int, bounds []int, tree bool, post epilogue) {
+	combine := seqSum
+	if tree {
+		combine = treeSum
+	}
+	tree8 := tree && len(bounds) == Segments+1
 	const nb = 4 // columns per micro-tile
 	const mb = 2 // rows per micro-tile
-	fastX := exactProducts(x[:M*K]) // the weights are checked block by block, while they are in cache
 	workers := runtime.GOMAXPROCS(0)
+	if haveFMAPanels && M >= panelMinRows && K > 0 && N >= panelWidth {
+		// SIMD panels over the columns (same bits, see matmulPanels); the last N mod 16 columns run below.
+		panels := N / panelWidth
+		nw := max(1, min(workers, panels))
+		var wg sync.WaitGroup
+		for wk := 0; wk < nw; wk++ {
+			lo, hi := panels*wk/nw*panelWidth, panels*(wk+1)/nw*panelWidth
+			wg.Add(1)
+			go func() { defer wg.Done(); matmulPanels(out, x, w, M, K, N, lo, hi, bounds, combine, tree8, post) }()
+		}
+		if n16 := panels * panelWidth; n16 < N {
+			matmulBlock(exactProducts(x[:M*K]), out, x, w, K, N, 0, M, n16, N, bounds, combine, post)
+		}
+		wg.Wait()
+		return
+	}
+	fastX := exactProducts(x[:M*K]) // the weights are checked block by block, while they are in cache
 	if int64(M)*int64(N)*int64(K) < 1<<16 {
 		workers = 1
 	}
@@ -152,48 +176,69 @@ func matmulCore(out, x, w []float32, M, K, N int, bounds []int, combine func([]f
 	wg.Wait()
 }
 
-// matmulBlock computes outputs [m0, m1) × [n0, n1).
-// fastX says x passed exactProducts; a column block whose weights pass too runs the float32 multiply-add
-// chains instead of FMA32 (the same bits).
-func matmulBlock(fastX bool, out, x, w []float32, K, N, m0, m1, n0, n1 int, bounds []int, combine func([]float32) float32, post func(int, float32) float32) {
+// matmulBlock computes outputs [m0, m1) × [n0, n1). fastX says x passed exactProducts. For each block of
+// columns, the first row runs tile1x4Checked, which also checks the block's weights (they are read anyway, so
+// decode at M = 1 makes a single pass over the weights); when they pass, the other rows run the float32
+// multiply-add tiles, otherwise everything in the block runs FMA32 (the same bits either way).
+func matmulBlock(fastX bool, out, x, w []float32, K, N, m0, m1, n0, n1 int, bounds []int, combine func([]float32) float32, post epilogue) {
 	S := len(bounds) - 1
 	part := make([]float32, 8*S) // partials of one micro-tile: part[o*S+s]
 	tmp := make([]float32, S)
+	emit := func(m, n, o int) {
+		out[m*N+n] = post.apply(n, combine(part[o*S:(o+1)*S])) // combine may overwrite: the next tile rewrites part
+	}
 	const colBlock = 64 // keep a few weight rows hot in L1/L2 while sweeping the rows
 	for nc := n0; nc < n1; nc += colBlock {
 		nce := min(n1, nc+colBlock)
-		fast := fastX && exactProducts(w[nc*K:nce*K])
+		n4 := nc + (nce-nc)/4*4 // columns [nc, n4) in tiles of 4, [n4, nce) one by one (FMA32)
 		m := m0
+		fast := false
+		if m < m1 {
+			fast = fastX
+			x0 := x[m*K : (m+1)*K]
+			for n := nc; n < n4; n += 4 {
+				if fast && !tile1x4Checked(part, S, bounds, x0, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K]) {
+					fast = false
+					n = nc - 4 // weights outside the exact-product range: redo the row with FMA32
+					continue
+				}
+				if !fast {
+					tile1x4(false, part, S, bounds, x0, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K])
+				}
+				for o := 0; o < 4; o++ {
+					emit(m, n+o, o)
+				}
+			}
+			for n := n4; n < nce; n++ {
+				out[m*N+n] = post.apply(n, dot1(tmp, bounds, x0, w[n*K:(n+1)*K], combine))
+			}
+			m++
+		}
 		for ; m+2 <= m1; m += 2 {
 			x0 := x[m*K : (m+1)*K]
 			x1 := x[(m+1)*K : (m+2)*K]
-			n := nc
-			for ; n+4 <= nce; n += 4 {
+			for n := nc; n < n4; n += 4 {
 				tile2x4(fast, part, S, bounds, x0, x1, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K])
 				for o := 0; o < 8; o++ {
-					mm, nn := m+o/4, n+o%4
-					copy(tmp, part[o*S:(o+1)*S])
-					out[mm*N+nn] = post(nn, combine(tmp))
+					emit(m+o/4, n+o%4, o)
 				}
 			}
-			for ; n < nce; n++ {
+			for n := n4; n < nce; n++ {
 				for r := 0; r < 2; r++ {
-					out[(m+r)*N+n] = post(n, dot1(tmp, bounds, x[(m+r)*K:(m+r+1)*K], w[n*K:(n+1)*K], combine))
+					out[(m+r)*N+n] = post.apply(n, dot1(tmp, bounds, x[(m+r)*K:(m+r+1)*K], w[n*K:(n+1)*K], combine))
 				}
 			}
 		}
 		for ; m < m1; m++ {
 			x0 := x[m*K : (m+1)*K]
-			n := nc
-			for ; n+4 <= nce; n += 4 {
+			for n := nc; n < n4; n += 4 {
 				tile1x4(fast, part, S, bounds, x0, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K])
 				for o := 0; o < 4; o++ {
-					copy(tmp, part[o*S:(o+1)*S])
-					out[m*N+n+o] = post(n+o, combine(tmp))
+					emit(m, n+o, o)
 				}
 			}
-			for ; n < nce; n++ {
-				out[m*N+n] = post(n, dot1(tmp, bounds, x0, w[n*K:(n+1)*K], combine))
+			for n := n4; n < nce; n++ {
+				out[m*N+n] = post.apply(n, dot1(tmp, bounds, x0, w[n*K:(n+1)*K], combine))
 			}
 		}
 	}
@@ -305,4 +350,42 @@ func tile1x4Exact(part []float32, S int, bounds []int, x0, w0, w1, w2, w3 []floa
 		}
 		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c0, c1, c2, c3
 	}
+}
+
+// exactLo and exactSpan bound the magnitudes exactProducts accepts: bits (abs) in [67<<23, 188<<23), i.e.
+// [2^-60, 2^61).
+const (
+	exactLo   = 67 << 23
+	exactSpan = (188 - 67) << 23
+)
+
+// okBits reports whether one float32 (bits u) passes exactProducts: bf16, and 0 or in the magnitude range.
+func okBits(u uint32) bool {
+	t := u & 0x7FFFFFFF
+	return u&0xFFFF == 0 && (t-exactLo < exactSpan || t == 0)
+}
+
+// tile1x4Checked is tile1x4Exact that also checks the four weight rows with okBits as it reads them; it
+// returns false (and the partials are then meaningless) when one fails.
+func tile1x4Checked(part []float32, S int, bounds []int, x0, w0, w1, w2, w3 []float32) bool {
+	bad := false
+	for s := 0; s < S; s++ {
+		lo, hi := bounds[s], bounds[s+1]
+		a0 := x0[lo:hi]
+		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
+		b0, b1, b2, b3 = b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		var c0, c1, c2, c3 float32
+		for k, u := range a0 {
+			p0, p1, p2, p3 := b0[k], b1[k], b2[k], b3[k]
+			c0 = float32(c0 + float32(u*p0))
+			c1 = float32(c1 + float32(u*p1))
+			c2 = float32(c2 + float32(u*p2))
+			c3 = float32(c3 + float32(u*p3))
+			if !okBits(math.Float32bits(p0)) || !okBits(math.Float32bits(p1)) || !okBits(math.Float32bits(p2)) || !okBits(math.Float32bits(p3)) {
+				bad = true
+			}
+		}
+		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c0, c1, c2, c3
+	}
+	return !bad
 }

@@ -92,3 +92,95 @@ func TestMatmulBatchInvariance(t *testing.T) {
 		}
 	}
 }
+
+// canonRef is docs/arithmetic.md §4 written as plainly as possible, one output at a time.
+func canonRef(dt DType, x, w, bias []float32, M, K, N int) []float32 {
+	out := make([]float32, M*N)
+	for m := 0; m < M; m++ {
+		for n := 0; n < N; n++ {
+			var p [8]float32
+			for s := 0; s < 8; s++ {
+				for k := s * K / 8; k < (s+1)*K/8; k++ {
+					p[s] = FMA32(x[m*K+k], w[n*K+k], p[s])
+				}
+			}
+			y := float32(float32(float32(p[0]+p[1])+float32(p[2]+p[3])) + float32(float32(p[4]+p[5])+float32(p[6]+p[7])))
+			if bias != nil {
+				y = float32(y + bias[n])
+			}
+			out[m*N+n] = dt.Round(y)
+		}
+	}
+	return out
+}
+
+// TestMatmulMatchesSpec: the blocked, unrolled, parallel matmul (with its float32 multiply-add fast path and
+// its fallbacks) gives the bits of the plain specification for every input class.
+func TestMatmulMatchesSpec(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	full := func(n int, sd float64) []float32 { // full float32 values: products not exact, FMA32 path
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64() * sd)
+		}
+		return v
+	}
+	t.Logf("AVX2+FMA panels available: %v", haveFMAPanels)
+	for _, sh := range [][3]int{{1, 300, 130}, {7, 129, 70}, {64, 64, 9}, {3, 8, 4}, {2, 1, 5}, {9, 1003, 35}, {4, 7, 16}} {
+		M, K, N := sh[0], sh[1], sh[2]
+		classes := map[string][2][]float32{
+			"bf16":            {randBF16(r, M*K, 1), randBF16(r, N*K, 0.05)},
+			"f32":             {full(M*K, 1), full(N*K, 0.05)},
+			"bf16 x, f32 w":   {randBF16(r, M*K, 1), full(N*K, 0.05)},
+			"tiny weight":     {randBF16(r, M*K, 1), randBF16(r, N*K, 0.05)},
+			"subnormal x":     {randBF16(r, M*K, 1e-39), randBF16(r, N*K, 1e-3)},
+			"zeros and large": {randBF16(r, M*K, 1), randBF16(r, N*K, 0.05)},
+		}
+		tw := classes["tiny weight"][1]
+		tw[len(tw)*2/3] = 0x1p-100 // a product that underflows float32: block falls back to FMA32
+		zl := classes["zeros and large"]
+		zl[0][0], zl[1][1] = 0, 0
+		zl[1][len(zl[1])-1] = 0x1p70
+		for name, c := range classes {
+			for _, dt := range []DType{F32, BF16} {
+				want := canonRef(dt, c[0], c[1], nil, M, K, N)
+				for _, simd := range []bool{haveFMAPanels, false} { // the AVX2 panels and the pure-Go tiles
+					got := make([]float32, M*N)
+					withPanels(simd, func() { MatmulForward(Canonical, dt, got, c[0], c[1], nil, M, K, N) })
+					assertSame(t, fmt.Sprintf("%s %v M=%d K=%d N=%d panels=%v", name, dt, M, K, N, simd), got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestExactProductsGate: the fast path's gate accepts bf16 values in range and rejects everything for which
+// a float32 multiply-add would differ from FMA32 (shown on full float32 data).
+func TestExactProductsGate(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	if !exactProducts(randBF16(r, 1000, 1)) || !exactProducts([]float32{0, float32(math.Copysign(0, -1)), 0x1p-60, -0x1p60}) {
+		t.Fatal("bf16 values in range rejected")
+	}
+	for _, v := range []float32{0x1p-61, 0x1p61, float32(math.Inf(1)), float32(math.NaN()), 1 + 0x1p-20, 1e-40} {
+		if exactProducts([]float32{1, v}) {
+			t.Fatalf("%g accepted", v)
+		}
+	}
+	// on full float32 data, the multiply-add chain is not the FMA chain: the gate matters
+	differs := false
+	for i := 0; i < 100 && !differs; i++ {
+		a, b := float32(r.NormFloat64()), float32(r.NormFloat64())
+		c := float32(r.NormFloat64())
+		differs = FMA32(a, b, c) != float32(c+float32(a*b))
+	}
+	if !differs {
+		t.Fatal("multiply-add equals FMA on full float32 data: the gate would be untested")
+	}
+}
+
+// withPanels runs f with the AVX2 panel kernels enabled or not (tests only; not concurrent with other tests).
+func withPanels(on bool, f func()) {
+	defer func(v bool) { haveFMAPanels = v }(haveFMAPanels)
+	haveFMAPanels = haveFMAPanels && on
+	f()
+}

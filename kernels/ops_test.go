@@ -57,7 +57,9 @@ func TestRoPE(t *testing.T) {
 	x := randBF16(r, T*heads*hd, 1)
 	pos := []int32{0, 1, 7, 30, 63}
 	out := make([]float32, len(x))
-	RoPEForward(F32, out, x, pos, T, heads, hd, cos, sin)
+	if err := RoPEForward(F32, out, x, pos, T, heads, hd, cos, sin); err != nil {
+		t.Fatal(err)
+	}
 	h := hd / 2
 	for t0 := 0; t0 < T; t0++ {
 		for hh := 0; hh < heads; hh++ {
@@ -82,6 +84,9 @@ func TestRoPE(t *testing.T) {
 	RoPEForward(F32, one, x[2*heads*hd:3*heads*hd], pos[2:3], 1, heads, hd, cos, sin)
 	assertSame(t, "RoPE row alone", one, out[2*heads*hd:3*heads*hd])
 	assertSame(t, "RoPE at position 0", out[:heads*hd], x[:heads*hd])
+	if err := RoPEForward(F32, one, x[:heads*hd], []int32{64}, 1, heads, hd, cos, sin); err == nil {
+		t.Fatal("position 64 of a 64-position table accepted")
+	}
 }
 
 // attentionRef is float64 causal GQA.
@@ -158,7 +163,7 @@ func TestAttention(t *testing.T) {
 				want := append([]float32(nil), prefill[h*nh*hd:]...)
 				BF16.RoundSlice(want)
 				assertSame(t, "canonical attention chunked prefill "+name, chunk, want)
-			} else if S >= 64 {
+			} else if S > 128 { // below 129 keys the standard prefill tile and decode split coincide
 				assertDiffers(t, "standard attention prefill vs decode "+name, decode, prefill)
 			}
 		}
@@ -196,4 +201,30 @@ func TestElementwise(t *testing.T) {
 	if err := EmbeddingForward(BF16, emb, table, []int32{10, 0}, 2, 10, 4); err == nil {
 		t.Fatal("token 10 of a 10-token vocabulary accepted")
 	}
+}
+
+func TestFastExpDiffers(t *testing.T) {
+	diff := 0
+	for x := float32(-20); x < 20; x += 0.01 {
+		if e := math.Abs(float64(FastExp(x))/math.Exp(float64(x)) - 1); e > 1e-3 {
+			t.Fatalf("FastExp(%g) relative error %.2g: too inaccurate to be realistic", x, e)
+		}
+		if FastExp(x) != Exp(x) {
+			diff++
+		}
+	}
+	if diff == 0 {
+		t.Fatal("FastExp never differs from Exp: the fast-exp fault would plant nothing")
+	}
+	r := rand.New(rand.NewPCG(39, 40))
+	S, nh, hd := 40, 2, 8
+	q, k, v := randBF16(r, S*nh*hd, 2), randBF16(r, S*nh*hd, 2), randBF16(r, S*nh*hd, 1)
+	pos := make([]int32, S)
+	for i := range pos {
+		pos[i] = int32(i)
+	}
+	a, b := make([]float32, S*nh*hd), make([]float32, S*nh*hd)
+	AttentionForward(Canonical, BF16, a, q, k, v, pos, S, S, nh, nh, hd, AttentionScale(hd))
+	AttentionForwardExp(Canonical, FastExp, BF16, b, q, k, v, pos, S, S, nh, nh, hd, AttentionScale(hd))
+	assertDiffers(t, "attention with FastExp", b, a)
 }

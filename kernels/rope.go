@@ -1,6 +1,9 @@
 package kernels
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // RoPETables returns the cos and sin tables, each (maxPos, hd/2), for rotary embeddings with base theta
 // (docs/arithmetic.md §6): inv[j] = 1/theta^(2j/hd) and cos(p·inv[j]) in float64, rounded to float32, then to
@@ -30,11 +33,20 @@ func RoPETablesFreq(inv []float64, maxPos int, dt DType) (cos, sin []float32) {
 
 // RoPEForward applies rotary embeddings in HF's rotate_half convention (docs/arithmetic.md §6).
 // x is (T, heads*hd), pos is (T) (the position of each row), cos and sin are (maxPos, hd/2) from RoPETables,
-// out is (T, heads*hd); out may alias x.
-func RoPEForward(dt DType, out, x []float32, pos []int32, T, heads, hd int, cos, sin []float32) {
+// out is (T, heads*hd); out may alias x. A position outside the tables is an error.
+func RoPEForward(dt DType, out, x []float32, pos []int32, T, heads, hd int, cos, sin []float32) error {
 	checkLen("RoPEForward", "x", x, T*heads*hd)
 	checkLen("RoPEForward", "out", out, T*heads*hd)
 	h := hd / 2
+	if hd%2 != 0 || h == 0 {
+		return fmt.Errorf("kernels: RoPEForward: head dim %d is not a positive even number", hd)
+	}
+	maxPos := min(len(cos), len(sin)) / h
+	for t := 0; t < T; t++ {
+		if pos[t] < 0 || int(pos[t]) >= maxPos {
+			return fmt.Errorf("kernels: RoPEForward: position %d of row %d outside the RoPE tables [0, %d)", pos[t], t, maxPos)
+		}
+	}
 	tmp := make([]float32, hd)
 	for t := 0; t < T; t++ {
 		p := int(pos[t])
@@ -55,4 +67,5 @@ func RoPEForward(dt DType, out, x []float32, pos []int32, T, heads, hd int, cos,
 			copy(out[(t*heads+hh)*hd:(t*heads+hh+1)*hd], tmp)
 		}
 	}
+	return nil
 }

@@ -168,7 +168,7 @@ func (c *cpuComm) sum(vals []float32, ch int) float32 {
 	if c.g.opt.order == Ring {
 		return ringSum(vals, ch)
 	}
-	return TreeSum(vals)
+	return treeSumInPlace(vals) // vals is scratch
 }
 
 // AllReduce implements Comm.

@@ -59,6 +59,9 @@ func TestTreeOrderExplicit(t *testing.T) {
 	if got := TreeSum(v); math.Float32bits(got) != math.Float32bits(want) {
 		t.Fatalf("TreeSum = %g, want %g", got, want)
 	}
+	if got := treeSumInPlace(append([]float32(nil), v...)); math.Float32bits(got) != math.Float32bits(want) {
+		t.Fatalf("treeSumInPlace = %g, want %g", got, want)
+	}
 	if TreeSum(v) == float32(((((((v[0]+v[1])+v[2])+v[3])+v[4])+v[5])+v[6])+v[7]) {
 		t.Fatalf("test values do not distinguish tree from sequential order")
 	}

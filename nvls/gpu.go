@@ -42,50 +42,69 @@ func (e ElemType) String() string {
 	return "f32"
 }
 
-// Algo chooses the all-reduce kernel. Both compute the same tree from the same inputs: the choice never
-// changes a bit, only the time.
+// Algo chooses the all-reduce kernel. All compute the same tree from the same inputs: the choice never
+// changes a bit, only the time. AlgoAuto takes push up to GPUConfig.OneShotMax bytes (one-shot when the push
+// slots do not fit the buffer) and two-phase above.
 type Algo uint8
 
 const (
-	AlgoAuto     Algo = iota // one-shot up to the one-shot limit (WithOneShotMax), two-phase above it
-	AlgoOneShot              // every rank reads every peer's whole message and reduces all of it
-	AlgoTwoPhase             // reduce-scatter (each rank reduces its chunk) then all-gather of the chunks
+	AlgoAuto     Algo = iota
+	AlgoOneShot       // every rank reads every peer's whole message and reduces all of it
+	AlgoPush          // every rank writes its message into every peer's memory, then each reduces locally
+	AlgoTwoPhase      // each rank reduces its chunk reading every rank's input in place, then all-gather
 )
 
 // Defaults of the GPU transport.
 const (
-	DefaultGPUBuffer     = 64 << 20 // bytes per scratch half: larger collectives run in pieces
-	DefaultOneShotMax    = 256 << 10
-	gpuForever           = 24 * time.Hour // WithTimeout(0) ("wait forever"): a kernel still needs a bound
-	gpuThreads           = 512            // NVLS_THREADS
-	gpuMaxRanks          = 8              // NVLS_MAX_RANKS
-	gpuMaxBlocks         = 256            // NVLS_MAX_BLOCKS
-	gpuFlagWords         = 2 * gpuMaxRanks * gpuMaxBlocks
-	gpuCtrlBytes         = gpuFlagWords*4 + 256 // flags, then the error word
-	gpuErrTimeoutPattern = 0x4E560000           // NVLS_ERR_TIMEOUT
+	DefaultGPUBuffer = 64 << 20 // bytes per scratch half: larger collectives run in pieces
+	// DefaultOneShotMax is AlgoAuto's switch from the one-shot kernels to the two-phase one for more than 2
+	// ranks: there one-shot moves (n-1)·N bytes over NVLink against the two-phase's 2(n-1)/n·N, which should
+	// outweigh its second barrier (~3 µs) from a few hundred KiB (unmeasured: only 2 GPUs were available).
+	DefaultOneShotMax = 256 << 10
+	// DefaultOneShotMax2 is the switch for 2 ranks, measured on 2×H200: both move N bytes over NVLink; push
+	// won up to 8 MiB (34.6 against 37.1 µs), tied at 16 MiB (64.2 / 63.5 µs) and lost above (32 MiB: 128.9 /
+	// 118.3 µs; 64 MiB: 246.4 / 231.1 µs), where the two-phase kernel's reads beat the push kernel's writes.
+	DefaultOneShotMax2    = 16 << 20
+	gpuForever            = 24 * time.Hour                     // WithTimeout(0) ("wait forever"): a kernel still needs a bound
+	gpuThreads            = 512                                // NVLS_THREADS
+	gpuMaxRanks           = 8                                  // NVLS_MAX_RANKS
+	gpuMaxBlocks          = 256                                // NVLS_MAX_BLOCKS
+	gpuFlagBytes          = 2 * gpuMaxRanks * gpuMaxBlocks * 8 // u64 flags [phase][source rank][block]
+	gpuCtrlBytes          = gpuFlagBytes + 256                 // flags, the error word, at +128 the input pointers
+	gpuErrTimeoutPattern  = 0x4E560000                         // NVLS_ERR_TIMEOUT
+	gpuErrMismatchPattern = 0x4E570000                         // NVLS_ERR_MISMATCH
 )
 
 // GPUConfig tunes the GPU transport; the zero value gives the defaults. Nothing here changes a bit of a result.
 type GPUConfig struct {
-	// Buffer is the scratch per rank in bytes per half (two halves, and as much again for host-slice results);
-	// default DefaultGPUBuffer. Larger all-reduces run in pieces; device-resident reduce-scatter and all-gather
+	// Buffer is the scratch per rank in bytes per half (two halves, as much again for host-slice results, and
+	// as much page-locked host memory for their staging); default DefaultGPUBuffer. Larger all-reduces run in
+	// pieces; the push kernel needs Size() slots of the message; device-resident reduce-scatter and all-gather
 	// need Size()·count·elemsize to fit.
 	Buffer int64
-	// Algo forces the all-reduce kernel (AlgoAuto: one-shot up to OneShotMax bytes, two-phase above).
+	// Algo forces the all-reduce kernel (see AlgoAuto).
 	Algo Algo
-	// OneShotMax is the largest message AlgoAuto sends through the one-shot kernel; default DefaultOneShotMax.
+	// OneShotMax is the largest message AlgoAuto sends through a one-shot kernel; default DefaultOneShotMax2
+	// for 2 ranks, DefaultOneShotMax for more.
 	OneShotMax int64
 	// MaxBlocks caps the thread blocks of one kernel; default the SM count (at most 256).
 	MaxBlocks int
+
+	// shareGPUs lets several ranks sit on one GPU (each with its own cuda.Device thread), for tests of 4 and
+	// 8 ranks on a 2-GPU machine: their kernels must then run concurrently on that GPU, which CUDA allows but
+	// does not promise (small MaxBlocks keeps them resident). A rank waiting for one that never got the GPU
+	// times out.
+	shareGPUs bool
 }
 
 // GPUGroup is a set of ranks, one per GPU, driven by this process.
 type GPUGroup struct {
-	n       int
-	cfg     GPUConfig
-	timeout time.Duration
-	comms   []*GPUComm
-	owned   bool // the devices were opened by OpenGPUGroup and are closed by Close
+	n         int
+	cfg       GPUConfig
+	timeout   time.Duration
+	maxBlocks int // blocks per kernel: the same on every rank (the smallest SM count, or cfg.MaxBlocks)
+	comms     []*GPUComm
+	owned     bool // the devices were opened by OpenGPUGroup and are closed by Close
 
 	mu     sync.Mutex
 	broken error // the first failure: a group whose ranks lost step cannot be used again
@@ -138,6 +157,9 @@ func NewGPUGroup(devs []*cuda.Device, cfg GPUConfig, opts ...Option) (*GPUGroup,
 	}
 	if cfg.OneShotMax == 0 {
 		cfg.OneShotMax = DefaultOneShotMax
+		if len(devs) <= 2 {
+			cfg.OneShotMax = DefaultOneShotMax2
+		}
 	}
 	n := len(devs)
 	if _, err := ptxFor(n); err != nil {
@@ -147,13 +169,13 @@ func NewGPUGroup(devs []*cuda.Device, cfg GPUConfig, opts ...Option) (*GPUGroup,
 		return nil, fmt.Errorf("nvls: GPU buffer of %d bytes: want a multiple of 256, at least 4096", cfg.Buffer)
 	}
 	seen := map[int]bool{}
-	for r, d := range devs {
-		if seen[d.Ordinal()] {
+	for _, d := range devs {
+		if seen[d.Ordinal()] && !cfg.shareGPUs {
 			return nil, fmt.Errorf("nvls: ranks share GPU %d: the GPU transport needs one GPU per rank", d.Ordinal())
 		}
 		seen[d.Ordinal()] = true
-		for q, p := range devs {
-			if q == r {
+		for _, p := range devs {
+			if p.Ordinal() == d.Ordinal() {
 				continue
 			}
 			ok, err := d.CanAccessPeer(p)
@@ -168,7 +190,13 @@ func NewGPUGroup(devs []*cuda.Device, cfg GPUConfig, opts ...Option) (*GPUGroup,
 			}
 		}
 	}
-	g := &GPUGroup{n: n, cfg: cfg, timeout: o.timeout}
+	g := &GPUGroup{n: n, cfg: cfg, timeout: o.timeout, maxBlocks: gpuMaxBlocks}
+	for _, d := range devs {
+		g.maxBlocks = min(g.maxBlocks, d.SMCount())
+	}
+	if cfg.MaxBlocks > 0 {
+		g.maxBlocks = min(cfg.MaxBlocks, gpuMaxBlocks)
+	}
 	for r, d := range devs {
 		c, err := newGPUComm(g, r, d)
 		if err != nil {
@@ -216,7 +244,9 @@ func (g *GPUGroup) fail(err error) error {
 	return err
 }
 
-// Close waits for each rank's work, frees the group's buffers and, for OpenGPUGroup, closes the devices.
+// Close waits until no GPU of the group runs work (a kernel still waiting for a peer gives up within the
+// timeout), then frees the group's buffers and, for OpenGPUGroup, closes the devices. Freeing any earlier could
+// pull memory from under a peer's kernel.
 func (g *GPUGroup) Close() error {
 	g.mu.Lock()
 	if g.closed {
@@ -225,7 +255,11 @@ func (g *GPUGroup) Close() error {
 	}
 	g.closed = true
 	g.mu.Unlock()
-	err := g.free()
+	var err error
+	for _, c := range g.comms {
+		err = errors.Join(err, c.dev.Synchronize())
+	}
+	err = errors.Join(err, g.free())
 	if g.owned {
 		for _, c := range g.comms {
 			err = errors.Join(err, c.dev.Close())
@@ -248,13 +282,13 @@ type GPUComm struct {
 	g       *GPUGroup
 	rank    int
 	dev     *cuda.Device
-	sms     int
 	fns     map[kernelKey]*cuda.Function
 	module  *cuda.Module
 	stream  *cuda.Stream
 	scratch cuda.Ptr // two halves of g.cfg.Buffer, used by call parity
 	result  cuda.Ptr // g.cfg.Buffer: host-slice calls' results
-	ctrl    cuda.Ptr // flags [2][8][256]u32, then the error word
+	pinned  []byte   // page-locked: g.cfg.Buffer of staging for host slices, then the error word's copy
+	ctrl    cuda.Ptr // flags [2][8][256]u64, then the error word (u32)
 	epoch   uint32   // calls made so far: the same count on every rank
 	lastOp  string   // the collective of the last launch, for errors
 }
@@ -262,7 +296,7 @@ type GPUComm struct {
 var _ Comm = (*GPUComm)(nil)
 
 func newGPUComm(g *GPUGroup, rank int, d *cuda.Device) (*GPUComm, error) {
-	c := &GPUComm{g: g, rank: rank, dev: d, sms: d.SMCount()}
+	c := &GPUComm{g: g, rank: rank, dev: d}
 	ptx, err := ptxFor(g.n)
 	if err != nil {
 		return nil, err
@@ -290,10 +324,13 @@ func newGPUComm(g *GPUGroup, rank int, d *cuda.Device) (*GPUComm, error) {
 		if c.result, err = x.Alloc(g.cfg.Buffer); err != nil {
 			return fmt.Errorf("nvls: result buffer on %v: %w", d, err)
 		}
+		if c.pinned, err = x.HostAlloc(g.cfg.Buffer + 256); err != nil {
+			return fmt.Errorf("nvls: page-locked staging for %v: %w", d, err)
+		}
 		if c.ctrl, err = x.Alloc(gpuCtrlBytes); err != nil {
 			return err
 		}
-		if err := x.Memset32(c.ctrl, 0, gpuCtrlBytes/4); err != nil {
+		if err := x.Memset32(c.ctrl, 0, gpuCtrlBytes/4); err != nil { // epoch 0: no call yet
 			return err
 		}
 		return x.Synchronize()
@@ -319,6 +356,10 @@ func (c *GPUComm) free() error {
 			err = errors.Join(err, x.DestroyStream(c.stream))
 			c.stream = nil
 		}
+		if c.pinned != nil {
+			err = errors.Join(err, x.FreeHost(c.pinned))
+			c.pinned = nil
+		}
 		if c.module != nil {
 			err = errors.Join(err, c.module.Unload(x))
 			c.module = nil
@@ -331,8 +372,12 @@ func (c *GPUComm) free() error {
 func (c *GPUComm) Rank() int { return c.rank }
 func (c *GPUComm) Size() int { return c.g.n }
 
-// Close closes the whole group (as a CPU group's Close breaks it): later calls of any rank return ErrClosed.
-func (c *GPUComm) Close() error { return c.g.Close() }
+// Close breaks the group, as a CPU group's Close does: later calls of every rank return an error wrapping
+// ErrClosed (a kernel already waiting for this rank gives up at its timeout). Memory is freed by GPUGroup.Close.
+func (c *GPUComm) Close() error {
+	c.g.fail(fmt.Errorf("%w by rank %d", ErrClosed, c.rank))
+	return nil
+}
 
 // Device is the GPU this rank runs on; Stream the stream its host-slice calls use.
 func (c *GPUComm) Device() *cuda.Device { return c.dev }

@@ -55,3 +55,11 @@ func sha256Hex(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
+
+func kernelNames(ranks int) []string {
+	var s []string
+	for _, k := range kernelKeys() {
+		s = append(s, k.name(ranks))
+	}
+	return s
+}

@@ -165,6 +165,7 @@ func TestGPUAllReduceMatchesCPU(t *testing.T) {
 	groups := map[string]*GPUGroup{
 		"oneshot":  openGPUGroupOrSkip(t, n, GPUConfig{Algo: AlgoOneShot}),
 		"twophase": openGPUGroupOrSkip(t, n, GPUConfig{Algo: AlgoTwoPhase}),
+		"push":     openGPUGroupOrSkip(t, n, GPUConfig{Algo: AlgoPush}),
 		"auto":     openGPUGroupOrSkip(t, n, GPUConfig{}),
 		"pieces":   openGPUGroupOrSkip(t, n, GPUConfig{Buffer: 64 << 10, OneShotMax: 16 << 10}), // many pieces, both kernels
 	}
@@ -172,7 +173,7 @@ func TestGPUAllReduceMatchesCPU(t *testing.T) {
 		in := randomInputs(n, size, 1, true)
 		want := clone2(in)
 		cpuReference(t, n, func(c Comm, r int) error { return c.AllReduce(want[r]) })
-		for _, name := range []string{"oneshot", "twophase", "auto", "pieces"} {
+		for _, name := range []string{"oneshot", "twophase", "push", "auto", "pieces"} {
 			if size == 1<<24 && name == "pieces" {
 				continue // 256 pieces of 16 Ki: slow and adds nothing over 1 Mi
 			}
@@ -295,21 +296,41 @@ func TestGPUAllReduceBF16(t *testing.T) {
 	}
 }
 
-// Device-resident calls: separate in and out, misaligned pointers (the element-wise kernels), several pieces.
+// Device-resident calls: separate in and out, misaligned pointers (the element-wise kernels), several pieces,
+// in place, and an input written straight into the scratch (NextInput).
 func TestGPUAllReduceDevice(t *testing.T) {
 	n := gpuRanks()
-	g := openGPUGroupOrSkip(t, n, GPUConfig{Buffer: 64 << 10})
+	for _, algo := range []Algo{AlgoAuto, AlgoOneShot, AlgoPush, AlgoTwoPhase} {
+		testAllReduceDevice(t, openGPUGroupOrSkip(t, n, GPUConfig{Buffer: 64 << 10, Algo: algo}))
+	}
+}
+
+func testAllReduceDevice(t *testing.T, g *GPUGroup) {
+	n := g.Size()
 	const size = 100_003
-	for _, offset := range []int64{0, 4} { // bytes: 4 forces the unpacked kernels
-		in := randomInputs(n, size, 6, true)
+	for _, tc := range []struct {
+		name       string
+		offset     int64 // bytes: 4 makes the kernels access in and out element by element
+		oddOnly    bool  // the offset on odd ranks only: the ranks' partitions must still agree
+		inPlace    bool
+		registered bool
+		size       int
+	}{
+		{"aligned", 0, false, false, false, size},
+		{"misaligned", 4, false, false, false, size},
+		{"mixed alignment", 4, true, false, false, size},
+		{"inplace", 0, false, true, false, size},
+		{"registered", 0, false, false, true, 8_000 - 3}, // fits one 64 KiB piece, also as push slots
+	} {
+		in := randomInputs(n, tc.size, 6, true)
 		want := clone2(in)
 		cpuReference(t, n, func(c Comm, r int) error { return c.AllReduce(want[r]) })
 		got := make([][]float32, n)
-		noErrors(t, "AllReduceDevice", eachRank(n, func(r int) error {
+		noErrors(t, tc.name, eachRank(n, func(r int) error {
 			c := g.Comm(r)
-			got[r] = make([]float32, size)
+			got[r] = make([]float32, tc.size)
 			return c.Device().Do(func(x *cuda.Ctx) error {
-				bytes := int64(size)*4 + 16
+				bytes := int64(tc.size)*4 + 16
 				din, err := x.Alloc(bytes)
 				if err != nil {
 					return err
@@ -320,21 +341,37 @@ func TestGPUAllReduceDevice(t *testing.T) {
 					return err
 				}
 				defer x.Free(dout)
-				if err := cuda.Upload(x, din.Add(offset), in[r]); err != nil {
+				off := tc.offset
+				if tc.oddOnly && r%2 == 0 {
+					off = 0
+				}
+				src, dst := din.Add(off), dout.Add(off)
+				if tc.inPlace {
+					dst = src
+				}
+				if tc.registered {
+					if src = c.NextInput(int64(tc.size), ElemF32); src == 0 {
+						return errors.New("NextInput gave no buffer")
+					}
+				}
+				if err := cuda.Upload(x, src, in[r]); err != nil {
 					return err
 				}
-				if err := c.AllReduceDevice(x, c.Stream(), dout.Add(offset), din.Add(offset), size, ElemF32); err != nil {
+				if err := x.Synchronize(); err != nil { // a pageable upload may still be in flight on return
+					return err
+				}
+				if err := c.AllReduceDevice(x, c.Stream(), dst, src, int64(tc.size), ElemF32); err != nil {
 					return err
 				}
 				if err := c.Wait(x, c.Stream()); err != nil {
 					return err
 				}
-				return cuda.Download(x, got[r], dout.Add(offset))
+				return cuda.Download(x, got[r], dst)
 			})
 		}))
 		for r := 0; r < n; r++ {
 			if err := sameBits(got[r], want[r]); err != nil {
-				t.Errorf("AllReduceDevice offset %d rank %d: %v", offset, r, err)
+				t.Errorf("AllReduceDevice %s (algo %d) rank %d: %v", tc.name, g.cfg.Algo, r, err)
 			}
 		}
 	}
@@ -362,6 +399,147 @@ func TestGPUTimeout(t *testing.T) {
 	t.Logf("%v (after %v)", err, took)
 	if err := g.Comm(1).AllReduce(buf); err == nil {
 		t.Error("a broken group accepted another call")
+	}
+}
+
+// Ranks that disagree on a call stop at once with an error instead of reading each other's data wrongly.
+func TestGPUMismatchedCalls(t *testing.T) {
+	n := gpuRanks()
+	g := openGPUGroupOrSkip(t, n, GPUConfig{}, WithTimeout(5*time.Second))
+	start := time.Now()
+	errs := eachRank(n, func(r int) error { return g.Comm(r).AllReduce(make([]float32, 1000+r)) })
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("mismatched calls took %v: the ranks waited for the timeout", took)
+	}
+	for r, err := range errs {
+		var te *TimeoutError
+		if err == nil || errors.As(err, &te) {
+			t.Errorf("rank %d: %v, want a mismatch error", r, err)
+		} else {
+			t.Logf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// The use the engine makes of it: a row-parallel matmul split over the GPU ranks (kernels.MatmulPartial),
+// all-reduced on the GPUs, finished by kernels.MatmulFinish, has the bits of the one-rank kernels.MatmulForward
+// (the all-reduce finishes the same 8-segment tree, docs/arithmetic.md §3).
+func TestGPUMatmulRowParallelMatchesTP1(t *testing.T) {
+	tp := gpuRanks()
+	g := openGPUGroupOrSkip(t, tp, GPUConfig{})
+	const M, K, N = 7, 1024, 96
+	rng := rand.New(rand.NewPCG(10, 11))
+	bf := func() float32 { return kernels.RoundBF16(float32(rng.NormFloat64())) }
+	x, w, bias := make([]float32, M*K), make([]float32, N*K), make([]float32, N)
+	for _, s := range [][]float32{x, w, bias} {
+		for i := range s {
+			s[i] = bf()
+		}
+	}
+	want := make([]float32, M*N)
+	kernels.MatmulForward(kernels.Canonical, kernels.BF16, want, x, w, bias, M, K, N)
+	kl := K / tp
+	outs := make([][]float32, tp)
+	noErrors(t, "row-parallel matmul", eachRank(tp, func(r int) error {
+		xl, wl := make([]float32, M*kl), make([]float32, N*kl)
+		for m := 0; m < M; m++ {
+			copy(xl[m*kl:(m+1)*kl], x[m*K+r*kl:])
+		}
+		for n := 0; n < N; n++ {
+			copy(wl[n*kl:(n+1)*kl], w[n*K+r*kl:])
+		}
+		outs[r] = make([]float32, M*N)
+		if err := kernels.MatmulPartial(kernels.Canonical, outs[r], xl, wl, M, kl, N, r, tp); err != nil {
+			return err
+		}
+		if err := g.Comm(r).AllReduce(outs[r]); err != nil {
+			return err
+		}
+		kernels.MatmulFinish(kernels.BF16, outs[r], bias, M, N)
+		return nil
+	}))
+	for r := range outs {
+		if err := sameBits(outs[r], want); err != nil {
+			t.Errorf("TP %d rank %d vs TP 1: %v", tp, r, err)
+		}
+	}
+}
+
+// 4 and 8 ranks on the GPUs there are (two ranks or more per GPU, each on its own device thread): the 4- and
+// 8-rank kernels and their tree ((v0⊕v1)⊕(v2⊕v3))… give the CPU transport's bits, which two ranks alone cannot
+// show (a 2-rank sum is the same in any order).
+func TestGPUSharedRanksMatchCPU(t *testing.T) {
+	have, err := cuda.DeviceCount()
+	if err != nil || have < 2 {
+		openGPUGroupOrSkip(t, 2, GPUConfig{}) // skips (or fails under BITALIGN_REQUIRE_GPU=1)
+		return
+	}
+	for _, n := range []int{4, 8} {
+		for _, algo := range []Algo{AlgoOneShot, AlgoPush, AlgoTwoPhase} {
+			devs := make([]*cuda.Device, n)
+			for r := range devs {
+				d, err := cuda.Open(r % have)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.Close()
+				devs[r] = d
+			}
+			g, err := NewGPUGroup(devs, GPUConfig{Algo: algo, MaxBlocks: 8, Buffer: 4 << 20, shareGPUs: true}, WithTimeout(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, size := range []int{1, 17, 4097, 1<<20 + 5} {
+				in := randomInputs(n, size, 12, true)
+				want, got := clone2(in), clone2(in)
+				cpuReference(t, n, func(c Comm, r int) error { return c.AllReduce(want[r]) })
+				noErrors(t, fmt.Sprintf("%d ranks, algo %d, AllReduce(%d)", n, algo, size), eachRank(n, func(r int) error { return g.Comm(r).AllReduce(got[r]) }))
+				for r := 0; r < n; r++ {
+					if err := sameBits(got[r], want[r]); err != nil {
+						t.Errorf("%d ranks, algo %d, AllReduce(%d) rank %d vs CPU: %v", n, algo, size, r, err)
+					}
+				}
+			}
+			c := 1000
+			in := randomInputs(n, n*c, 13, true)
+			want, got := make([][]float32, n), make([][]float32, n)
+			for r := range want {
+				want[r], got[r] = make([]float32, c), make([]float32, c)
+			}
+			cpuReference(t, n, func(cm Comm, r int) error { return cm.ReduceScatter(want[r], in[r]) })
+			noErrors(t, "shared ReduceScatter", eachRank(n, func(r int) error { return g.Comm(r).ReduceScatter(got[r], in[r]) }))
+			mx := clone2(in)
+			mxWant := clone2(in)
+			cpuReference(t, n, func(cm Comm, r int) error { return cm.AllReduceMax(mxWant[r]) })
+			noErrors(t, "shared AllReduceMax", eachRank(n, func(r int) error { return g.Comm(r).AllReduceMax(mx[r]) }))
+			for r := 0; r < n; r++ {
+				if err := sameBits(got[r], want[r]); err != nil {
+					t.Errorf("%d ranks ReduceScatter rank %d vs CPU: %v", n, r, err)
+				}
+				for i := range mx[r] {
+					if math.Float32bits(mx[r][i]) != math.Float32bits(mxWant[r][i]) {
+						t.Fatalf("%d ranks AllReduceMax rank %d element %d: %#08x, want %#08x", n, r, i, math.Float32bits(mx[r][i]), math.Float32bits(mxWant[r][i]))
+					}
+				}
+			}
+			if err := g.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// A rank's Close breaks the group as on the CPU transport: the other ranks' calls fail with ErrClosed.
+func TestGPUCommClose(t *testing.T) {
+	n := gpuRanks()
+	g := openGPUGroupOrSkip(t, n, GPUConfig{})
+	bufs := randomInputs(n, 100, 8, false)
+	noErrors(t, "before Close", eachRank(n, func(r int) error { return g.Comm(r).AllReduce(bufs[r]) }))
+	if err := g.Comm(n - 1).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Comm(0).AllReduce(bufs[0]); !errors.Is(err, ErrClosed) {
+		t.Errorf("AllReduce after a rank closed: %v, want ErrClosed", err)
 	}
 }
 
@@ -409,11 +587,19 @@ func TestKernelArgsLayout(t *testing.T) {
 func BenchmarkGPUAllReduce(b *testing.B) {
 	n := gpuRanks()
 	const maxBytes = 64 << 20
-	for _, algo := range []struct {
-		name string
-		a    Algo
-	}{{"auto", AlgoAuto}, {"oneshot", AlgoOneShot}, {"twophase", AlgoTwoPhase}} {
-		g := openGPUGroupOrSkip(b, n, GPUConfig{Algo: algo.a})
+	for _, v := range []struct {
+		name       string
+		algo       Algo
+		types      []ElemType
+		registered bool // the input is written where the kernel reads it (NextInput): no copy into scratch
+	}{
+		{"auto", AlgoAuto, []ElemType{ElemF32, ElemBF16}, false},
+		{"oneshot", AlgoOneShot, []ElemType{ElemF32}, false},
+		{"twophase", AlgoTwoPhase, []ElemType{ElemF32}, false},
+		{"push", AlgoPush, []ElemType{ElemF32, ElemBF16}, false},
+		{"registered", AlgoAuto, []ElemType{ElemF32}, true},
+	} {
+		g := openGPUGroupOrSkip(b, n, GPUConfig{Algo: v.algo, Buffer: int64(n) * maxBytes}) // push: every slot fits
 		bufs := make([][2]cuda.Ptr, n)
 		noErrorsB(b, eachRank(n, func(r int) error {
 			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
@@ -424,18 +610,25 @@ func BenchmarkGPUAllReduce(b *testing.B) {
 					}
 				}
 				host := randomInputs(1, maxBytes/4, uint64(r), false)[0] // finite, also as bf16 pairs
-				return cuda.Upload(x, bufs[r][0], host)
+				if err := cuda.Upload(x, bufs[r][0], host); err != nil {
+					return err
+				}
+				return x.Synchronize()
 			})
 		}))
-		for _, t := range []ElemType{ElemF32, ElemBF16} {
+		for _, t := range v.types {
 			for bytes := int64(512); bytes <= maxBytes; bytes *= 2 {
-				b.Run(fmt.Sprintf("%s/%v/%dB", algo.name, t, bytes), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/%v/%dB", v.name, t, bytes), func(b *testing.B) {
 					meds := make([]float64, n)
 					noErrorsB(b, eachRank(n, func(r int) error {
 						c := g.Comm(r)
 						return c.Device().Do(func(x *cuda.Ctx) error {
 							us, err := timeCalls(x, c, b.N, func() error {
-								return c.AllReduceDevice(x, c.Stream(), bufs[r][1], bufs[r][0], bytes/t.Size(), t)
+								in := bufs[r][0]
+								if v.registered {
+									in = c.NextInput(bytes/t.Size(), t)
+								}
+								return c.AllReduceDevice(x, c.Stream(), bufs[r][1], in, bytes/t.Size(), t)
 							})
 							meds[r] = us
 							return err
@@ -456,6 +649,86 @@ func BenchmarkGPUAllReduce(b *testing.B) {
 			})
 		}))
 	}
+}
+
+// BenchmarkGPUReduceScatterAllGather times the device-resident reduce-scatter and all-gather (f32; bytes is
+// the whole message, Size()·count·4) as BenchmarkGPUAllReduce times the all-reduce.
+func BenchmarkGPUReduceScatterAllGather(b *testing.B) {
+	n := gpuRanks()
+	const maxBytes = 64 << 20
+	g := openGPUGroupOrSkip(b, n, GPUConfig{})
+	bufs := make([][2]cuda.Ptr, n)
+	noErrorsB(b, eachRank(n, func(r int) error {
+		return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
+			var err error
+			for i := range bufs[r] {
+				if bufs[r][i], err = x.Alloc(maxBytes); err != nil {
+					return err
+				}
+			}
+			return x.Memset8(bufs[r][0], 0x3C, maxBytes) // finite values (0x3C3C3C3C ≈ 0.0115)
+		})
+	}))
+	b.Cleanup(func() {
+		eachRank(n, func(r int) error {
+			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error { return errors.Join(x.Free(bufs[r][0]), x.Free(bufs[r][1])) })
+		})
+	})
+	for _, op := range []string{"reducescatter", "allgather"} {
+		for _, bytes := range []int64{4 << 10, 1 << 20, 8 << 20, 64 << 20} {
+			b.Run(fmt.Sprintf("%s/f32/%dB", op, bytes), func(b *testing.B) {
+				count := bytes / 4 / int64(n)
+				meds := make([]float64, n)
+				noErrorsB(b, eachRank(n, func(r int) error {
+					c := g.Comm(r)
+					return c.Device().Do(func(x *cuda.Ctx) error {
+						us, err := timeCalls(x, c, b.N, func() error {
+							if op == "allgather" {
+								return c.AllGatherDevice(x, c.Stream(), bufs[r][1], bufs[r][0], count, ElemF32)
+							}
+							return c.ReduceScatterDevice(x, c.Stream(), bufs[r][1], bufs[r][0], count, ElemF32)
+						})
+						meds[r] = us
+						return err
+					})
+				}))
+				med := 0.0
+				for _, m := range meds {
+					med = max(med, m)
+				}
+				b.ReportMetric(med, "median-µs")
+				b.ReportMetric(float64(n-1)/float64(n)*float64(bytes)/(med*1e-6)/1e9, "busbw-GB/s")
+			})
+		}
+	}
+}
+
+// BenchmarkGPULaunchFloor times an empty kernel (one block of 512 threads) the way the collectives are
+// timed: the part of their latency that is launch and event overhead, not communication.
+func BenchmarkGPULaunchFloor(b *testing.B) {
+	const nopPTX = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry nop()\n{\n\tret;\n}\n"
+	g := openGPUGroupOrSkip(b, 1, GPUConfig{})
+	c := g.Comm(0)
+	var us float64
+	err := c.Device().Do(func(x *cuda.Ctx) error {
+		m, err := x.LoadModule([]byte(nopPTX))
+		if err != nil {
+			return err
+		}
+		defer m.Unload(x)
+		f, err := x.Function(m, "nop")
+		if err != nil {
+			return err
+		}
+		us, err = timeCalls(x, c, b.N, func() error {
+			return x.LaunchRaw(f, cuda.Dim3{X: 1}, cuda.Dim3{X: gpuThreads}, 0, c.Stream(), nil)
+		})
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(us, "median-µs")
 }
 
 // timeCalls runs 5 warm-up calls, then calls times with an event pair around each, and returns the median µs.

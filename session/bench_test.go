@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -35,16 +36,21 @@ func benchPair(rate float64) (a, b []byte) {
 // second) and their ratio.
 func BenchmarkCompareVsBytesEqual(b *testing.B) {
 	for _, bc := range []struct {
-		name string
-		rate float64
-	}{{"identical", 0}, {"mismatch1pct", 0.01}} {
+		name    string
+		rate    float64
+		workers int // 0: GOMAXPROCS
+	}{{"identical", 0, 0}, {"mismatch1pct", 0.01, 0}, {"identical-1worker", 0, 1}, {"mismatch1pct-1worker", 0.01, 1}} {
 		b.Run(bc.name, func(b *testing.B) {
 			x, y := benchPair(bc.rate)
 			x2 := bytes.Clone(x) // bytes.Equal's baseline: a full pass over equal data of the same size
 			f := formats[capture.BF16]
 			// rows of 4096 features, as a [T, H] activation
 			pieces := []piece{{rows: int64(len(x) / 2 / 4096), rowLen: 4096, a: x, b: y}}
-			accs := make([]*acc, runtime.GOMAXPROCS(0))
+			nw := bc.workers
+			if nw == 0 {
+				nw = runtime.GOMAXPROCS(0)
+			}
+			accs := make([]*acc, nw)
 			for i := range accs {
 				accs[i] = &acc{}
 			}
@@ -87,14 +93,17 @@ func BenchmarkDiffCapture(b *testing.B) {
 			dir := b.TempDir()
 			ca := benchCapture(b, dir+"/a.arrow", "trainer", x)
 			cb := benchCapture(b, dir+"/b.arrow", "sampler", y)
+			ca2 := benchCapture(b, dir+"/a2.arrow", "trainer", x) // bytes.Equal's baseline: A against a copy
 			var tEq, tDiff time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
-				for j := 0; j < ca.Len(); j++ { // bytes.Equal's baseline: A against itself (a full pass)
+				for j := 0; j < ca.Len(); j++ {
 					da, _ := ca.Data(j)
-					db, _ := ca.Data(j)
-					bytes.Equal(da, db)
+					db, _ := ca2.Data(j)
+					if !bytes.Equal(da, db) {
+						b.Fatal("copies differ")
+					}
 				}
 				t1 := time.Now()
 				rep, err := Diff(context.Background(), ca, cb)
@@ -133,4 +142,50 @@ func benchCapture(b *testing.B, path, side string, data []byte) *capture.Capture
 	}
 	b.Cleanup(func() { c.Close() })
 	return c
+}
+
+// BenchmarkBlock compares the parts of the identical-block path on one cached block: bytes.Equal of the two
+// sides and the NaN/Inf scan of one side.
+func BenchmarkBlock(b *testing.B) {
+	x, _ := benchPair(0)
+	x = x[:blockBytes]
+	y := bytes.Clone(x)
+	f := formats[capture.BF16]
+	b.Run("bytes.Equal", func(b *testing.B) {
+		b.SetBytes(int64(blockBytes))
+		for i := 0; i < b.N; i++ {
+			bytes.Equal(x, y)
+		}
+	})
+	b.Run("countSpecials", func(b *testing.B) {
+		b.SetBytes(int64(blockBytes))
+		for i := 0; i < b.N; i++ {
+			f.countSpecials(x)
+		}
+	})
+}
+
+// BenchmarkBlockSize runs the comparator over the 64 MiB pairs with other job sizes.
+func BenchmarkBlockSize(b *testing.B) {
+	defer func(v int) { blockBytes = v }(blockBytes)
+	for _, rate := range []float64{0, 0.01} {
+		x, y := benchPair(rate)
+		pieces := []piece{{rows: int64(len(x) / 2 / 4096), rowLen: 4096, a: x, b: y}}
+		accs := make([]*acc, runtime.GOMAXPROCS(0))
+		for i := range accs {
+			accs[i] = &acc{}
+		}
+		for _, kb := range []int{8, 16, 32, 64, 256} {
+			b.Run(fmt.Sprintf("rate%g/%dK", rate, kb), func(b *testing.B) {
+				blockBytes = kb << 10
+				b.SetBytes(int64(len(x)))
+				for i := 0; i < b.N; i++ {
+					o := newOpWork(formats[capture.BF16], pieces, 64, 256)
+					if _, err := o.run(context.Background(), accs, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }

@@ -225,6 +225,7 @@ func shapeProblem(ua, ub []unit) string {
 func newOpWork(f *format, pieces []piece, mapRows, mapCols int) *opWork {
 	o := &opWork{f: f, pieces: pieces}
 	maxJob := int64(blockBytes / f.size)
+	var done int64
 	lo, hi := int64(1)<<62, int64(-1)<<62
 	for pi := range pieces {
 		p := &pieces[pi]
@@ -232,6 +233,8 @@ func newOpWork(f *format, pieces []piece, mapRows, mapCols int) *opWork {
 		n := p.rows * p.rowLen
 		for s := int64(0); s < n; s += maxJob {
 			o.jobs = append(o.jobs, job{piece: int32(pi), lo: s, hi: min(s+maxJob, n)})
+			o.done = append(o.done, done)
+			done += 2 * (min(s+maxJob, n) - s) * int64(f.size)
 		}
 		lo, hi = min(lo, p.pos), max(hi, p.pos+p.rows)
 	}
@@ -240,13 +243,18 @@ func newOpWork(f *format, pieces []piece, mapRows, mapCols int) *opWork {
 		o.posLo, o.posSpan, o.rowLen = lo, hi-lo, pieces[0].rowLen
 		o.gridRows = int(min(int64(mapRows), o.posSpan))
 		o.gridCols = int(min(int64(mapCols), o.rowLen))
-		o.colCell = make([]int32, o.rowLen)
-		for c := range o.colCell {
-			o.colCell[c] = int32(int64(c) * int64(o.gridCols) / o.rowLen)
+		if o.rowLen <= 1<<20 { // a lookup table for ordinary rows; huge rows (a whole weight) divide instead
+			o.colCell = make([]int32, o.rowLen)
+			for c := range o.colCell {
+				o.colCell[c] = int32(int64(c) * int64(o.gridCols) / o.rowLen)
+			}
 		}
 	}
 	return o
 }
+
+// doneBefore is the bytes (both sides) of the jobs before job ji: an estimate of the progress when ji starts.
+func (o *opWork) doneBefore(ji int) int64 { return o.done[ji] }
 
 // run compares every job on len(accs) goroutines (the caller's among them) and returns the merged
 // accumulator. Workers take jobs in increasing order from a shared counter.
@@ -258,8 +266,6 @@ func (o *opWork) run(ctx context.Context, accs []*acc, progress func(int64)) (*a
 	}
 	var next atomic.Int64
 	var stop atomic.Bool
-	var doneBytes atomic.Int64
-	sz := int64(o.f.size)
 	work := func(w *acc, main bool) {
 		for n := 0; ; n++ {
 			ji := int(next.Add(1) - 1)
@@ -271,10 +277,8 @@ func (o *opWork) run(ctx context.Context, accs []*acc, progress func(int64)) (*a
 				return
 			}
 			o.sums[ji] = w.run(o, ji)
-			j := o.jobs[ji]
-			d := doneBytes.Add(2 * (j.hi - j.lo) * sz)
 			if main && n%64 == 63 && progress != nil {
-				progress(d)
+				progress(o.doneBefore(ji))
 			}
 		}
 	}
@@ -394,7 +398,7 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 		c := o.firstCoord
 		k := seqKey{c.Step, c.Seq}
 		prefix := strings.HasSuffix(o.Op, ".attn.sdpa") // causal attention reads every position ≤ pos
-		check := func(srcs []opKey) (Cause, string) {
+		check := func(noun string, srcs []opKey) (Cause, string) {
 			var differ, unknown []string
 			for _, s := range srcs {
 				rs := rows[s]
@@ -418,7 +422,7 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 			}
 			switch {
 			case len(differ) > 0:
-				return CausePropagated, "differs: " + strings.Join(differ, ", ")
+				return CausePropagated, noun + " differ: " + strings.Join(differ, ", ")
 			case len(unknown) == 0 && len(srcs) > 0:
 				names := make([]string, len(srcs))
 				for i, s := range srcs {
@@ -427,12 +431,12 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 						names[i] = s.role
 					}
 				}
-				return CauseLocal, "identical: " + strings.Join(names, ", ")
+				return CauseLocal, noun + " identical: " + strings.Join(names, ", ")
 			}
-			return CauseUnknown, "not captured: " + strings.Join(unknown, ", ")
+			return CauseUnknown, noun + " not captured: " + strings.Join(unknown, ", ")
 		}
 		if roleRank(o.Role) == 2 && len(ins[o.Op]) > 0 {
-			o.Cause, o.CauseDetail = check(ins[o.Op])
+			o.Cause, o.CauseDetail = check("inputs", ins[o.Op])
 		}
 		if o.Cause == CauseUnknown && producers != nil && roleRank(o.Role) == 2 {
 			var srcs []opKey
@@ -440,7 +444,7 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 				srcs = append(srcs, opKey{p, "out"})
 			}
 			if len(srcs) > 0 {
-				o.Cause, o.CauseDetail = check(srcs)
+				o.Cause, o.CauseDetail = check("producers", srcs)
 			}
 		}
 		if rep.First == nil {

@@ -34,6 +34,9 @@ type format struct {
 	// bit is set exactly when its masked bits are all ones (NaN or Inf; NaN only for f8e4m3fn). swM never
 	// covers the sign bit, so the addition carries into the lane's own sign bit, never into the next lane.
 	swM, swL, swH uint64
+	// laneH has each lane's top bit (every dtype); a lane of d is non-zero exactly when its top bit is set in
+	// ((d &^ laneH) + laneLo) | d, with laneLo = laneH − one per lane (no carry leaves a lane).
+	laneH, laneLo uint64
 }
 
 var formats = func() [16]*format {
@@ -43,6 +46,10 @@ var formats = func() [16]*format {
 		nb := uint(8 * f.size)
 		f.width = math.MaxUint64 >> (64 - nb)
 		f.sign = 1 << (nb - 1)
+		for i := 0; i < 8/f.size; i++ {
+			f.laneH |= f.sign << (uint(i) * nb)
+			f.laneLo |= (f.sign - 1) << (uint(i) * nb)
+		}
 		if k == kindFloat {
 			lane := ((uint64(1)<<e - 1) << m) // exponent all ones
 			if noInf {

@@ -21,14 +21,14 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintf(&b, "### %s bitalign diff: %s\n\n", icon, mdEscape(verdict(r)))
 	fmt.Fprintf(&b, "| | A | B |\n|---|---|---|\n")
-	row := func(name, a, b2 string) { fmt.Fprintf(&b, "| %s | %s | %s |\n", name, mdEscape(a), mdEscape(b2)) }
-	row("side", r.A.Side, r.B.Side)
-	row("path", "`"+r.A.Path+"`", "`"+r.B.Path+"`")
+	row := func(name, a, b2 string) { fmt.Fprintf(&b, "| %s | %s | %s |\n", name, a, b2) }
+	row("side", mdEscape(r.A.Side), mdEscape(r.B.Side))
+	row("path", "`"+mdEscape(r.A.Path)+"`", "`"+mdEscape(r.B.Path)+"`")
 	row("tensors", fmt.Sprint(r.A.Tensors), fmt.Sprint(r.B.Tensors))
 	row("size", byteSize(r.A.Bytes), byteSize(r.B.Bytes))
 	row("tp / pp / dp", fmt.Sprintf("%d / %d / %d", max(r.A.TP, 1), max(r.A.PP, 1), max(r.A.DP, 1)),
 		fmt.Sprintf("%d / %d / %d", max(r.B.TP, 1), max(r.B.PP, 1), max(r.B.DP, 1)))
-	row("kernel profile", r.A.KernelProfile, r.B.KernelProfile)
+	row("kernel profile", mdEscape(r.A.KernelProfile), mdEscape(r.B.KernelProfile))
 	row("batch", fmt.Sprint(r.A.BatchSize), fmt.Sprint(r.B.BatchSize))
 	fmt.Fprintf(&b, "\nCompared %d elements in %s: %d mismatched in %s; %s.\n", r.Compared, plural(len(r.Ops), "op"),
 		r.Mismatched, plural(len(r.Divergent()), "op"), plural(len(r.Missing), "missing tensor"))

@@ -125,12 +125,16 @@ func opRow(o *OpStat) []string {
 	if o.Mismatched > 0 {
 		mism = strconv.FormatInt(o.Mismatched, 10) + " (" + pct(o.Mismatched, o.Elements) + ")"
 	}
-	maxULP := ""
+	maxULP, maxAbs, maxRel := "", "", ""
 	if o.Mismatched > 0 {
 		maxULP = strconv.FormatUint(o.MaxULP, 10)
+		if o.NaNNumber > 0 {
+			maxULP += " +NaN"
+		}
+		maxAbs, maxRel = sci(o.MaxAbs), sci(o.MaxRel)
 	}
 	return []string{strconv.Itoa(int(o.Index)), o.Op, o.Role, status, o.DType, strconv.FormatInt(o.Elements, 10), mism,
-		maxULP, maxAt, sci(o.MaxAbs), sci(o.MaxRel), pairStr(o.NaNA, o.NaNB), pairStr(o.InfA, o.InfB)}
+		maxULP, maxAt, maxAbs, maxRel, pairStr(o.NaNA, o.NaNB), pairStr(o.InfA, o.InfB)}
 }
 
 var opHeader = []string{"#", "op", "role", "status", "dtype", "elements", "mismatched", "max ULP", "max at (step seq pos elem)",
@@ -163,7 +167,7 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, "  B    %s  %s\n", f.B.Hex, f.B.Decimal)
 		fmt.Fprintf(&b, "  ULP  %s (%s)\n", ulpString(f.ULP), f.Class)
 		if f.Cause != CauseNone {
-			fmt.Fprintf(&b, "  cause %s: %s\n", f.Cause, f.Detail)
+			fmt.Fprintf(&b, "  cause %s (%s)\n", f.Cause, f.Detail)
 		}
 	}
 	b.WriteString("\n")
@@ -190,6 +194,10 @@ func WriteText(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "  %s\n", missingLine(m))
 		}
 	}
-	_, err := io.WriteString(w, b.String())
+	lines := strings.Split(b.String(), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimRight(lines[i], " ")
+	}
+	_, err := io.WriteString(w, strings.Join(lines, "\n"))
 	return err
 }

@@ -28,6 +28,16 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 			return tea.Quit
 		case keys.Help, keys.Back:
 			m.showHelp = false
+		case keys.Down:
+			m.helpOff++
+		case keys.Up:
+			m.helpOff = max(m.helpOff-1, 0)
+		case keys.PageDown:
+			m.helpOff += 10
+		case keys.PageUp:
+			m.helpOff = max(m.helpOff-10, 0)
+		case keys.Top:
+			m.helpOff = 0
 		}
 		return nil
 	}
@@ -35,7 +45,7 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 	case keys.Quit:
 		return tea.Quit
 	case keys.Help:
-		m.showHelp = true
+		m.showHelp, m.helpOff = true, 0
 		return nil
 	}
 	if m.rep == nil {
@@ -97,6 +107,10 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 		}
 		m.setStatus(statusInfo, map[int]string{1: "no divergent op after this one", -1: "no divergent op before this one"}[d])
 		return nil
+	case keys.Top:
+		return m.jump(0, true)
+	case keys.Bottom:
+		return m.jump(len(m.rep.Ops)-1, true)
 	case keys.StepNext, keys.StepPrev:
 		d := 1
 		if a == keys.StepPrev {
@@ -146,6 +160,9 @@ func (m *Model) syncSelection() tea.Cmd {
 // jump selects op i; keepToken keeps the heatmap cursor on the same token (debugger stepping), otherwise the
 // cursor goes to the op's worst element.
 func (m *Model) jump(i int, keepToken bool) tea.Cmd {
+	if i < 0 || i >= len(m.rep.Ops) {
+		return nil
+	}
 	if !m.list.Select(i) {
 		m.list.SetFilter("") // the target is filtered out: show everything
 		m.list.Select(i)
@@ -214,6 +231,7 @@ func (m *Model) stepSeq(d int) tea.Cmd {
 	}
 	at = (at + d + len(o.Seqs)) % len(o.Seqs)
 	m.seq = o.Seqs[at]
+	m.setStatus(statusInfo, fmt.Sprintf("step %d seq %d (%d of %d slices of %s)", m.seq.Step, m.seq.Seq, at+1, len(o.Seqs), o.Op))
 	if r, c, ok := m.heat.Cursor(); ok {
 		m.keepRow, m.keepCol = r, c
 	}
@@ -317,7 +335,7 @@ func (m *Model) click(p tea.Mouse) tea.Cmd {
 			if i == m.sel {
 				return m.setScreen(tensorScreen)
 			}
-			m.list.Select(i)
+			m.list.SelectRow(p.Y - l.list.y)
 			return m.syncSelection()
 		}
 		if l.spark.contains(p.X, p.Y) && p.Y == l.spark.y {

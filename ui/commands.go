@@ -54,7 +54,7 @@ func (m *Model) ensurePair() tea.Cmd {
 	}
 	m.pairLoading = true
 	src, ctx := m.src, m.ctx
-	return func() tea.Msg {
+	load := func() tea.Msg {
 		p, err := src.Pair(ctx, k)
 		if err != nil {
 			return pairMsg{key: k, err: err}
@@ -62,10 +62,19 @@ func (m *Model) ensurePair() tea.Cmd {
 		d, err := heatmap.Prepare(p)
 		return pairMsg{key: k, data: d, err: err}
 	}
+	// small slices load at once, so stepping through ops never flashes a "loading" frame; big ones load in
+	// the background while the keys keep working
+	if o := m.selected(); o != nil && o.Elements <= syncElements*int64(max(len(o.Seqs), 1)) {
+		return m.pairLoaded(load().(pairMsg))
+	}
+	return m.track(load)
 }
 
+// syncElements is the largest slice (elements) loaded inside Update.
+const syncElements = 1 << 18
+
 func (m *Model) pairLoaded(msg pairMsg) tea.Cmd {
-	if msg.err == nil {
+	if _, seen := m.cache[msg.key]; msg.err == nil && !seen {
 		m.cache[msg.key] = msg.data
 		m.cacheOrder = append(m.cacheOrder, msg.key)
 		if len(m.cacheOrder) > cacheSize {
@@ -115,10 +124,10 @@ func (m *Model) startReplay() tea.Cmd {
 	}
 	m.setStatus(statusInfo, fmt.Sprintf("replaying %s%s…", k.Op, on))
 	src, ctx := m.src, m.ctx
-	return func() tea.Msg {
+	return m.track(func() tea.Msg {
 		res, err := src.Replay(ctx, k)
 		return replayMsg{key: k, res: res, err: err}
-	}
+	})
 }
 
 func (m *Model) replayDone(msg replayMsg) {
@@ -141,10 +150,10 @@ func (m *Model) replayDone(msg replayMsg) {
 func (m *Model) startExport(path, format string, overwrite bool) tea.Cmd {
 	src := m.src
 	m.setStatus(statusInfo, "exporting "+path+"…")
-	return func() tea.Msg {
+	return m.track(func() tea.Msg {
 		n, err := writeAtomic(path, overwrite, func(w *countingWriter) error { return src.WriteReport(w, format) })
 		return exportMsg{path: path, bytes: n, err: err}
-	}
+	})
 }
 
 func (m *Model) exportDone(msg exportMsg) {
@@ -153,4 +162,29 @@ func (m *Model) exportDone(msg exportMsg) {
 		return
 	}
 	m.setStatus(statusOK, fmt.Sprintf("✓ report written to %s (%s)", msg.path, byteCount(msg.bytes)))
+}
+
+// track counts a background command in flight, so that Run can wait for it before closing the captures
+// it may be reading.
+func (m *Model) track(f func() tea.Msg) tea.Cmd {
+	m.inflight.Add(1)
+	return func() tea.Msg {
+		defer m.inflight.Done()
+		return f()
+	}
+}
+
+// Wait waits up to d for background commands to finish and reports whether they did.
+func (m *Model) Wait(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		m.inflight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }

@@ -11,6 +11,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 
+	"bitalign/ui/heatmap"
 	"bitalign/ui/internal/fake"
 	"bitalign/ui/state"
 )
@@ -30,10 +31,17 @@ func fakeLoader(src state.Source, err error) Loader {
 	}
 }
 
+var fakes = map[fake.Config]*fake.Source{}
+
 // loaded returns a model over the default fake session, loaded and sized w×h.
 func loaded(t *testing.T, cfg fake.Config, w, h int) *Model {
 	t.Helper()
-	m := New(context.Background(), fakeLoader(fake.New(cfg), nil), "demo")
+	src, ok := fakes[cfg]
+	if !ok {
+		src = fake.New(cfg) // read-only once built: shared between tests
+		fakes[cfg] = src
+	}
+	m := New(context.Background(), fakeLoader(src, nil), "demo")
 	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	run(t, m, m.Init())
 	if m.rep == nil {
@@ -89,3 +97,5 @@ func golden(t *testing.T, name, got string) {
 		t.Errorf("%s differs from %s (run go test ./ui -update after checking):\n%s", name, path, got)
 	}
 }
+
+func prepare(p *state.Pair) (*heatmap.Data, error) { return heatmap.Prepare(p) }

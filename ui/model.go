@@ -5,6 +5,7 @@ package ui
 
 import (
 	"context"
+	"sync"
 
 	"charm.land/bubbles/v2/textinput"
 	tea "charm.land/bubbletea/v2"
@@ -76,6 +77,7 @@ type Model struct {
 
 	screen   screen
 	showHelp bool
+	helpOff  int // help screen scroll
 	list     oplist.Model
 	heat     heatmap.Model
 	sel      int          // selected op (index into rep.Ops), -1 before loading
@@ -96,6 +98,7 @@ type Model struct {
 	exportFormat string
 	status       string
 	statusKind   statusKind
+	inflight     sync.WaitGroup // background commands (pairs, replays, exports) still running
 }
 
 // New returns the root model; Init starts load in the background. title names what is being opened.

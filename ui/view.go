@@ -9,6 +9,7 @@ import (
 	"bitalign/ui/bits"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/help"
+	"bitalign/ui/keys"
 	"bitalign/ui/oplist"
 	"bitalign/ui/overview"
 	"bitalign/ui/replay"
@@ -116,8 +117,7 @@ func (m *Model) Render() string {
 	var body string
 	switch {
 	case m.showHelp:
-		body = m.st.Panel("keys", help.View(m.st, l.body.w-4, l.body.h-2), l.body.w, l.body.h, true)
-		body = indentBlock(body, 0)
+		body = m.st.Panel("keys", help.View(m.st, l.body.w-2, l.body.h-2, m.helpOff), l.body.w, l.body.h, true)
 	case m.rep == nil:
 		body = m.loadingView(l.body)
 	case m.screen == overviewScreen:
@@ -127,11 +127,16 @@ func (m *Model) Render() string {
 	}
 	lines := []string{m.headerView()}
 	lines = append(lines, theme.FitLines(body, m.w, l.body.h)...)
-	lines = append(lines, m.statusView(), theme.Fit(" "+help.Short(m.st, m.w-1), m.w))
+	ctx := keys.Overview
+	switch {
+	case m.rep == nil || m.showHelp:
+		ctx = keys.Loading
+	case m.screen == tensorScreen:
+		ctx = keys.Tensor
+	}
+	lines = append(lines, m.statusView(), theme.Fit(" "+help.Short(m.st, ctx, m.w-1), m.w))
 	return strings.Join(lines, "\n")
 }
-
-func indentBlock(s string, n int) string { return s }
 
 func (m *Model) headerView() string {
 	left := m.st.HeaderTitle.Render(" bitalign ")
@@ -175,11 +180,17 @@ func (m *Model) statusView() string {
 		s = m.st.StatusErr
 	}
 	right := ""
-	for k, r := range m.replays {
+	running := 0
+	for _, r := range m.replays {
 		if r.Running {
-			right = m.st.Info.Render("⟳ replay " + k.Op + " ")
-			break
+			running++
 		}
+	}
+	switch {
+	case running == 1:
+		right = m.st.Info.Render("⟳ replay running ")
+	case running > 1:
+		right = m.st.Info.Render(fmt.Sprintf("⟳ %d replays running ", running))
 	}
 	if m.loading {
 		right = m.st.Info.Render(m.progressText(24) + " ")
@@ -214,9 +225,9 @@ func (m *Model) loadingView(b rect) string {
 		lines = append(lines, m.st.Title.Render("opening "+m.title), "", m.st.Info.Render(m.progressText(min(40, b.w-30))), "",
 			m.st.Muted.Render("keys work meanwhile: ? help · q quit"))
 	}
-	panel := m.st.Panel("bitalign", strings.Join(lines, "\n"), min(b.w, 90), min(b.h, len(lines)+4), true)
+	panel := m.st.Panel("bitalign", strings.Join(lines, "\n"), min(b.w, 90), min(b.h, len(lines)+2), true)
 	pad := (b.w - min(b.w, 90)) / 2
-	top := max((b.h-len(lines)-4)/3, 0)
+	top := max((b.h-len(lines)-2)/3, 0)
 	var out []string
 	for i := 0; i < top; i++ {
 		out = append(out, "")
@@ -284,8 +295,12 @@ func (m *Model) summary(o *state.OpStat, d *heatmap.Data) []string {
 	for i, s := range o.Shape {
 		shape[i] = fmt.Sprint(s)
 	}
+	per := "[" + strings.Join(shape, ", ") + "]" // per token
+	if len(shape) == 0 {
+		per = "scalar"
+	}
 	lines := []string{
-		kv("type", fmt.Sprintf("%s [%s] · %s", o.DType, strings.Join(shape, ", "), o.Role)),
+		kv("type", fmt.Sprintf("%s %s · %s", o.DType, per, o.Role)),
 		kv("status", o.Status.String()),
 		kv("elements", fmt.Sprintf("%d in %d slice%s", o.Elements, len(o.Seqs), plural(len(o.Seqs)))),
 	}
@@ -434,8 +449,8 @@ func (m *Model) bitsView(r rect) string {
 	}
 	if rs := m.replays[m.curKey()]; rs != nil && rs.Result != nil && len(e.Rows) == 2 {
 		for si, s := range []state.ReplaySide{rs.Result.FromA, rs.Result.FromB} {
-			if len(s.Out) >= (i+1)*f.Size {
-				e.Rows = append(e.Rows, bits.Value{Label: "replay ← " + "AB"[si:si+1], Bits: f.Bits(s.Out, i), Ref: si})
+			if b, ok := s.Bits(f.Size, p.Cols, row, col); ok {
+				e.Rows = append(e.Rows, bits.Value{Label: "replay ← " + "AB"[si:si+1], Bits: f.Bits(b, 0), Ref: si})
 			}
 		}
 	}

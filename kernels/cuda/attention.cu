@@ -14,6 +14,21 @@
 #define MODE_CANONICAL 0  // 64-key blocks, online softmax
 #define MODE_TWO_PASS 1   // standard prefill: global max, then 128-key tiles
 #define MODE_SPLIT_KV 2   // standard decode: 256-key splits merged left to right
+#define MODE_FAST_EXP 3   // canonical with the fast-exp fault's exponential (engine.fastExp)
+
+// fast_exp: the fast-exp fault's approximation, twin of engine's fastExp (2^(x·log2 e), cubic fraction).
+__device__ __forceinline__ float fast_exp(float x) {
+    if (x != x) return x;
+    if (x < -87.0f) return 0.0f;
+    if (x > 88.0f) return __uint_as_float(0x7F800000u);
+    const float t = __fmul_rn(x, 1.442695f);
+    const float n = floorf(t);
+    const float f = __fsub_rn(t, n);  // [0, 1)
+    const float p = __fmaf_rn(__fmaf_rn(__fmaf_rn(0.0790f, f, 0.2249f), f, 0.6963f), f, 1.0f);
+    return __fmul_rn(p, __uint_as_float((uint32_t)((int)n + 127) << 23));
+}
+
+__device__ __forceinline__ float att_exp(float x, bool fast) { return fast ? fast_exp(x) : bt_exp(x); }
 
 // go_max is Go's built-in max for float32: NaN if either is NaN, +0 over -0, else the larger.
 __device__ __forceinline__ float go_max(float a, float b) {
@@ -77,7 +92,8 @@ extern "C" __global__ void __launch_bounds__(128) attention(float* out, const fl
     float l = 0.0f;
     const float* vg = v + g * hd;
 
-    if (mode == MODE_CANONICAL) {
+    if (mode == MODE_CANONICAL || mode == MODE_FAST_EXP) {
+        const bool fast = mode == MODE_FAST_EXP;
         float m = NEG_INF;
         for (int blk = 0; blk <= P; blk += 64) {  // fixed 64-key blocks from position 0
             const int n = min(64, P + 1 - blk);
@@ -86,11 +102,11 @@ extern "C" __global__ void __launch_bounds__(128) attention(float* out, const fl
             for (int jj = 1; jj < n; jj++)
                 if (ws.s[jj] > bm) bm = ws.s[jj];
             const float mn = bm > m ? bm : m;
-            const float alpha = bt_exp(__fsub_rn(m, mn));
+            const float alpha = att_exp(__fsub_rn(m, mn), fast);
             l = __fmul_rn(l, alpha);
 #pragma unroll
             for (int u = 0; u < HD_MAX / 32; u++) acc[u] = __fmul_rn(acc[u], alpha);
-            for (int jj = lane; jj < n; jj += 32) ws.e[jj] = bt_exp(__fsub_rn(ws.s[jj], mn));
+            for (int jj = lane; jj < n; jj += 32) ws.e[jj] = att_exp(__fsub_rn(ws.s[jj], mn), fast);
             __syncwarp();
             for (int jj = 0; jj < n; jj++) {
                 const float e = ws.e[jj];

@@ -93,9 +93,15 @@ func BenchmarkMatmul(b *testing.B) {
 	x := d.f32(b, randn(r, Mmax*K, true))
 	out := d.poisoned(b, Mmax*N)
 	for _, M := range []int{1, 2, 4, 8, 16, 32, 64, 256, 1024, 2048, 4096} {
-		for _, p := range []kernels.Profile{kernels.Canonical} {
-			b.Run(fmt.Sprintf("%v/M=%d", p, M), func(b *testing.B) {
+		for _, variant := range []string{"default", "fused", "nodec"} {
+			if variant == "fused" && M < 1024 || variant == "nodec" && M > decM {
+				continue
+			}
+			p := kernels.Canonical
+			b.Run(fmt.Sprintf("%v/M=%d/%s", p, M, variant), func(b *testing.B) {
 				ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, i int) error {
+					g.k.fuse, g.k.noDec = variant == "fused", variant == "nodec"
+					defer func() { g.k.fuse, g.k.noDec = false, false }()
 					return g.k.MatmulForward(c, p, dtCode(kernels.BF16), out, x, ws[i%copies], 0, M, K, N)
 				})
 				bytes := 4 * float64(M*K+N*K+M*N)

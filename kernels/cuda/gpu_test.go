@@ -174,6 +174,9 @@ func matmulShapes(short bool) []mnk {
 		{4, 64, 128}, {5, 4097, 17}, {8, 256, 256}, {13, 333, 99}, {16, 4096, 512}, {17, 129, 129},
 		{33, 64, 300}, {64, 100, 130}, {100, 1000, 257}, {128, 256, 256}, {257, 13, 511}, {1000, 7, 64},
 		{1, 4096, 4096}, {4, 4096, 4096}, {16, 4096, 4096},
+		// the cp.async decode kernel (K a multiple of 32): column tails, every M up to 32
+		{1, 32, 1}, {2, 64, 31}, {7, 96, 77}, {20, 96, 77}, {31, 256, 33}, {32, 4096, 100}, {32, 1024, 4096},
+		{1, 800, 130}, {2, 1056, 65}, {3, 4096, 33}, {4, 2080, 257}, {9, 1568, 40}, {24, 2112, 96},
 	}
 	if !short {
 		s = append(s, mnk{1024, 4096, 4096}, mnk{4096, 1000, 257}, mnk{2048, 4099, 130}, mnk{4096, 512, 4096})
@@ -205,10 +208,14 @@ func TestMatmulBitwise(t *testing.T) {
 				if withBias {
 					db = d.f32(t, bias)
 				}
-				d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-					return k.MatmulForward(c, p, dtCode(dt), out, dx, dw, db, s.M, s.K, s.N)
-				})
-				same(t, name, d.get(t, out, s.M*s.N), want)
+				for _, fuse := range []bool{false, true} { // both tiled reductions against the same reference
+					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+						k.fuse = fuse
+						defer func() { k.fuse = false }()
+						return k.MatmulForward(c, p, dtCode(dt), out, dx, dw, db, s.M, s.K, s.N)
+					})
+					same(t, fmt.Sprintf("%s fuse=%v", name, fuse), d.get(t, out, s.M*s.N), want)
+				}
 				d.free()
 			}
 		}

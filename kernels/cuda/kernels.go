@@ -3,6 +3,7 @@ package cudakernels
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"bitalign/cuda"
@@ -20,6 +21,10 @@ type Kernels struct {
 	fn           map[string]*cuda.Function
 	scratch      cuda.Ptr
 	scratchBytes int64
+	counters     cuda.Ptr // per-tile arrival counters of matmul_tiled_fused (zero between launches)
+	countersN    int
+	fuse         bool // matmul_tiled_fused instead of matmul_tiled + matmul_reduce (measured slower: off)
+	noDec        bool // benchmarks: skip matmul_dec (small M then runs matmul_small or the tiled kernel)
 }
 
 // Load loads every PTX module on c's device and looks up its kernels. Errors wrap the driver's (an unusable
@@ -39,6 +44,15 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			f, err := c.Function(m, name)
 			if err != nil {
 				return nil, err
+			}
+			if mt, ok := strings.CutPrefix(name, "matmul_dec"); ok {
+				n, err := strconv.Atoi(mt)
+				if err != nil || decConfig[n] == [2]int{} {
+					return nil, fmt.Errorf("cudakernels: %s has no entry in decConfig", name)
+				}
+				if err := f.SetMaxDynamicSharedMemory(c, decSharedBytes(n)); err != nil {
+					return nil, fmt.Errorf("cudakernels: %s: %w", name, err)
+				}
 			}
 			k.fn[name] = f
 		}
@@ -65,11 +79,40 @@ func entryNames(ptx []byte) []string {
 	}
 }
 
-// Close frees the scratch buffer (modules go with the context).
+// Close frees the scratch buffers (modules go with the context).
 func (k *Kernels) Close(c *cuda.Ctx) error {
 	err := c.Free(k.scratch)
-	k.scratch, k.scratchBytes = 0, 0
+	if e := c.Free(k.counters); err == nil {
+		err = e
+	}
+	k.scratch, k.scratchBytes, k.counters, k.countersN = 0, 0, 0, 0
 	return err
+}
+
+// tileCounters returns n zeroed counters (the fused kernel leaves them zeroed after each launch).
+func (k *Kernels) tileCounters(c *cuda.Ctx, n int) (cuda.Ptr, error) {
+	if n <= k.countersN {
+		return k.counters, nil
+	}
+	if k.counters != 0 {
+		if err := c.Synchronize(); err != nil {
+			return 0, err
+		}
+		if err := c.Free(k.counters); err != nil {
+			return 0, err
+		}
+		k.counters, k.countersN = 0, 0
+	}
+	n = max(n, 4096)
+	p, err := c.Alloc(int64(n) * 4)
+	if err != nil {
+		return 0, fmt.Errorf("cudakernels: %d tile counters: %w", n, err)
+	}
+	if err := c.Memset32(p, 0, int64(n)); err != nil {
+		return 0, err
+	}
+	k.counters, k.countersN = p, n
+	return p, nil
 }
 
 // Scratch returns a device buffer of at least bytes, reused across calls (stream-ordered: safe for the

@@ -5,6 +5,9 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -89,6 +92,31 @@ func TestParseManifestRejectsGarbage(t *testing.T) {
 	m, err := parseManifest([]byte(strings.Repeat("a", 64) + "  x.cu\n\n"))
 	if err != nil || m["x.cu"] != strings.Repeat("a", 64) {
 		t.Errorf("parse: %v %v", m, err)
+	}
+}
+
+// TestDecConfigMatchesSource: the Go table of the decode kernels' (span, stages), which sizes their shared
+// memory, is the one matmul.cu instantiates; every configuration fits the H200's 227 KB per block.
+func TestDecConfigMatchesSource(t *testing.T) {
+	src, err := os.ReadFile("matmul.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^DEC\((\d+), (\d+), (\d+)\)$`)
+	found := map[int][2]int{}
+	for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+		mt, _ := strconv.Atoi(m[1])
+		ch, _ := strconv.Atoi(m[2])
+		st, _ := strconv.Atoi(m[3])
+		found[mt] = [2]int{ch, st}
+	}
+	if !reflect.DeepEqual(found, decConfig) {
+		t.Errorf("matmul.cu instantiates %v, decConfig says %v", found, decConfig)
+	}
+	for mt := range decConfig {
+		if b := decSharedBytes(mt); b > 232448-64 {
+			t.Errorf("matmul_dec%d needs %d bytes of shared memory, over the 227 KB limit", mt, b)
+		}
 	}
 }
 

@@ -65,12 +65,11 @@ __device__ __forceinline__ void tile_step(float (&acc)[8][8], const float (*As)[
 
 template <bool VEC>
 __device__ __forceinline__ void matmul_tiled_body(float* __restrict__ part, const float* __restrict__ x,
-                                                  const float* __restrict__ w, int M, int K, int N, Segs segs) {
+                                                  const float* __restrict__ w, int M, int K, int N, Segs segs, int s,
+                                                  int m0, int n0) {
     __shared__ __align__(16) float As[2][TBK][TBM + TPAD];
     __shared__ __align__(16) float Bs[2][TBK][TBN + TPAD];
-    const int s = blockIdx.z;
     const int kb = segs.b[s], ke = segs.b[s + 1];
-    const int m0 = blockIdx.y * TBM, n0 = blockIdx.x * TBN;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
 
     float acc[8][8];
@@ -135,12 +134,12 @@ __device__ __forceinline__ void matmul_tiled_body(float* __restrict__ part, cons
 extern "C" __global__ void __launch_bounds__(256) matmul_tiled_vec(float* __restrict__ part, const float* __restrict__ x,
                                                                    const float* __restrict__ w, int M, int K, int N,
                                                                    Segs segs) {
-    matmul_tiled_body<true>(part, x, w, M, K, N, segs);
+    matmul_tiled_body<true>(part, x, w, M, K, N, segs, blockIdx.z, blockIdx.y * TBM, blockIdx.x * TBN);
 }
 extern "C" __global__ void __launch_bounds__(256) matmul_tiled(float* __restrict__ part, const float* __restrict__ x,
                                                                const float* __restrict__ w, int M, int K, int N,
                                                                Segs segs) {
-    matmul_tiled_body<false>(part, x, w, M, K, N, segs);
+    matmul_tiled_body<false>(part, x, w, M, K, N, segs, blockIdx.z, blockIdx.y * TBM, blockIdx.x * TBN);
 }
 
 // combine_finish: the partials' combination (tree: canonical; left to right: standard), then bias and the
@@ -164,78 +163,130 @@ extern "C" __global__ void matmul_reduce(float* __restrict__ out, const float* _
     out[i] = combine_finish(v, nseg, seq, bias, (int)(i % N), dt);
 }
 
+// matmul_tiled_fused: the tiled kernel with the reduction fused in. Block id = tile·nseg + segment, so the
+// segments of one tile run together; each writes its partial tile, and the last of them to finish (a per-tile
+// counter) reads the nseg partials back from L2 and writes combine_finish of them: the same tree in the same
+// order whichever block comes last. The counter is reset for the next launch.
+template <bool VEC>
+__device__ __forceinline__ void matmul_tiled_fused_body(float* __restrict__ out, float* __restrict__ part,
+                                                        unsigned* __restrict__ counters, const float* __restrict__ x,
+                                                        const float* __restrict__ w, const float* __restrict__ bias,
+                                                        int M, int K, int N, Segs segs, int seq, int dt) {
+    __shared__ unsigned last;
+    const int nseg = segs.n;
+    const int tile = blockIdx.x / nseg, s = blockIdx.x % nseg;
+    const int tiles_n = (N + TBN - 1) / TBN;
+    const int m0 = (tile / tiles_n) * TBM, n0 = (tile % tiles_n) * TBN;
+    matmul_tiled_body<VEC>(part, x, w, M, K, N, segs, s, m0, n0);
+    __threadfence();  // this block's partials are visible device-wide before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&counters[tile], 1u) == (unsigned)(nseg - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const long long count = (long long)M * N;
+    for (int e = threadIdx.x; e < TBM * TBN; e += blockDim.x) {
+        const int m = m0 + e / TBN, n = n0 + e % TBN;
+        if (m >= M || n >= N) continue;
+        const long long i = (long long)m * N + n;
+        float v[8];
+#pragma unroll
+        for (int q = 0; q < 8; q++) v[q] = q < nseg ? __ldcg(part + q * count + i) : 0.0f;  // L2, not stale L1
+        out[i] = combine_finish(v, nseg, seq, bias, n, dt);
+    }
+    if (threadIdx.x == 0) counters[tile] = 0;
+}
+
+extern "C" __global__ void __launch_bounds__(256) matmul_tiled_fused_vec(float* out, float* part, unsigned* counters,
+                                                                         const float* __restrict__ x,
+                                                                         const float* __restrict__ w,
+                                                                         const float* __restrict__ bias, int M, int K,
+                                                                         int N, Segs segs, int seq, int dt) {
+    matmul_tiled_fused_body<true>(out, part, counters, x, w, bias, M, K, N, segs, seq, dt);
+}
+extern "C" __global__ void __launch_bounds__(256) matmul_tiled_fused(float* out, float* part, unsigned* counters,
+                                                                     const float* __restrict__ x,
+                                                                     const float* __restrict__ w,
+                                                                     const float* __restrict__ bias, int M, int K,
+                                                                     int N, Segs segs, int seq, int dt) {
+    matmul_tiled_fused_body<false>(out, part, counters, x, w, bias, M, K, N, segs, seq, dt);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Small M (decode, M ≤ 16): one thread per (output column n, segment s) holds the chains of all M rows; the 8
 // segment threads of one n are 8 adjacent lanes, so the tree is three shuffle steps (xor 1, 2, 4), which add
 // exactly the pairs of the tree (a+b and b+a are the same bits). Grid ceil(N/ROWS), block ROWS·8 threads.
-// w streams once from HBM (16-byte loads, CH floats per thread per step); x's chunk is staged in shared memory.
-#define SCH 64
+// No shared memory and no block barrier: each thread streams its own slice of w (16-byte loads, the next
+// SCH floats prefetched into registers while the current ones are used) and reads x through L1 (the 4
+// columns of a warp share each x load).
+#define SCH 32
+
+template <int MT>
+__device__ __forceinline__ void small_chunk(float (&acc)[MT], const float (&wv)[SCH], const float* __restrict__ x,
+                                            int K, int M, int k0) {
+#pragma unroll
+    for (int j = 0; j < SCH; j += 4) {
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int mm = m < M ? m : 0;  // rows past M compute garbage that is never stored
+            const float4 xv = __ldg(reinterpret_cast<const float4*>(x + (size_t)mm * K + k0 + j));
+            acc[m] = __fmaf_rn(xv.x, wv[j], acc[m]);
+            acc[m] = __fmaf_rn(xv.y, wv[j + 1], acc[m]);
+            acc[m] = __fmaf_rn(xv.z, wv[j + 2], acc[m]);
+            acc[m] = __fmaf_rn(xv.w, wv[j + 3], acc[m]);
+        }
+    }
+}
+
+__device__ __forceinline__ void small_load(float (&wv)[SCH], const float* __restrict__ p) {
+#pragma unroll
+    for (int j = 0; j < SCH; j += 4) {
+        const float4 t = __ldcs(reinterpret_cast<const float4*>(p + j));  // streamed once: evict first
+        wv[j] = t.x, wv[j + 1] = t.y, wv[j + 2] = t.z, wv[j + 3] = t.w;
+    }
+}
 
 template <int MT, int ROWS, bool VEC>
 __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const float* __restrict__ x,
                                                   const float* __restrict__ w, const float* __restrict__ bias,
                                                   int M, int K, int N, Segs segs, int seq, int dt) {
-    __shared__ __align__(16) float xs[MT][8][SCH + 4];  // +4: the 8 segments' rows start in different banks
     const int lane_s = threadIdx.x & 7;
     const int n = blockIdx.x * ROWS + (threadIdx.x >> 3);
     const int nseg = segs.n;
     const bool active = lane_s < nseg && n < N;
-    const int kb = lane_s < nseg ? segs.b[lane_s] : 0;
-    const int ke = lane_s < nseg ? segs.b[lane_s + 1] : 0;
-    int maxlen = 0;
-    for (int s = 0; s < nseg; s++) maxlen = max(maxlen, segs.b[s + 1] - segs.b[s]);
 
     float acc[MT];
 #pragma unroll
     for (int m = 0; m < MT; m++) acc[m] = 0.0f;  // every chain starts from +0
 
-    const float* wr = w + (size_t)(n < N ? n : 0) * K;
-    for (int c0 = 0; c0 < maxlen; c0 += SCH) {
-        __syncthreads();
-        // stage x[m][b_s + c0 + j] for every m < M, segment s, j < SCH (zeros past the segment: never used)
-        for (int e = threadIdx.x; e < MT * 8 * SCH; e += ROWS * 8) {
-            const int j = e % SCH, s = (e / SCH) & 7, m = e / (SCH * 8);
-            float v = 0.0f;
-            if (m < M && s < nseg) {
-                const int k = segs.b[s] + c0 + j;
-                if (k < segs.b[s + 1]) v = __ldg(x + (size_t)m * K + k);
+    if (active) {
+        const int kb = segs.b[lane_s], ke = segs.b[lane_s + 1];
+        const float* wr = w + (size_t)n * K;
+        int k = kb;
+        if (VEC) {
+            const int kfull = kb + (ke - kb) / SCH * SCH;  // whole chunks, then the tail
+            if (k < kfull) {
+                float wa[SCH], wb[SCH];
+                small_load(wa, wr + k);
+                for (;;) {
+                    const bool more = k + SCH < kfull;
+                    if (more) small_load(wb, wr + k + SCH);  // in flight while wa is used
+                    small_chunk<MT>(acc, wa, x, K, M, k);
+                    k += SCH;
+                    if (!more) break;
+                    const bool more2 = k + SCH < kfull;
+                    if (more2) small_load(wa, wr + k + SCH);
+                    small_chunk<MT>(acc, wb, x, K, M, k);
+                    k += SCH;
+                    if (!more2) break;
+                }
             }
-            xs[m][s][j] = v;
         }
-        __syncthreads();
-        if (!active) continue;
-        const int k0 = kb + c0;
-        const int kn = min(SCH, ke - k0);
-        if (kn <= 0) continue;
-        if (kn == SCH) {
-            float wv[SCH];
-            if (VEC) {
+        for (; k < ke; k++) {  // the segment's tail (or all of it when unaligned): exactly its k, in order
+            const float wk = __ldg(wr + k);
 #pragma unroll
-                for (int j = 0; j < SCH; j += 4) {
-                    const float4 t = __ldg(reinterpret_cast<const float4*>(wr + k0 + j));
-                    wv[j] = t.x, wv[j + 1] = t.y, wv[j + 2] = t.z, wv[j + 3] = t.w;
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < SCH; j++) wv[j] = __ldg(wr + k0 + j);
-            }
-#pragma unroll
-            for (int j = 0; j < SCH; j += 4) {
-#pragma unroll
-                for (int m = 0; m < MT; m++) {
-                    const float4 xv = *reinterpret_cast<const float4*>(&xs[m][lane_s][j]);
-                    acc[m] = __fmaf_rn(xv.x, wv[j], acc[m]);
-                    acc[m] = __fmaf_rn(xv.y, wv[j + 1], acc[m]);
-                    acc[m] = __fmaf_rn(xv.z, wv[j + 2], acc[m]);
-                    acc[m] = __fmaf_rn(xv.w, wv[j + 3], acc[m]);
-                }
-            }
-        } else {
-            for (int j = 0; j < kn; j++) {  // the segment's tail: exactly its remaining k, in order
-                const float wj = __ldg(wr + k0 + j);
-#pragma unroll
-                for (int m = 0; m < MT; m++) acc[m] = __fmaf_rn(xs[m][lane_s][j], wj, acc[m]);
-            }
+            for (int m = 0; m < MT; m++)
+                if (m < M) acc[m] = __fmaf_rn(__ldg(x + (size_t)m * K + k), wk, acc[m]);
         }
     }
     // lanes 8r..8r+7 hold the partials p0..p7 of column n
@@ -278,8 +329,152 @@ __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const
         const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
         matmul_small_body<MT, ROWS, false>(out, x, w, bias, M, K, N, segs, seq, dt);                              \
     }
-SMALL(1, 16)
-SMALL(2, 16)
-SMALL(4, 16)
-SMALL(8, 32)
-SMALL(16, 32)
+SMALL(1, 8)
+SMALL(2, 8)
+SMALL(4, 8)
+SMALL(8, 8)
+SMALL(16, 8)
+
+// ---------------------------------------------------------------------------------------------------------
+// Decode, v4 (M ≤ 32, K and every segment start multiples of 4): one block per 32 output columns, one warp per
+// segment, one lane per column. Each lane runs the M chains of its (column, segment) over ascending k. Both w
+// and x are streamed through shared memory by cp.async, ST chunks deep: w as CH-float spans of each (column,
+// segment) row (CH = 64: 256 contiguous bytes per row, so HBM sees long runs), x as the matching CH-float
+// spans of its M rows, read by the whole warp at one address (broadcast). No load sits in an FMA chain's
+// critical path. The 8 partials of a column meet in shared memory for the tree.
+// (v3 read x straight from global memory and used 32-float spans: 37 µs at M = 1, 105 µs at M = 16.)
+
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, int src_bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Shared memory of one stage: w [8][32][CH+4] then x [8][MT][CH] floats.
+template <int MT, int CH>
+struct DecStage {
+    static constexpr int ROW = CH + 4;  // padded: the lanes' 16-byte reads fall in distinct banks
+    static constexpr int W = 8 * 32 * ROW;
+    static constexpr int X = 8 * MT * CH;
+    static constexpr int FLOATS = W + X;
+};
+
+template <int MT, int CH, int ST>
+__device__ __forceinline__ void matmul_dec_body(float* __restrict__ out, const float* __restrict__ x,
+                                                const float* __restrict__ w, const float* __restrict__ bias, int M,
+                                                int K, int N, Segs segs, int seq, int dt) {
+    using L = DecStage<MT, CH>;
+    extern __shared__ __align__(16) float dsm[];  // [ST] stages, reused as part[8][MT][32] at the end
+    __shared__ int sb[9];
+    const int seg = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n0 = blockIdx.x * 32;
+    const int nseg = segs.n;
+    if (threadIdx.x < 9) sb[threadIdx.x] = segs.b[min((int)threadIdx.x, nseg)];
+    __syncthreads();
+    int maxlen = 0;
+    for (int s = 0; s < nseg; s++) maxlen = max(maxlen, sb[s + 1] - sb[s]);
+    const int nch = (maxlen + CH - 1) / CH;
+    constexpr int QR = CH / 4;  // 16-byte quads per span
+
+    auto issue = [&](int c) {
+        if (c < nch) {
+            float* st = dsm + (c % ST) * L::FLOATS;
+            // w: 8 segments × 32 columns × QR quads; consecutive threads take consecutive quads of one span
+#pragma unroll
+            for (int i = 0; i < QR; i++) {
+                const int e = threadIdx.x + 256 * i;
+                const int q = e % QR, col = (e / QR) % 32, s = e / (QR * 32);
+                const float* src = w;
+                int bytes = 0;
+                if (s < nseg && n0 + col < N) {
+                    const int k = sb[s] + c * CH + 4 * q;
+                    if (k < sb[s + 1]) src = w + (size_t)(n0 + col) * K + k, bytes = 16;
+                }
+                cp_async16(st + (s * 32 + col) * L::ROW + 4 * q, src, bytes);  // bytes 0: zero-fill, no read
+            }
+            // x: 8 segments × MT rows × QR quads
+            float* xs = st + L::W;
+            for (int e = threadIdx.x; e < 8 * MT * QR; e += 256) {
+                const int q = e % QR, m = (e / QR) % MT, s = e / (QR * MT);
+                const float* src = x;
+                int bytes = 0;
+                if (s < nseg && m < M) {
+                    const int k = sb[s] + c * CH + 4 * q;
+                    if (k < sb[s + 1]) src = x + (size_t)m * K + k, bytes = 16;
+                }
+                cp_async16(xs + (s * MT + m) * CH + 4 * q, src, bytes);
+            }
+        }
+        cp_async_commit();  // an empty group keeps the wait count uniform
+    };
+
+    float acc[MT];
+#pragma unroll
+    for (int m = 0; m < MT; m++) acc[m] = 0.0f;  // every chain starts from +0
+    const int len = seg < nseg ? sb[seg + 1] - sb[seg] : 0;
+
+#pragma unroll
+    for (int c = 0; c < ST - 1; c++) issue(c);
+    for (int c = 0; c < nch; c++) {
+        cp_async_wait<ST - 2>();
+        __syncthreads();  // chunk c landed for everyone; everyone is done with chunk c-1's stage
+        issue(c + ST - 1);
+        const float* st = dsm + (c % ST) * L::FLOATS;
+        const float* wrow = st + (seg * 32 + lane) * L::ROW;
+        const float* xs = st + L::W + seg * MT * CH;
+        const int kn = min(CH, len - c * CH);
+        if (kn == CH) {
+#pragma unroll
+            for (int j = 0; j < CH; j += 4) {
+                const float4 wv = *reinterpret_cast<const float4*>(wrow + j);
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    const float4 xv = *reinterpret_cast<const float4*>(xs + m * CH + j);  // same address: broadcast
+                    acc[m] = __fmaf_rn(xv.x, wv.x, acc[m]);
+                    acc[m] = __fmaf_rn(xv.y, wv.y, acc[m]);
+                    acc[m] = __fmaf_rn(xv.z, wv.z, acc[m]);
+                    acc[m] = __fmaf_rn(xv.w, wv.w, acc[m]);
+                }
+            }
+        } else {
+            for (int j = 0; j < kn; j++) {  // the segment's last chunk: exactly its remaining k, in order
+                const float wk = wrow[j];
+#pragma unroll
+                for (int m = 0; m < MT; m++) acc[m] = __fmaf_rn(xs[m * CH + j], wk, acc[m]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    // the partials of column n0+lane: part[seg][m][lane]
+    float* part = dsm;
+#pragma unroll
+    for (int m = 0; m < MT; m++) part[(seg * MT + m) * 32 + lane] = acc[m];
+    __syncthreads();
+    for (int e = threadIdx.x; e < MT * 32; e += 256) {
+        const int m = e >> 5, col = e & 31, n = n0 + col;
+        if (m >= M || n >= N) continue;
+        float v[8];
+#pragma unroll
+        for (int s = 0; s < 8; s++) v[s] = s < nseg ? part[(s * MT + m) * 32 + col] : 0.0f;
+        float y = seq ? seq8(v, nseg) : tree8(v, nseg);
+        if (bias) y = __fadd_rn(y, bias[n]);
+        out[(size_t)m * N + n] = round_dt(y, dt);
+    }
+}
+
+// Chunk and depth per M: 64-float spans where the stages fit in 227 KB, else 32.
+#define DEC(MT, CH, ST)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(256) matmul_dec##MT(                                            \
+        float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ w,                        \
+        const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
+        matmul_dec_body<MT, CH, ST>(out, x, w, bias, M, K, N, segs, seq, dt);                                     \
+    }
+DEC(1, 64, 3)
+DEC(2, 64, 3)
+DEC(4, 64, 2)
+DEC(8, 32, 3)
+DEC(16, 32, 3)
+DEC(32, 32, 3)

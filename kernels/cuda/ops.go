@@ -7,9 +7,27 @@ import (
 	"bitalign/kernels"
 )
 
-// smallM is the largest M served by the decode kernel (one thread per (column, segment), all rows at once);
-// larger M use the 128×128-tiled kernel with the segments on grid.z and a reduction.
-const smallM = 16
+// Kernel choice by M (the arithmetic is the same in all three; only speed differs):
+//   - decM (32) or fewer rows, 16-byte aligned segments: matmul_dec (w and x streamed through shared memory
+//     by cp.async, one warp per segment, one lane per column);
+//   - smallM (16) or fewer rows, unaligned: matmul_small (each thread streams its own w row slice);
+//   - else the 128×128-tiled kernel with the segments on grid.z, then matmul_reduce (fuse: one block per
+//     (tile, segment), the last block of a tile adding the partials: 12% slower at M = 4096, so off).
+const (
+	decM   = 32
+	smallM = 16
+)
+
+// decConfig is each matmul_dec kernel's (span CH, stages ST), as its DEC(MT, CH, ST) line in matmul.cu says
+// (TestDecConfigMatchesSource keeps them in step).
+var decConfig = map[int][2]int{1: {64, 3}, 2: {64, 3}, 4: {64, 2}, 8: {32, 3}, 16: {32, 3}, 32: {32, 3}}
+
+// decSharedBytes is matmul_dec<mt>'s dynamic shared memory: ST stages of w [8][32][CH+4] and x [8][MT][CH].
+func decSharedBytes(mt int) int {
+	c := decConfig[mt]
+	ch, st := c[0], c[1]
+	return st * (8*32*(ch+4) + 8*mt*ch) * 4
+}
 
 // MatmulForward: x is (M, K), w is (N, K), bias is (N) or 0, out is (M, N) = round_dt(x·wᵀ + bias)
 // (kernels.MatmulForward). dt NoRound skips the final rounding.
@@ -53,15 +71,20 @@ func (k *Kernels) matmul(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b [
 		vec = vec && v%4 == 0
 	}
 	sg := segs(b)
+	if vec && M <= decM && !k.noDec {
+		mt := 1
+		for mt < M {
+			mt *= 2
+		}
+		return k.launch(c, fmt.Sprintf("matmul_dec%d", mt), blocks(int64(N), 32), cuda.Dim3{X: 256}, decSharedBytes(mt),
+			out, x, w, bias, M, K, N, sg, seq, dt)
+	}
 	if M <= smallM {
 		mt := 1
 		for mt < M {
 			mt *= 2
 		}
-		rows := 16
-		if mt >= 8 {
-			rows = 32
-		}
+		const rows = 8 // columns per block (64 threads): ~4 blocks per SM at N = 4096 balance the waves
 		name := fmt.Sprintf("matmul_small%d", mt)
 		if vec {
 			name += "_vec"
@@ -73,10 +96,20 @@ func (k *Kernels) matmul(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b [
 	if err != nil {
 		return err
 	}
-	name := "matmul_tiled"
+	suffix := ""
 	if vec && N%4 == 0 {
-		name += "_vec"
+		suffix = "_vec"
 	}
+	if k.fuse {
+		tiles := ((N + 127) / 128) * ((M + 127) / 128)
+		cnt, err := k.tileCounters(c, tiles)
+		if err != nil {
+			return err
+		}
+		return k.launch(c, "matmul_tiled_fused"+suffix, cuda.Dim3{X: tiles * nseg}, cuda.Dim3{X: 256}, 0,
+			out, part, cnt, x, w, bias, M, K, N, sg, seq, dt)
+	}
+	name := "matmul_tiled" + suffix
 	grid := cuda.Dim3{X: (N + 127) / 128, Y: (M + 127) / 128, Z: nseg}
 	if err := k.launch(c, name, grid, cuda.Dim3{X: 256}, 0, part, x, w, M, K, N, sg); err != nil {
 		return err
@@ -106,6 +139,15 @@ func (k *Kernels) RoPEForward(c *cuda.Ctx, dt kernels.DType, out, x, pos cuda.Pt
 // AttentionForward: q is (T, nh·hd), kc and vc are (S, nkv·hd), pos is (T) int32 on the device, out is
 // (T, nh·hd) (kernels.AttentionForward). Positions must be < S (checked by the caller, who knows them).
 func (k *Kernels) AttentionForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DType, out, q, kc, vc, pos cuda.Ptr, T, S, nh, nkv, hd int, scale float32) error {
+	return k.attention(c, p, false, dt, out, q, kc, vc, pos, T, S, nh, nkv, hd, scale)
+}
+
+// AttentionFastExp is canonical attention with the fast-exp fault's exponential (engine's fastExpAttention).
+func (k *Kernels) AttentionFastExp(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos cuda.Ptr, T, S, nh, nkv, hd int, scale float32) error {
+	return k.attention(c, kernels.Canonical, true, dt, out, q, kc, vc, pos, T, S, nh, nkv, hd, scale)
+}
+
+func (k *Kernels) attention(c *cuda.Ctx, p kernels.Profile, fast bool, dt kernels.DType, out, q, kc, vc, pos cuda.Ptr, T, S, nh, nkv, hd int, scale float32) error {
 	if nkv <= 0 || nh%nkv != 0 {
 		return fmt.Errorf("cudakernels: AttentionForward: %d query heads not a multiple of %d kv heads", nh, nkv)
 	}
@@ -116,7 +158,9 @@ func (k *Kernels) AttentionForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DT
 		return nil
 	}
 	mode := 0
-	if p == kernels.Standard {
+	if fast {
+		mode = 3
+	} else if p == kernels.Standard {
 		mode = 2 // decode: split-KV
 		if T > 1 {
 			mode = 1 // prefill: two-pass
@@ -170,10 +214,32 @@ func (k *Kernels) EmbeddingForward(c *cuda.Ctx, dt kernels.DType, out, table, to
 // LogSoftmaxStats: logits is (T, V) on one rank (tp = 1); m and S (each T floats, device) receive the row max
 // and the 8-segment sum of Exp(x ⊖ m).
 func (k *Kernels) LogSoftmaxStats(c *cuda.Ctx, p kernels.Profile, m, S, logits cuda.Ptr, T, V int) error {
-	if err := k.launch(c, "ls_max", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, m, logits, T, V, 1); err != nil {
+	if err := k.LogSoftmaxMax(c, m, logits, T, V, true); err != nil {
 		return err
 	}
-	return k.launch(c, "ls_sum", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, S, logits, m, T, V, kernels.Segments, profCode(p))
+	return k.LogSoftmaxSum(c, p, S, logits, m, T, V, 1)
+}
+
+// LogSoftmaxMax: m (T) = the max of each row of this rank's logits (T, vLocal), NaN if any NaN. zeroFix maps
+// a zero max to +0 (do it after the AllReduceMax when the vocabulary is sharded).
+func (k *Kernels) LogSoftmaxMax(c *cuda.Ctx, m, logits cuda.Ptr, T, vLocal int, zeroFix bool) error {
+	z := 0
+	if zeroFix {
+		z = 1
+	}
+	return k.launch(c, "ls_max", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, m, logits, T, vLocal, z)
+}
+
+// LogSoftmaxSum: S (T) = this rank's subtree (8/tp segments; standard: one chain) of Σ Exp(x ⊖ m) over its
+// logits (T, vLocal); the AllReduce over ranks finishes the tree.
+func (k *Kernels) LogSoftmaxSum(c *cuda.Ctx, p kernels.Profile, S, logits, m cuda.Ptr, T, vLocal, tp int) error {
+	return k.launch(c, "ls_sum", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, S, logits, m, T, vLocal, kernels.Segments/tp, profCode(p))
+}
+
+// LogProbsTarget: d (T) = (x[t, target−off] ⊖ m) ⊕ 0 where this rank holds the target (columns
+// [off, off+vLocal)), else +0; all-reduced over ranks, then logprob = d ⊖ Log(S).
+func (k *Kernels) LogProbsTarget(c *cuda.Ctx, d, logits, targets, m cuda.Ptr, T, vLocal, off int) error {
+	return k.launch(c, "logprobs", blocks(int64(T), 128), cuda.Dim3{X: 128}, 0, d, logits, targets, m, cuda.Ptr(0), T, vLocal, off, 0)
 }
 
 // LogSoftmaxForward: logits and out are (T, V), float32 (kernels.LogSoftmaxForward with one rank).

@@ -5,6 +5,8 @@ package heatmap
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 
 	"bitalign/ui/fp"
 	"bitalign/ui/state"
@@ -39,20 +41,52 @@ func Prepare(p *state.Pair) (*Data, error) {
 		return nil, fmt.Errorf("heatmap: %s: %d×%d %s needs %d bytes a side, have %d and %d", p.Key, p.Rows, p.Cols,
 			p.DType, n*f.Size, len(p.A), len(p.B))
 	}
-	for r := 0; r < p.Rows; r++ {
-		if !p.Has(0, r) || !p.Has(1, r) {
-			d.Missing++
-			d.Hist[0] += uint64(p.Cols)
-			continue
-		}
-		for i := r * p.Cols; i < (r+1)*p.Cols; i++ {
-			u := f.ULP(f.Bits(p.A, i), f.Bits(p.B, i))
-			bk := fp.Bucket(u)
-			d.Bucket[i] = bk
-			d.Hist[bk]++
-			if u > d.MaxULP {
-				d.MaxULP, d.MaxAt = u, i
+	// rows are split between the CPUs; each worker keeps its own histogram and maximum
+	workers := max(1, min(runtime.GOMAXPROCS(0), p.Rows/64))
+	type part struct {
+		hist    [65]uint64
+		max     uint64
+		at      int
+		missing int
+	}
+	parts := make([]part, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			pt := &parts[w]
+			for r := w * p.Rows / workers; r < (w+1)*p.Rows/workers; r++ {
+				if !p.Has(0, r) || !p.Has(1, r) {
+					pt.missing++
+					pt.hist[0] += uint64(p.Cols)
+					continue
+				}
+				for i := r * p.Cols; i < (r+1)*p.Cols; i++ {
+					a, b := f.Bits(p.A, i), f.Bits(p.B, i)
+					if a == b {
+						pt.hist[0]++
+						continue
+					}
+					u := f.ULP(a, b)
+					bk := fp.Bucket(u)
+					d.Bucket[i] = bk
+					pt.hist[bk]++
+					if u > pt.max {
+						pt.max, pt.at = u, i
+					}
+				}
 			}
+		}(w)
+	}
+	wg.Wait()
+	for _, pt := range parts { // in row order, so the first of equal maxima wins as in a serial scan
+		for b, c := range pt.hist {
+			d.Hist[b] += c
+		}
+		d.Missing += pt.missing
+		if pt.max > d.MaxULP {
+			d.MaxULP, d.MaxAt = pt.max, pt.at
 		}
 	}
 	d.Diff = int64(n) - int64(d.Hist[0])
@@ -90,26 +124,42 @@ func Downsample(d *Data, maxR, maxC int) *Grid {
 	for c := range colCell {
 		colCell[c] = int32(g.ColOf(c))
 	}
-	for cr := 0; cr < g.CR; cr++ {
-		lo, hi := g.RowSpan(cr)
-		base := cr * g.CC
-		for cc := 0; cc < g.CC; cc++ {
-			c0, _ := g.ColSpan(cc)
-			g.Arg[base+cc] = lo*p.Cols + c0
-		}
-		for r := lo; r < hi; r++ {
-			row := d.Bucket[r*p.Cols : (r+1)*p.Cols]
-			for c, bk := range row {
-				if bk == 0 {
-					continue
-				}
-				cell := base + int(colCell[c])
-				if bk > g.Bucket[cell] {
-					g.Bucket[cell] = bk
-					g.Arg[cell] = r*p.Cols + c
+	binRows := func(from, to int) {
+		for cr := from; cr < to; cr++ {
+			lo, hi := g.RowSpan(cr)
+			base := cr * g.CC
+			for cc := 0; cc < g.CC; cc++ {
+				c0, _ := g.ColSpan(cc)
+				g.Arg[base+cc] = lo*p.Cols + c0
+			}
+			for r := lo; r < hi; r++ {
+				row := d.Bucket[r*p.Cols : (r+1)*p.Cols]
+				for c, bk := range row {
+					if bk == 0 {
+						continue
+					}
+					cell := base + int(colCell[c])
+					if bk > g.Bucket[cell] {
+						g.Bucket[cell] = bk
+						g.Arg[cell] = r*p.Cols + c
+					}
 				}
 			}
 		}
 	}
+	// cell rows are independent: big tensors are binned on every CPU (this runs on resize)
+	workers := 1
+	if p.Rows*p.Cols >= 1<<20 {
+		workers = min(runtime.GOMAXPROCS(0), g.CR)
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			binRows(w*g.CR/workers, (w+1)*g.CR/workers)
+		}(w)
+	}
+	wg.Wait()
 	return g
 }

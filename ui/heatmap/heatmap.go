@@ -248,9 +248,12 @@ func (m Model) View() string {
 		// axis: the token position where a cell row starts (every other row at most), and a marker on the
 		// cursor's row
 		label := ""
-		onCursor := t == m.cr || bo == m.cr
-		if (2*y)%sy == 0 && (t%2 == 0 || sy > 1) || onCursor {
+		onCursor := y == m.cr*sy/2 // the character row holding the cursor cell's first half-row
+		if (2*y)%sy == 0 || onCursor {
 			r0, _ := g.RowSpan(t)
+			if onCursor {
+				r0, _ = g.RowSpan(m.cr)
+			}
 			label = fmt.Sprint(pos0 + int64(r0))
 		}
 		if onCursor {
@@ -263,23 +266,44 @@ func (m Model) View() string {
 		if bo < g.CR {
 			bot = g.Bucket[bo*g.CC : (bo+1)*g.CC]
 		}
+		// runs of equal cells share one escape sequence: fewer bytes to measure and to send
+		run, runLen := "", 0
+		flush := func() {
+			if runLen == 0 {
+				return
+			}
+			pre, glyph, suf := split(run)
+			b.WriteString(pre)
+			for i := 0; i < runLen; i++ {
+				b.WriteString(glyph)
+			}
+			b.WriteString(suf)
+			runLen = 0
+		}
 		for x := 0; x < g.CC*sx; x++ {
 			c := x / sx
 			lt, lb := theme.Level(top[c]), 0
 			if bot != nil {
 				lb = theme.Level(bot[c])
 			}
+			var cell string
 			switch {
 			case c == m.cc && t == m.cr && bo == m.cr:
-				b.WriteString(m.cursorFull)
+				cell = m.cursorFull
 			case c == m.cc && t == m.cr:
-				b.WriteString(m.cursorT[lb])
+				cell = m.cursorT[lb]
 			case c == m.cc && bo == m.cr:
-				b.WriteString(m.cursorB[lt])
+				cell = m.cursorB[lt]
 			default:
-				b.WriteString(m.cells[lt][lb])
+				cell = m.cells[lt][lb]
 			}
+			if cell != run {
+				flush()
+				run = cell
+			}
+			runLen++
 		}
+		flush()
 		if pad := m.w - axisW - g.CC*sx; pad > 0 {
 			b.WriteString(strings.Repeat(" ", pad))
 		}
@@ -319,4 +343,14 @@ func Legend(st theme.Styles) string {
 		b.WriteString(st.Heat[l].Render(sw) + st.Faint.Render(theme.LevelLabel(l)) + " ")
 	}
 	return strings.TrimRight(b.String(), " ")
+}
+
+// split cuts a one-glyph styled cell into its escape prefix, the glyph and its escape suffix.
+func split(s string) (pre, glyph, suf string) {
+	for _, g := range []string{"▀", "█", "◘", "░", "▒", "▓", "·"} {
+		if i := strings.Index(s, g); i >= 0 {
+			return s[:i], g, s[i+len(g):]
+		}
+	}
+	return "", s, ""
 }

@@ -55,7 +55,10 @@ func Histogram(st theme.Styles, hist [65]uint64, w, h int) string {
 			for _, bb := range used[i:] {
 				n += hist[bb]
 			}
-			label = "≥" + short(uint64(1)<<(b-1))
+			label = "all"
+			if b > 0 {
+				label = "≥" + short(uint64(1)<<(b-1))
+			}
 			lv = theme.Level(uint8(used[len(used)-1]))
 		}
 		bar := int(float64(n) / float64(peak) * float64(barW))

@@ -12,8 +12,9 @@ import (
 	"bitalign/ui/theme"
 )
 
-// View draws every key of keys.Table in w×h: groups flow into as many columns as fit, in table order.
-func View(st theme.Styles, w, h int) string {
+// View draws every key of keys.Table in w×h, scrolled down by off lines: groups flow into as many columns as
+// fit, in table order.
+func View(st theme.Styles, w, h, off int) string {
 	var groups [][]string
 	colW := 0
 	for _, g := range keys.Groups {
@@ -60,16 +61,22 @@ func View(st theme.Styles, w, h int) string {
 	body := theme.JoinColumns(blocks...)
 	body += "\n\n" + st.Muted.Render("mouse: click an op to select it, again to open it; click a heatmap cell; wheel scrolls") +
 		"\n" + st.Faint.Render("press ? or esc to close")
-	return strings.Join(theme.FitLines(body, w, h), "\n")
+	lines := strings.Split(body, "\n")
+	off = max(0, min(off, len(lines)-h))
+	lines = lines[off:]
+	if len(lines) > h && h > 0 {
+		lines = append(lines[:h-1], st.Accent.Render("↓ more (j/↓ scrolls)"))
+	}
+	return strings.Join(theme.FitLines(strings.Join(lines, "\n"), w, h), "\n")
 }
 
-// Short is the one-line help at the bottom of the screen.
-func Short(st theme.Styles, w int) string {
+// Short is the one-line help at the bottom of the screen in context c.
+func Short(st theme.Styles, c keys.Context, w int) string {
 	m := help.New()
 	m.SetWidth(w)
 	m.Styles.ShortKey = st.Key
 	m.Styles.ShortDesc = st.KeyDesc
 	m.Styles.ShortSeparator = st.Faint
 	m.Styles.Ellipsis = st.Faint
-	return m.ShortHelpView(keys.KeyMap{}.ShortHelp())
+	return m.ShortHelpView(keys.ShortFor(c))
 }

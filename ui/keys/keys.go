@@ -46,14 +46,27 @@ const (
 	Quit
 )
 
+// Context is where the UI is, for the one-line help at the bottom of the screen.
+type Context uint8
+
+const (
+	Loading  Context = 1 << iota // no session yet
+	Overview                     // the op list
+	Tensor                       // the tensor view
+)
+
 // Entry is one row of the table.
 type Entry struct {
 	Action  Action
 	Group   string
 	Binding key.Binding
-	Short   bool   // shown in the one-line help at the bottom
-	Where   string // where the key applies, for the docs: "everywhere", "op list", "tensor view"
+	Short   Context // contexts whose one-line help shows this key
+	Where   string  // where the key applies, for the docs: "everywhere", "op list", "tensor view"
 }
+
+const (
+	ov, tv, all = Overview, Tensor, Loading | Overview | Tensor
+)
 
 // Groups in display order.
 var Groups = []string{"Navigate", "Debug", "General"}
@@ -64,38 +77,38 @@ func b(keys []string, help, desc string) key.Binding {
 
 // Table is the key table, in help order.
 var Table = []Entry{
-	{Up, "Navigate", b([]string{"up", "k"}, "↑/k", "move up (op list, heatmap cursor)"), false, "everywhere"},
-	{Down, "Navigate", b([]string{"down", "j"}, "↓/j", "move down"), false, "everywhere"},
-	{Left, "Navigate", b([]string{"left", "h"}, "←/h", "heatmap cursor left"), false, "tensor view"},
-	{Right, "Navigate", b([]string{"right", "l"}, "→/l", "heatmap cursor right"), false, "tensor view"},
-	{FastUp, "Navigate", b([]string{"K", "shift+up"}, "K", "cursor up 8 cells"), false, "tensor view"},
-	{FastDown, "Navigate", b([]string{"J", "shift+down"}, "J", "cursor down 8 cells"), false, "tensor view"},
-	{FastLeft, "Navigate", b([]string{"H", "shift+left"}, "H", "cursor left 8 cells"), false, "tensor view"},
-	{FastRight, "Navigate", b([]string{"L", "shift+right"}, "L", "cursor right 8 cells"), false, "tensor view"},
-	{PageUp, "Navigate", b([]string{"pgup", "ctrl+b"}, "pgup", "page up"), false, "op list"},
-	{PageDown, "Navigate", b([]string{"pgdown", "ctrl+f"}, "pgdn", "page down"), false, "op list"},
-	{Top, "Navigate", b([]string{"home", "g"}, "g", "first op"), false, "op list"},
-	{Bottom, "Navigate", b([]string{"end", "G"}, "G", "last op"), false, "op list"},
-	{Open, "Navigate", b([]string{"enter"}, "enter", "open the tensor view of the op"), true, "op list"},
-	{Back, "Navigate", b([]string{"esc"}, "esc", "back / cancel"), false, "everywhere"},
-	{Focus, "Navigate", b([]string{"tab"}, "tab", "switch overview ⇄ tensor view"), false, "everywhere"},
+	{Up, "Navigate", b([]string{"up", "k"}, "↑/k", "move up (op list, heatmap cursor)"), 0, "everywhere"},
+	{Down, "Navigate", b([]string{"down", "j"}, "↓/j", "move down"), 0, "everywhere"},
+	{Left, "Navigate", b([]string{"left", "h"}, "←/h", "heatmap cursor left"), 0, "tensor view"},
+	{Right, "Navigate", b([]string{"right", "l"}, "→/l", "heatmap cursor right"), 0, "tensor view"},
+	{FastUp, "Navigate", b([]string{"K", "shift+up"}, "K", "cursor up 8 cells"), 0, "tensor view"},
+	{FastDown, "Navigate", b([]string{"J", "shift+down"}, "J", "cursor down 8 cells"), 0, "tensor view"},
+	{FastLeft, "Navigate", b([]string{"H", "shift+left"}, "H", "cursor left 8 cells"), 0, "tensor view"},
+	{FastRight, "Navigate", b([]string{"L", "shift+right"}, "L", "cursor right 8 cells"), 0, "tensor view"},
+	{PageUp, "Navigate", b([]string{"pgup", "ctrl+b"}, "pgup", "page up"), 0, "op list"},
+	{PageDown, "Navigate", b([]string{"pgdown", "ctrl+f"}, "pgdn", "page down"), 0, "op list"},
+	{Top, "Navigate", b([]string{"home", "g"}, "g", "first op"), 0, "everywhere"},
+	{Bottom, "Navigate", b([]string{"end", "G"}, "G", "last op"), 0, "everywhere"},
+	{Open, "Navigate", b([]string{"enter"}, "enter", "open the tensor view of the op"), ov, "op list"},
+	{Back, "Navigate", b([]string{"esc"}, "esc", "back / cancel"), tv, "everywhere"},
+	{Focus, "Navigate", b([]string{"tab"}, "tab", "switch overview ⇄ tensor view"), 0, "everywhere"},
 
-	{First, "Debug", b([]string{"f"}, "f", "jump to the first divergence"), true, "everywhere"},
-	{NextDiv, "Debug", b([]string{"n"}, "n", "next divergent op"), true, "everywhere"},
-	{PrevDiv, "Debug", b([]string{"N"}, "N", "previous divergent op"), true, "everywhere"},
-	{StepNext, "Debug", b([]string{"]"}, "]", "step to the next op (keeps the token)"), true, "everywhere"},
-	{StepPrev, "Debug", b([]string{"["}, "[", "step to the previous op"), false, "everywhere"},
-	{LayerNext, "Debug", b([]string{"}"}, "}", "same op, next layer"), false, "everywhere"},
-	{LayerPrev, "Debug", b([]string{"{"}, "{", "same op, previous layer"), false, "everywhere"},
-	{MaxCell, "Debug", b([]string{"m"}, "m", "cursor to the largest ULP"), false, "tensor view"},
-	{NextSeq, "Debug", b([]string{"."}, ".", "next captured sequence"), false, "tensor view"},
-	{PrevSeq, "Debug", b([]string{","}, ",", "previous captured sequence"), false, "tensor view"},
-	{Replay, "Debug", b([]string{"r"}, "r", "replay the op from each side's inputs"), true, "everywhere"},
-	{Filter, "Debug", b([]string{"/"}, "/", "filter ops by name"), true, "everywhere"},
-	{Export, "Debug", b([]string{"e"}, "e", "export the report (.md .json .html)"), true, "everywhere"},
+	{First, "Debug", b([]string{"f"}, "f", "jump to the first divergence"), ov, "everywhere"},
+	{NextDiv, "Debug", b([]string{"n"}, "n", "next divergent op"), ov, "everywhere"},
+	{PrevDiv, "Debug", b([]string{"N"}, "N", "previous divergent op"), 0, "everywhere"},
+	{StepNext, "Debug", b([]string{"]"}, "]", "step to the next op (keeps the token)"), tv, "everywhere"},
+	{StepPrev, "Debug", b([]string{"["}, "[", "step to the previous op"), 0, "everywhere"},
+	{LayerNext, "Debug", b([]string{"}"}, "}", "same op, next layer"), tv, "everywhere"},
+	{LayerPrev, "Debug", b([]string{"{"}, "{", "same op, previous layer"), 0, "everywhere"},
+	{MaxCell, "Debug", b([]string{"m"}, "m", "cursor to the largest ULP of the slice"), tv, "tensor view"},
+	{NextSeq, "Debug", b([]string{"."}, ".", "next captured sequence"), 0, "tensor view"},
+	{PrevSeq, "Debug", b([]string{","}, ",", "previous captured sequence"), 0, "tensor view"},
+	{Replay, "Debug", b([]string{"r"}, "r", "replay the op from each side's inputs"), tv, "everywhere"},
+	{Filter, "Debug", b([]string{"/"}, "/", "filter ops by name"), ov, "everywhere"},
+	{Export, "Debug", b([]string{"e"}, "e", "export the report (.md .json .html)"), 0, "everywhere"},
 
-	{Help, "General", b([]string{"?"}, "?", "toggle help"), true, "everywhere"},
-	{Quit, "General", b([]string{"q", "ctrl+c"}, "q", "quit"), true, "everywhere"},
+	{Help, "General", b([]string{"?"}, "?", "toggle help"), all, "everywhere"},
+	{Quit, "General", b([]string{"q", "ctrl+c"}, "q", "quit"), all, "everywhere"},
 }
 
 // Lookup returns the action bound to a key string (tea.KeyPressMsg.String()), or None.
@@ -123,12 +136,31 @@ func Binding(a Action) key.Binding {
 // KeyMap implements help.KeyMap over Table.
 type KeyMap struct{}
 
-// ShortHelp is the bottom help line.
-func (KeyMap) ShortHelp() []key.Binding {
+// ShortHelp is the bottom help line of the overview.
+func (KeyMap) ShortHelp() []key.Binding { return ShortFor(Overview) }
+
+// shortDesc is the terse description the one-line help uses.
+var shortDesc = map[Action]string{Open: "open", Back: "back", First: "first diff", NextDiv: "next/prev diff",
+	StepNext: "step", LayerNext: "layer", MaxCell: "max ULP", Replay: "replay", Filter: "filter", Help: "help",
+	Quit: "quit"}
+
+// shortKey shows a key pair as one item of the one-line help.
+var shortKey = map[Action]string{NextDiv: "n/N", StepNext: "]/[", LayerNext: "}/{"}
+
+// ShortFor is the bottom help line in context c.
+func ShortFor(c Context) []key.Binding {
 	var out []key.Binding
 	for _, e := range Table {
-		if e.Short {
-			out = append(out, e.Binding)
+		if e.Short&c != 0 {
+			d := shortDesc[e.Action]
+			if d == "" {
+				d = e.Binding.Help().Desc
+			}
+			k := shortKey[e.Action]
+			if k == "" {
+				k = e.Binding.Help().Key
+			}
+			out = append(out, key.NewBinding(key.WithKeys(e.Binding.Keys()...), key.WithHelp(k, d)))
 		}
 	}
 	return out

@@ -51,3 +51,18 @@ func TestLookup(t *testing.T) {
 		t.Error("KeyMap: want one column per group and a non-empty short help")
 	}
 }
+
+func TestShortHelpFitsMinimumWidth(t *testing.T) {
+	for _, c := range []Context{Loading, Overview, Tensor} {
+		n := 0
+		for _, b := range ShortFor(c) {
+			n += len([]rune(b.Help().Key)) + 1 + len([]rune(b.Help().Desc)) + 3
+		}
+		if n > 80 {
+			t.Errorf("context %d: the one-line help needs %d cells, more than the 80 of the smallest terminal", c, n)
+		}
+		if len(ShortFor(c)) == 0 {
+			t.Errorf("context %d has no short help", c)
+		}
+	}
+}

@@ -44,6 +44,9 @@ func (m *Model) SetOps(ops []state.OpStat) {
 
 // SetSize sets the list's size in cells: one header row and h-1 op rows.
 func (m *Model) SetSize(w, h int) {
+	if w == m.w && h == m.h {
+		return
+	}
 	m.w, m.h = w, h
 	m.clamp()
 }
@@ -108,11 +111,12 @@ func (m *Model) rows() int { return max(m.h-1, 1) }
 
 func (m *Model) clamp() {
 	m.cursor = max(0, min(m.cursor, len(m.visible)-1))
-	if m.cursor < m.offset {
-		m.offset = m.cursor
+	so := m.rows() / 4 // keep a few ops of context around the cursor, as vim's scrolloff
+	if m.cursor-so < m.offset {
+		m.offset = m.cursor - so
 	}
-	if m.cursor >= m.offset+m.rows() {
-		m.offset = m.cursor - m.rows() + 1
+	if m.cursor+so >= m.offset+m.rows() {
+		m.offset = m.cursor + so - m.rows() + 1
 	}
 	m.offset = max(0, min(m.offset, len(m.visible)-m.rows()))
 }
@@ -124,6 +128,16 @@ func (m Model) RowAt(y int) int {
 		return -1
 	}
 	return m.visible[c]
+}
+
+// SelectRow selects the op drawn at row y (a mouse click) without scrolling, so the op stays under the
+// pointer; it returns the op's index or -1.
+func (m *Model) SelectRow(y int) int {
+	i := m.RowAt(y)
+	if i >= 0 {
+		m.cursor = m.offset + y - 1
+	}
+	return i
 }
 
 // Update handles the list's own navigation keys and the mouse wheel.
@@ -157,8 +171,28 @@ func (m Model) Update(msg tea.Msg) (Model, tea.Cmd) {
 	return m, nil
 }
 
-// columns: mark(2) idx(5) name(flex) space(1) status(13) mismatch(8) maxulp(12)
-const fixedCols = 2 + 5 + 1 + 13 + 8 + 12
+// columns: mark(2) idx(5) name(flex) space(1) status(13) mismatch(8) maxulp(12); on wide lists also the type
+// (typeW) and a bar of the fraction of elements that differ.
+const (
+	fixedCols = 2 + 5 + 1 + 13 + 8 + 12
+	maxNameW  = 44
+	typeW     = 16
+)
+
+type cols struct {
+	name, typ, bar int
+	numbers        bool
+}
+
+func (m Model) columns() cols {
+	c := cols{name: max(m.w-fixedCols, 8), numbers: m.w >= fixedCols+16}
+	if extra := m.w - fixedCols - maxNameW; extra >= typeW+8 {
+		c.name = maxNameW
+		c.typ = typeW
+		c.bar = min(extra-typeW-2, 30)
+	}
+	return c
+}
 
 // View draws the header and the visible rows, exactly w×h.
 func (m Model) View() string {
@@ -166,28 +200,34 @@ func (m Model) View() string {
 		return ""
 	}
 	var b strings.Builder
-	nameW := max(m.w-fixedCols, 8)
-	wide := m.w >= fixedCols+16
-	head := fmt.Sprintf("  %4s %-*s %-13s", "#", nameW, "op", "status")
-	if wide {
+	c := m.columns()
+	head := fmt.Sprintf("  %4s %-*s ", "#", c.name, "op")
+	if c.typ > 0 {
+		head += fmt.Sprintf("%-*s", c.typ, "type")
+	}
+	head += fmt.Sprintf("%-13s", "status")
+	if c.numbers {
 		head += fmt.Sprintf("%8s%12s", "differ", "max ULP")
+	}
+	if c.bar > 0 {
+		head += "  " + "elements differing"
 	}
 	b.WriteString(m.st.Faint.Render(theme.Fit(head, m.w)))
 	if len(m.visible) == 0 {
 		b.WriteString("\n" + m.st.Muted.Render(theme.Fit(fmt.Sprintf("  no op matches %q", m.filter), m.w)))
 	}
 	for r := 0; r < m.rows(); r++ {
-		c := m.offset + r
-		if c >= len(m.visible) {
+		i := m.offset + r
+		if i >= len(m.visible) {
 			break
 		}
 		b.WriteString("\n")
-		b.WriteString(m.row(m.visible[c], c == m.cursor, nameW, wide))
+		b.WriteString(m.row(m.visible[i], i == m.cursor, c))
 	}
 	return strings.Join(theme.FitLines(b.String(), m.w, m.h), "\n")
 }
 
-func (m Model) row(i int, selected bool, nameW int, wide bool) string {
+func (m Model) row(i int, selected bool, c cols) string {
 	o := &m.ops[i]
 	mark := "  "
 	if selected {
@@ -197,8 +237,8 @@ func (m Model) row(i int, selected bool, nameW int, wide bool) string {
 	if o.Role != "" && o.Role != "out" {
 		name += " [" + o.Role + "]"
 	}
-	if len(name) > nameW {
-		name = "…" + name[len(name)-nameW+1:]
+	if len(name) > c.name {
+		name = "…" + name[len(name)-c.name+1:]
 	}
 	status, pct, ulp := "✓ identical", "", ""
 	stStyle := m.st.Faint
@@ -211,26 +251,56 @@ func (m Model) row(i int, selected bool, nameW int, wide bool) string {
 		pct = fmtPct(o.MismatchFrac())
 		ulp = FormatULP(o.MaxULP)
 		stStyle = m.st.Bad
-	case state.MissingA, state.MissingB:
-		status = "∅ " + o.Status.String()
+	case state.MissingA:
+		status = "∅ missing A"
 		stStyle = m.st.Warn
+	case state.MissingB:
+		status = "∅ missing B"
+		stStyle = m.st.Warn
+	case state.Incomplete:
+		status = "~ incomplete"
+		stStyle = m.st.Warn
+	case state.ShapeMismatch:
+		status = "≠ shapes"
+		stStyle = m.st.Warn
+	}
+	typ := ""
+	if c.typ > 0 {
+		shape := make([]string, len(o.Shape))
+		for k, d := range o.Shape {
+			shape[k] = fmt.Sprint(d)
+		}
+		typ = theme.Fit(o.DType+" ["+strings.Join(shape, ",")+"]", c.typ-1) + " "
+	}
+	bar, barEmpty := "", ""
+	if c.bar > 0 {
+		n := int(o.MismatchFrac()*float64(c.bar) + 0.5)
+		if o.Mismatched > 0 && n == 0 {
+			n = 1
+		}
+		bar, barEmpty = strings.Repeat("■", n), strings.Repeat("·", c.bar-n)
 	}
 	nameStyle := m.st.Text
 	if o.Status == state.Identical {
 		nameStyle = m.st.Muted
 	}
 	if selected {
-		bg := m.st.Selected
-		line := fmt.Sprintf("%s%4d %-*s %-13s", mark, o.Index, nameW, name, status)
-		if wide {
+		line := fmt.Sprintf("%4d %-*s %s%-13s", o.Index, c.name, name, typ, status)
+		if c.numbers {
 			line += fmt.Sprintf("%8s%12s", pct, ulp)
 		}
-		return m.st.SelectedMark.Render(mark) + bg.Render(theme.Fit(line[len(mark):], m.w-2))
+		if c.bar > 0 {
+			line += "  " + bar + barEmpty
+		}
+		return m.st.SelectedMark.Render(mark) + m.st.Selected.Render(theme.Fit(line, m.w-2))
 	}
-	s := mark + m.st.Faint.Render(fmt.Sprintf("%4d ", o.Index)) + nameStyle.Render(fmt.Sprintf("%-*s", nameW, name)) +
-		" " + stStyle.Render(fmt.Sprintf("%-13s", status))
-	if wide {
+	s := mark + m.st.Faint.Render(fmt.Sprintf("%4d ", o.Index)) + nameStyle.Render(fmt.Sprintf("%-*s", c.name, name)) +
+		" " + m.st.Faint.Render(typ) + stStyle.Render(fmt.Sprintf("%-13s", status))
+	if c.numbers {
 		s += stStyle.Render(fmt.Sprintf("%8s", pct)) + heatULP(m.st, o.MaxULP).Render(fmt.Sprintf("%12s", ulp))
+	}
+	if c.bar > 0 {
+		s += "  " + heatULP(m.st, o.MaxULP).Render(bar) + m.st.Faint.Render(barEmpty)
 	}
 	return theme.Fit(s, m.w)
 }

@@ -4,7 +4,10 @@ package overview
 
 import (
 	"fmt"
+	"math"
 	"strings"
+
+	"charm.land/lipgloss/v2"
 
 	"bitalign/ui/fp"
 	"bitalign/ui/oplist"
@@ -98,13 +101,13 @@ func Verdict(st theme.Styles, r *state.Report) string {
 		return st.Good.Bold(true).Render("✓ bitwise identical") + st.Muted.Render(fmt.Sprintf(" · %d ops compared", len(r.Ops)))
 	}
 	if r.First == nil {
-		missing := 0
+		problems := 0
 		for _, o := range r.Ops {
-			if o.Status.Missing() {
-				missing++
+			if o.Status.Problem() {
+				problems++
 			}
 		}
-		return st.Warn.Bold(true).Render(fmt.Sprintf("∅ no divergent values, but %d ops captured on one side only", missing))
+		return st.Warn.Bold(true).Render(fmt.Sprintf("∅ no value differs, but %d ops were not fully compared (missing or shapes differ)", problems))
 	}
 	f := r.First
 	return st.Bad.Bold(true).Render("✗ first divergence: ") + st.Title.Render(f.Op) +
@@ -113,7 +116,7 @@ func Verdict(st theme.Styles, r *state.Report) string {
 
 var spark = []rune("▁▂▃▄▅▆▇█")
 
-// Sparkline draws divergence magnitude (max ULP as a heat level) along the forward pass in w cells (ops are binned by
+// Sparkline draws divergence along the forward pass (bar height: fraction of elements differing; colour: max ULP) along the forward pass in w cells (ops are binned by
 // max when there are more ops than cells), with a marker row: ▲ under the selected op, layer starts labelled.
 // It returns the two lines and, for mouse hit-testing, the op index each cell stands for.
 func Sparkline(st theme.Styles, ops []state.OpStat, selected, w int) (string, []int) {
@@ -127,6 +130,25 @@ func Sparkline(st theme.Styles, ops []state.OpStat, selected, w int) (string, []
 		cells = n * per
 	}
 	var line, marks strings.Builder
+	// consecutive cells of one style are rendered as one run
+	runStyle, run := -1, []rune(nil)
+	styleOf := func(i int) lipgloss.Style {
+		switch i {
+		case -2:
+			return st.Warn
+		case 0:
+			return st.Faint
+		}
+		return st.Heat[i]
+	}
+	emit := func(style int, r rune) {
+		if style != runStyle && len(run) > 0 {
+			line.WriteString(styleOf(runStyle).Render(string(run)))
+			run = run[:0]
+		}
+		runStyle = style
+		run = append(run, r)
+	}
 	cellOp := make([]int, cells)
 	markRunes := []rune(strings.Repeat(" ", cells))
 	lastLayer := -2
@@ -140,21 +162,21 @@ func Sparkline(st theme.Styles, ops []state.OpStat, selected, w int) (string, []
 			if ops[i].MaxULP > ops[best].MaxULP {
 				best = i
 			}
-			if ops[i].Status == state.Divergent || (ops[i].Status.Missing() && status == state.Identical) {
+			if ops[i].Status == state.Divergent || (ops[i].Status.Problem() && status == state.Identical) {
 				status = ops[i].Status
 			}
 		}
 		cellOp[c] = best
 		o := ops[best]
 		switch {
-		case status.Missing() && o.MaxULP == 0:
-			line.WriteString(st.Warn.Render("∅"))
+		case status.Problem() && o.MaxULP == 0:
+			emit(-2, '∅')
 		case o.MaxULP == 0:
-			line.WriteString(st.Faint.Render("·"))
+			emit(0, '·')
 		default:
-			// bar height and colour both follow the heat level, as in the heatmap legend
-			lv := theme.Level(fp.Bucket(o.MaxULP))
-			line.WriteString(st.Heat[lv].Render(string(spark[lv-1])))
+			// height: the fraction of elements that differ; colour: the largest ULP, as in the heatmap legend
+			h := int(math.Ceil(o.MismatchFrac() * float64(len(spark))))
+			emit(theme.Level(fp.Bucket(o.MaxULP)), spark[max(1, min(h, len(spark)))-1])
 		}
 		if selected >= lo && selected < hi && c%per == 0 {
 			markRunes[c] = '▲'
@@ -165,6 +187,9 @@ func Sparkline(st theme.Styles, ops []state.OpStat, selected, w int) (string, []
 			}
 		}
 		lastLayer = ops[lo].Layer
+	}
+	if len(run) > 0 {
+		line.WriteString(styleOf(runStyle).Render(string(run)))
 	}
 	for _, r := range markRunes {
 		if r == '▲' {

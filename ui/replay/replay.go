@@ -43,7 +43,7 @@ func View(st theme.Styles, s Status, sides [2]string, w, h int) string {
 			vs = st.Warn
 		}
 		lines = append(lines, vs.Bold(true).Render(strings.ToUpper(verdict))+st.Muted.Render(fmt.Sprintf("  %s · %s", r.Backend,
-			r.Elapsed.Round(time.Millisecond))))
+			elapsed(r.Elapsed))))
 		lines = append(lines, strings.Split(wrap(strings.TrimSpace(rest), w), "\n")...)
 		in := st.Good.Render("identical")
 		if !r.InputsIdentical {
@@ -57,6 +57,9 @@ func View(st theme.Styles, s Status, sides [2]string, w, h int) string {
 
 func side(st theme.Styles, name string, s state.ReplaySide) string {
 	label := st.Muted.Render(theme.Fit("from "+name, 14))
+	if s.Err != "" {
+		return label + st.Warn.Render("not replayed: "+s.Err)
+	}
 	if s.Reproduces {
 		return label + st.Good.Render("✓ reproduced")
 	}
@@ -82,4 +85,11 @@ func wrap(s string, w int) string {
 		line += word
 	}
 	return strings.Join(append(out, line), "\n")
+}
+
+func elapsed(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+	return d.Round(10 * time.Millisecond).String()
 }

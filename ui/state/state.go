@@ -71,6 +71,9 @@ func (s Status) String() string {
 // Missing reports whether one side lacks the tensor.
 func (s Status) Missing() bool { return s == MissingA || s == MissingB }
 
+// Problem reports a status that is neither identical nor divergent: something was not compared.
+func (s Status) Problem() bool { return s != Identical && s != Divergent }
+
 // CaptureInfo is one capture's metadata as shown side by side in the overview.
 type CaptureInfo struct {
 	Path          string
@@ -203,5 +206,16 @@ type ReplaySide struct {
 	Reproduces bool   // replay output is bitwise equal to the side's captured output
 	Mismatched int64  // elements that differ from the captured output
 	MaxULP     uint64 // largest ULP distance to the captured output
-	Out        []byte // the replayed output (same layout as Pair.A), nil if unavailable
+	Out        []byte // the replayed output: rows of Pair.Cols elements, row r is the pair's row Row0+r; nil if unavailable
+	Row0       int
+	Err        string // why the op could not be replayed from these inputs
+}
+
+// Bits returns element (row, col) of the replayed output, false when it was not replayed.
+func (r *ReplaySide) Bits(size, cols, row, col int) ([]byte, bool) {
+	i := (row-r.Row0)*cols + col
+	if row < r.Row0 || i < 0 || (i+1)*size > len(r.Out) {
+		return nil, false
+	}
+	return r.Out[i*size : (i+1)*size], true
 }

@@ -12,7 +12,7 @@ func Fit(s string, w int) string {
 	if w <= 0 {
 		return ""
 	}
-	n := lipgloss.Width(s)
+	n := ansi.StringWidth(s)
 	if n > w {
 		return ansi.Truncate(s, w, "…")
 	}

@@ -40,9 +40,7 @@ class Layout:
             raise ValueError("bitalign_capture: layout: seq and pos differ in length")
         self.tokens = None if tokens is None else np.asarray(tokens, dtype=np.int64).reshape(-1)
         if self.tokens is not None and self.tokens.shape != self.seq.shape:
-            raise ValueError(
-                f"bitalign_capture: layout: {self.tokens.size} token ids for {self.seq.size} positions"
-            )
+            raise ValueError(f"bitalign_capture: layout: {self.tokens.size} token ids for {self.seq.size} positions")
         self.segments = _runs(self.seq, self.pos)
 
     @property
@@ -58,6 +56,13 @@ class Layout:
             raise ValueError(f"bitalign_capture: layout: tail {k} of {S} tokens")
         cut = lambda a: None if a is None else a.reshape(B, S)[:, S - k :]
         return Layout(cut(self.seq), cut(self.pos), cut(self.tokens), (B, k))
+
+    def lasts(self):
+        """The layout of one token per segment, its last: what a logits processor that keeps each sequence's
+        last position (vLLM's) computes on."""
+        last = np.array([s.start + s.n - 1 for s in self.segments], dtype=np.int64)
+        tok = None if self.tokens is None else self.tokens[last]
+        return Layout(self.seq[last], self.pos[last], tok, (last.size, 1))
 
     def next_token(self):
         """For each flat token, the id of the token one position later in the same forward, or -1."""
@@ -128,9 +133,7 @@ def build(
     elif attention_mask is not None:
         mask = _rows(attention_mask, "attention_mask", B) != 0
         if mask.shape[1] < S:
-            raise ValueError(
-                f"bitalign_capture: layout: attention_mask covers {mask.shape[1]} tokens, the input {S}"
-            )
+            raise ValueError(f"bitalign_capture: layout: attention_mask covers {mask.shape[1]} tokens, the input {S}")
         # token index = ones before it in the mask (past and current tokens); padding is never a position.
         pos = (np.cumsum(mask, axis=1) - 1)[:, -S:]
         valid = mask[:, -S:]

@@ -218,6 +218,8 @@ HF_RULES = (
     Rule(_L + r"mlp\.down_proj$", (Take("layers.{0}.mlp.act", "in"), Take("layers.{0}.mlp.down_proj"))),
     Rule(r"(?:^|\.)norm$", (Take("final_norm"), Take(_last_mlp_residual, "residual"))),
     Rule(r"(?:^|\.)lm_head$", (Take("logits"),)),
+    # vLLM computes logits through logits_processor(lm_head, hidden[last positions]): one row per sequence
+    Rule(r"^logits_processor$", (Take("logits"),)),
 )
 """Hugging Face Llama/Qwen2/Qwen3 (and vLLM's module names for them)."""
 

@@ -52,6 +52,10 @@ class Recorder:
         (group's size and rank, or the world's), else 1 and 0.
     seq_ids: the sequence id of each batch row (default 0..B-1); batch() overrides it for one forward.
     overwrite: replace an existing capture file. kernel_profile, seed, batch_size, extra, created: Meta fields.
+    final_tokens: {seq id: token} (or pairs) = the token after each sequence's last recorded position, known
+        up front to a trainer (the last token of its sequences, which is only a target). At close it gives the
+        last position's log-probability, and it goes into Meta.extra.final_tokens ([[step, seq, token], ...], as
+        the engine writes it) so that `bitalign replay` has the target too.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class Recorder:
         batch_size=0,
         extra=None,
         created=None,
+        final_tokens=None,
     ):
         self.model = model
         self.path = os.fspath(path)
@@ -91,6 +96,8 @@ class Recorder:
         self.overwrite = overwrite
         self.meta_args = dict(kernel_profile=kernel_profile, seed=seed, batch_size=batch_size, created=created)
         self.extra = extra
+        ft = final_tokens.items() if isinstance(final_tokens, dict) else (final_tokens or [])
+        self.final_tokens = {int(s): int(t) for s, t in ft}
 
         hf_cfg = getattr(model, "config", None)
         if isinstance(config, names.ModelConfig):
@@ -127,6 +134,7 @@ class Recorder:
         self._seen = set()
         self._depth = 0
         self._pending = Pending()
+        self._idx = {}
         self._warned = set()
         self.forwards = 0
 
@@ -158,8 +166,17 @@ class Recorder:
 
     def close(self):
         """Detaches the hooks and publishes the capture. Log-probabilities still waiting for a next token
-        (the last position of each sequence) are dropped."""
+        (the last position of each sequence) get it from final_tokens, or are dropped."""
         self._detach()
+        if self._w is not None:
+            try:
+                for s, t in sorted(self.final_tokens.items()):
+                    got = self._pending.take(s, t)
+                    if got is not None and self._want("logprobs"):
+                        self._put("logprobs", np.array([got[1]], dtype=np.float32), "f32", s, got[0])
+            except BaseException:
+                self.abort()
+                raise
         self._pending.clear()
         if self._w is not None:
             self._w.close()
@@ -226,6 +243,8 @@ class Recorder:
         if self._hf_cfg is not None and hasattr(self._hf_cfg, "to_json_string"):
             model["config"] = json.loads(self._hf_cfg.to_json_string(use_diff=False))
         extra = {"dtype": self._model_dtype()}
+        if self.final_tokens:
+            extra["final_tokens"] = [[self.step, s, t] for s, t in sorted(self.final_tokens.items())]
         if self.extra:
             extra.update(self.extra)
         producer = f"bitalign_capture {writer_mod.VERSION} (torch {_torch_version()})"
@@ -293,9 +312,13 @@ class Recorder:
                 self._warn("noinput", "a forward without input_ids or inputs_embeds: not recorded")
                 return
             shape = tuple(emb.shape[:-1])
-        pos_ids = get("position_ids")
+        flat = ids is not None and ids.dim() == 1
+        # positional arguments: transformers' forward(input_ids, attention_mask, position_ids, ...);
+        # vLLM's forward(input_ids, positions, ...) with flat (N,) ids
+        mask = get("attention_mask", None if flat else 1)
+        pos_ids = get("position_ids", None if flat else 2)
         if pos_ids is None:
-            pos_ids = kwargs.get("positions", args[1] if len(args) > 1 and ids is not None and ids.dim() == 1 else None)
+            pos_ids = kwargs.get("positions", args[1] if flat and len(args) > 1 else None)
         seq_ids = nxt.get("seq_ids")
         rows = shape[0] if len(shape) == 2 else 1
         if seq_ids is None and self.seq_ids is not None and len(self.seq_ids) == rows:
@@ -303,7 +326,7 @@ class Recorder:
         lay = layout_mod.build(
             shape,
             tokens=_np(ids),
-            attention_mask=_np(get("attention_mask")),
+            attention_mask=_np(mask),
             position_ids=_np(pos_ids),
             cache_position=_np(get("cache_position")),
             cu_seqlens=_np(get("cu_seqlens")),
@@ -414,8 +437,13 @@ class Recorder:
     def _select(self, x2, lay):
         import torch
 
-        idx = lay.valid_index()
-        return x2.index_select(0, torch.as_tensor(idx, device=x2.device))
+        key = (id(lay), x2.device)  # one index tensor per layout and device, not one per op
+        idx = self._idx.get(key)
+        if idx is None:
+            if len(self._idx) > 8:
+                self._idx.clear()
+            idx = self._idx[key] = (lay, torch.as_tensor(lay.valid_index(), device=x2.device))
+        return x2.index_select(0, idx[1])
 
     def _rows(self, name, role, x2, lay, rows=None):
         if not lay.segments:
@@ -444,6 +472,8 @@ class Recorder:
             self._rows("logits", "out", None, lay, rows)
         if not (self.logprobs and (self._want("logprobs") or self.record_samples)):
             return
+        if lay.tokens is None:  # inputs_embeds: no token ids, so no next tokens
+            return
         if self.cfg.vocab and rows.shape[1] != self.cfg.vocab:
             self._warn("lp-shard", "logits are a vocab shard: log-probabilities need the full vocabulary, skipped")
             return
@@ -460,8 +490,9 @@ class Recorder:
 
 
 def _flatten(x, lay):
-    """x viewed as (tokens, features) following lay, and the layout its rows follow; (None, None) if x's
-    leading dimensions are not the forward's tokens."""
+    """x viewed as (tokens, features) following lay, and the layout its rows follow: all tokens ([B, S, F] or
+    [N, F]), the last k of each row ([B, k, F], generate's logits_to_keep) or the last of each sequence
+    ([sequences, F], vLLM's logits processor); (None, None) if x's leading dimensions are none of these."""
     B, S = lay.shape
     N = B * S
     if x.dim() >= 2 and x.shape[0] == B and x.shape[1] == S:
@@ -471,6 +502,8 @@ def _flatten(x, lay):
     if x.dim() >= 3 and x.shape[0] == B and 0 < x.shape[1] < S:
         k = x.shape[1]
         return x.reshape(B * k, -1), lay.tail(k)
+    if x.dim() == 2 and x.shape[0] == len(lay.segments):  # one row per sequence: its last position
+        return x, lay.lasts()
     return None, None
 
 

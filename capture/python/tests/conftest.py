@@ -1,4 +1,13 @@
+import os
+import sys
+
 import pytest
+
+# the package and the test helpers import without `pip install` (the GPU machine runs the tests from a checkout)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+for _p in (os.path.dirname(_HERE), _HERE):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
 
 def pytest_configure(config):

@@ -31,10 +31,21 @@ NEW = 2  # tokens generated per prompt
 def model():
     import transformers as tf
 
-    cfg = tf.Qwen3Config(vocab_size=48, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=64,
-                         rms_norm_eps=1e-6, tie_word_embeddings=False, pad_token_id=0, bos_token_id=None,
-                         eos_token_id=None)
+    cfg = tf.Qwen3Config(
+        vocab_size=48,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     cfg._attn_implementation = "eager"
     torch.manual_seed(1234)
     m = tf.Qwen3ForCausalLM(cfg)
@@ -60,15 +71,18 @@ def write(out_dir, m=None, overwrite=False):
     kw = dict(overwrite=overwrite, created=CREATED, seed=0, batch_size=len(PROMPTS))
 
     ids, mask, _ = padded(PROMPTS, "left")
-    with torch.no_grad(), bc.record(m, os.path.join(out_dir, "sampler.arrow"), "sampler", record_samples=True, **kw) as rec:
+    with (
+        torch.no_grad(),
+        bc.record(m, os.path.join(out_dir, "sampler.arrow"), "sampler", record_samples=True, **kw) as rec,
+    ):
         out = m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False)
         rec.sampled(range(len(PROMPTS)), out[:, -1])
-    full = [out[b, ids.shape[1] - len(p):].tolist() for b, p in enumerate(PROMPTS)]
+    full = [out[b, ids.shape[1] - len(p) :].tolist() for b, p in enumerate(PROMPTS)]
 
     tids, tmask, tpos = padded([f[:-1] for f in full], "right")
-    with torch.no_grad(), bc.record(m, os.path.join(out_dir, "trainer.arrow"), "trainer", **kw) as rec:
+    final = {b: f[-1] for b, f in enumerate(full)}  # the targets of the last positions, known up front
+    with torch.no_grad(), bc.record(m, os.path.join(out_dir, "trainer.arrow"), "trainer", final_tokens=final, **kw):
         m(input_ids=tids, attention_mask=tmask, position_ids=tpos)
-        rec.sampled(range(len(full)), [f[-1] for f in full])
     return full
 
 

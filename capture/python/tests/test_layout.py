@@ -80,3 +80,10 @@ def test_bad_layouts_are_errors(kw, msg):
 
 def test_segment_is_a_value():
     assert Segment(1, 2, 3, 4) == Segment(1, 2, 3, 4)
+
+
+def test_lasts_keeps_the_last_token_of_each_sequence():
+    lay = build_layout((1, 7), cu_seqlens=[0, 3, 4, 7], seq_ids=[5, 6, 7], tokens=np.arange(10, 17))
+    last = lay.lasts()
+    assert segs(last) == [(5, 2, 0, 1), (6, 0, 1, 1), (7, 2, 2, 1)]
+    assert last.tokens.tolist() == [12, 13, 16] and last.shape == (3, 1)

@@ -47,7 +47,9 @@ def test_hf_qwen3_map_covers_every_op_hooks_can_see():
     assert [n for _, n in by_path["model.layers.0.input_layernorm"]] == ["layers.0.attn_norm"]
     assert [n for _, n in by_path["model.norm"]] == ["final_norm", "layers.1.mlp_residual"]
     assert [(t.source, n) for t, n in by_path["model.layers.0.self_attn.o_proj"]] == [
-        ("in", "layers.0.attn.sdpa"), ("out", "layers.0.attn.o_proj")]
+        ("in", "layers.0.attn.sdpa"),
+        ("out", "layers.0.attn.o_proj"),
+    ]
     assert [(t.source, n) for t, n in by_path["model.layers.0.mlp.down_proj"]][0] == ("in", "layers.0.mlp.act")
     assert "model.layers.0.mlp.act_fn" not in by_path and "model.rotary_emb" not in by_path
 
@@ -59,14 +61,26 @@ def test_llama_map_has_no_qk_norm():
 
 
 def test_vllm_fused_names():
-    paths = ["model.embed_tokens", "model.layers.0.self_attn.qkv_proj", "model.layers.0.self_attn.rotary_emb",
-             "model.layers.0.self_attn.attn", "model.layers.0.mlp.gate_up_proj", "model.layers.0.mlp.act_fn",
-             "model.layers.0.mlp.down_proj", "model.layers.0.post_attention_layernorm"]
+    paths = [
+        "model.embed_tokens",
+        "model.layers.0.self_attn.qkv_proj",
+        "model.layers.0.self_attn.rotary_emb",
+        "model.layers.0.self_attn.attn",
+        "model.layers.0.mlp.gate_up_proj",
+        "model.layers.0.mlp.act_fn",
+        "model.layers.0.mlp.down_proj",
+        "model.layers.0.post_attention_layernorm",
+    ]
     res = dict(bc.resolve(paths, bc.HF_RULES, QWEN3))
     assert [(t.split, n) for t, n in res["model.layers.0.self_attn.qkv_proj"]] == [
-        (("qkv", 0), "layers.0.attn.q_proj"), (("qkv", 1), "layers.0.attn.k_proj"), (("qkv", 2), "layers.0.attn.v_proj")]
+        (("qkv", 0), "layers.0.attn.q_proj"),
+        (("qkv", 1), "layers.0.attn.k_proj"),
+        (("qkv", 2), "layers.0.attn.v_proj"),
+    ]
     assert [(t.source, n) for t, n in res["model.layers.0.self_attn.rotary_emb"]] == [
-        ("out.0", "layers.0.attn.q_rope"), ("out.1", "layers.0.attn.k_rope")]
+        ("out.0", "layers.0.attn.q_rope"),
+        ("out.1", "layers.0.attn.k_rope"),
+    ]
     assert [n for _, n in res["model.layers.0.mlp.gate_up_proj"]] == ["layers.0.mlp.gate_proj", "layers.0.mlp.up_proj"]
 
 
@@ -118,13 +132,18 @@ def test_shard_of_rejects_sizes_that_fit_nothing():
 
 
 def test_user_map():
-    rules = bc.user_rules({
-        r"transformer\.h\.(\d+)\.ln_1$": "layers.{0}.attn_norm",
-        r"transformer\.h\.(\d+)\.attn\.c_proj$": [bc.Take("layers.{0}.attn.sdpa", "in"), "layers.{0}.attn.o_proj"],
-        r"transformer\.wte$": "embed",
-    })
-    res = bc.resolve(["transformer.wte", "transformer.h.3.ln_1", "transformer.h.3.attn.c_proj", "transformer.h.3.mlp"],
-                     rules, bc.ModelConfig("gpt2", layers=4))
+    rules = bc.user_rules(
+        {
+            r"transformer\.h\.(\d+)\.ln_1$": "layers.{0}.attn_norm",
+            r"transformer\.h\.(\d+)\.attn\.c_proj$": [bc.Take("layers.{0}.attn.sdpa", "in"), "layers.{0}.attn.o_proj"],
+            r"transformer\.wte$": "embed",
+        }
+    )
+    res = bc.resolve(
+        ["transformer.wte", "transformer.h.3.ln_1", "transformer.h.3.attn.c_proj", "transformer.h.3.mlp"],
+        rules,
+        bc.ModelConfig("gpt2", layers=4),
+    )
     assert [(p, [(t.source, n) for t, n in ts]) for p, ts in res] == [
         ("transformer.wte", [("out", "embed")]),
         ("transformer.h.3.ln_1", [("out", "layers.3.attn_norm")]),
@@ -133,9 +152,17 @@ def test_user_map():
 
 
 def test_model_config_from_hf_dict():
-    c = bc.ModelConfig.from_hf({"model_type": "qwen2", "num_hidden_layers": 3, "hidden_size": 64,
-                                "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 128,
-                                "vocab_size": 100})
+    c = bc.ModelConfig.from_hf(
+        {
+            "model_type": "qwen2",
+            "num_hidden_layers": 3,
+            "hidden_size": 64,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "intermediate_size": 128,
+            "vocab_size": 100,
+        }
+    )
     assert (c.architecture, c.layers, c.head_dim, c.kv_heads) == ("qwen2", 3, 8, 2)
     assert names.feature_size(c, "layers.2.attn.k_proj") == 16 and names.feature_size(c, "logits") == 100
     assert names.feature_size(c, "tokens") == 0 and names.feature_size(c, "weird") is None

@@ -17,8 +17,9 @@ FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", 
 
 @pytest.mark.parametrize("name", ["trainer.arrow", "sampler.arrow"])
 def test_fixture_is_reproducible(tmp_path, name):
-    m = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(FIXTURES, "checkpoint"),
-                                                          attn_implementation="eager").eval()
+    m = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.join(FIXTURES, "checkpoint"), attn_implementation="eager"
+    ).eval()
     make_fixtures.write(str(tmp_path), m)
     meta_a, a = bc.read(os.path.join(FIXTURES, name))
     meta_b, b = bc.read(tmp_path / name)
@@ -28,7 +29,8 @@ def test_fixture_is_reproducible(tmp_path, name):
         else:
             assert meta_a[k] == meta_b[k], k
     assert [(t["op"], t["index"], t["seq"], t["pos"], t["ntok"], t["dtype"], t["shape"]) for t in a] == [
-        (t["op"], t["index"], t["seq"], t["pos"], t["ntok"], t["dtype"], t["shape"]) for t in b]
+        (t["op"], t["index"], t["seq"], t["pos"], t["ntok"], t["dtype"], t["shape"]) for t in b
+    ]
     for ta, tb in zip(a, b):
         if ta["dtype"] == "i32":
             assert np.array_equal(ta["array"], tb["array"]), ta["op"]

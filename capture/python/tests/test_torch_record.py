@@ -81,12 +81,18 @@ def test_padding_side_does_not_move_positions(tmp_path, arch):
     caps = []
     for side in ("left", "right"):
         ids, mask, pos = padded(SEQS, side)
-        caps.append(capture(m, tmp_path / f"{side}.arrow", forward=lambda r: m(input_ids=ids, attention_mask=mask, position_ids=pos)))
+        caps.append(
+            capture(
+                m, tmp_path / f"{side}.arrow", forward=lambda r: m(input_ids=ids, attention_mask=mask, position_ids=pos)
+            )
+        )
     alone = {}
     for b, s in enumerate(SEQS):
+
         def fwd(rec, s=s, b=b):
             rec.batch(seq_ids=[b])
             m(input_ids=torch.tensor([s]))
+
         alone.update(capture(m, tmp_path / f"alone{b}.arrow", forward=fwd))
     assert set(caps[0]) == set(caps[1]) == set(alone)
     for k in alone:
@@ -109,7 +115,7 @@ def test_generate_sampler_aligns_with_trainer(tmp_path, arch):
         rec.sampled(range(len(prompts)), res["out"][:, -1])
 
     samp = capture(m, tmp_path / "sampler.arrow", "sampler", forward=sample, record_samples=True)
-    full = [res["out"][b, ids.shape[1] - len(p):].tolist() for b, p in enumerate(prompts)]
+    full = [res["out"][b, ids.shape[1] - len(p) :].tolist() for b, p in enumerate(prompts)]
     # the trainer's input is t0..t(N-2); the last token is the target of position N-2
     tids, tmask, tpos = padded([f[:-1] for f in full], "right")
 
@@ -145,7 +151,9 @@ def test_fused_vllm_style_model_splits_back_to_canonical_ops(tmp_path, arch):
     positions = torch.cat([torch.arange(len(s)) for s in SEQS])
     got = capture(fused, tmp_path / "fused.arrow", forward=lambda r: fused(flat, positions, cu_seqlens=cu))
     ids, mask, pos = padded(SEQS, "right")
-    want = capture(hf, tmp_path / "hf.arrow", forward=lambda r: hf(input_ids=ids, attention_mask=mask, position_ids=pos))
+    want = capture(
+        hf, tmp_path / "hf.arrow", forward=lambda r: hf(input_ids=ids, attention_mask=mask, position_ids=pos)
+    )
     assert set(want) <= set(got)
     extra = {k[0].split(".", 2)[-1] for k in set(got) - set(want)}
     assert extra == {"attn.q_rope", "attn.k_rope"}
@@ -169,7 +177,9 @@ def test_ops_filter_inputs_and_overwrite(tmp_path):
     roles = {k[1] for k in cap}
     assert roles == {"out", "in"}
     # q_proj's input is attn_norm's output
-    np.testing.assert_array_equal(cap[("layers.1.attn.q_proj", "in", 0, 3)][0], cap[("layers.1.attn_norm", "out", 0, 3)][0])
+    np.testing.assert_array_equal(
+        cap[("layers.1.attn.q_proj", "in", 0, 3)][0], cap[("layers.1.attn_norm", "out", 0, 3)][0]
+    )
     with pytest.raises(FileExistsError):
         bc.record(m, p, "trainer").start()
     with torch.no_grad(), bc.record(m, p, "trainer", overwrite=True, step=4) as rec:
@@ -229,8 +239,12 @@ def test_user_name_map(tmp_path):
 
     toy = Toy().eval()
     p = tmp_path / "u.arrow"
-    nm = {r"^wte$": "embed", r"^h\.(\d+)\.ln$": "layers.{0}.attn_norm",
-          r"^h\.(\d+)\.fc$": [bc.Take("layers.{0}.custom_in", "in"), "layers.{0}.custom"], r"^head$": "logits"}
+    nm = {
+        r"^wte$": "embed",
+        r"^h\.(\d+)\.ln$": "layers.{0}.attn_norm",
+        r"^h\.(\d+)\.fc$": [bc.Take("layers.{0}.custom_in", "in"), "layers.{0}.custom"],
+        r"^head$": "logits",
+    }
     with torch.no_grad(), bc.record(toy, p, "trainer", name_map=nm, config=bc.ModelConfig("toy", layers=2, vocab=16)):
         toy(torch.tensor([[1, 2, 3, 4]]))
     ts = bc.read(p)[1]
@@ -240,3 +254,79 @@ def test_user_name_map(tmp_path):
     canon = bc.canonical_ops("toy", 2)
     assert idx["layers.1.attn_norm"] == canon.index("layers.1.attn_norm")
     assert idx["layers.0.custom_in"] >= len(canon) and idx["layers.0.custom"] == idx["layers.0.custom_in"] + 1
+
+
+def test_positional_arguments_are_read_like_keywords(tmp_path):
+    m = hf_model("qwen3")
+    ids, mask, pos = padded(SEQS, "left")
+    a = capture(m, tmp_path / "kw.arrow", forward=lambda r: m(input_ids=ids, attention_mask=mask, position_ids=pos))
+    b = capture(m, tmp_path / "pos.arrow", forward=lambda r: m(ids, mask, pos))
+    assert set(a) == set(b)
+    for k in a:
+        assert np.array_equal(a[k][0], b[k][0]), k
+
+
+def test_several_forwards_and_steps_in_one_capture(tmp_path):
+    """A trainer capture of two micro-batches (seq ids 0-2, then 3-5) and a second step."""
+    m = hf_model("llama")
+    ids, mask, pos = padded(SEQS, "right")
+    p = tmp_path / "multi.arrow"
+    with torch.no_grad(), bc.record(m, p, "trainer") as rec:
+        m(input_ids=ids, attention_mask=mask, position_ids=pos)
+        rec.batch(seq_ids=[3, 4, 5])
+        m(input_ids=ids, attention_mask=mask, position_ids=pos)
+        rec.set_step(1)
+        m(input_ids=ids[:1], attention_mask=mask[:1], position_ids=pos[:1])
+    assert rec.forwards == 3
+    ts = bc.read(p)[1]
+    seen = {(t["step"], t["seq"]) for t in ts if t["op"] == "tokens"}
+    assert seen == {(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (1, 0)}
+    emb = {(t["step"], t["seq"]): t["array"] for t in ts if t["op"] == "embed"}
+    assert np.array_equal(emb[(0, 1)], emb[(0, 4)]) and np.array_equal(emb[(0, 0)], emb[(1, 0)])
+
+
+def test_final_tokens_give_the_last_logprob_and_go_into_meta(tmp_path):
+    m = hf_model("qwen2")
+    ids, mask, pos = padded(SEQS, "right")
+    p = tmp_path / "final.arrow"
+    res = {}
+    with torch.no_grad(), bc.record(m, p, "trainer", step=2, final_tokens={0: 4, 2: 6}):
+        res["logits"] = m(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    meta, ts = bc.read(p)
+    assert meta["extra"]["final_tokens"] == [[2, 0, 4], [2, 2, 6]]
+    last = {(t["seq"], t["pos"]): t["array"][0] for t in ts if t["op"] == "logprobs" and t["ntok"] == 1}
+    lsm = torch.log_softmax(res["logits"].float(), -1)
+    assert set(last) == {(0, len(SEQS[0]) - 1), (2, len(SEQS[2]) - 1)}  # seq 1 has no final token
+    assert last[(0, len(SEQS[0]) - 1)] == pytest.approx(float(lsm[0, len(SEQS[0]) - 1, 4]), abs=1e-6)
+    assert last[(2, len(SEQS[2]) - 1)] == pytest.approx(float(lsm[2, len(SEQS[2]) - 1, 6]), abs=1e-6)
+
+
+def test_inputs_embeds_record_activations_without_tokens(tmp_path):
+    m = hf_model("llama")
+    ids = torch.tensor([SEQS[0]])
+    emb = m.model.embed_tokens(ids)
+    a = capture(m, tmp_path / "ids.arrow", forward=lambda r: m(input_ids=ids))
+    b = capture(m, tmp_path / "emb.arrow", forward=lambda r: m(inputs_embeds=emb))
+    assert {k[0] for k in set(a) - set(b)} == {"tokens", "embed", "logprobs"}
+    for k in b:
+        assert np.array_equal(a[k][0], b[k][0]), k
+
+
+def test_vllm_logits_processor_gives_last_position_logits(tmp_path):
+    hf = hf_model("qwen2")
+    fused = FusedModel(hf).eval()
+    flat = torch.tensor(sum(SEQS, []))
+    cu = torch.tensor(np.cumsum([0] + [len(s) for s in SEQS]))
+    positions = torch.cat([torch.arange(len(s)) for s in SEQS])
+    p = tmp_path / "lp.arrow"
+    with torch.no_grad(), bc.record(fused, p, "sampler", record_samples=True) as rec:
+        logits = fused(flat, positions, cu_seqlens=cu, last_only=True)
+        rec.sampled([0, 1, 2], logits.argmax(-1))
+    got = by_key(p)
+    assert sorted((k[2], k[3]) for k in got if k[0] == "logits") == [(b, len(s) - 1) for b, s in enumerate(SEQS)]
+    lsm = torch.log_softmax(logits, -1)
+    for b, s in enumerate(SEQS):
+        assert np.array_equal(got[("logits", "out", b, len(s) - 1)][0], logits[b].numpy())
+        tok = int(logits[b].argmax())
+        assert int(got[("sample", "out", b, len(s) - 1)][0]) == tok
+        assert got[("logprobs", "out", b, len(s) - 1)][0] == pytest.approx(float(lsm[b, tok]), abs=1e-6)

@@ -17,8 +17,20 @@ def meta(**kw):
 def test_schema_matches_go_capture_schema():
     s = bc.schema("{}")
     assert [f.name for f in s] == [
-        "data", "step", "seq", "pos", "ntok", "op", "index", "role", "dtype", "shape",
-        "rank", "shard_dim", "shard_start", "full_shape",
+        "data",
+        "step",
+        "seq",
+        "pos",
+        "ntok",
+        "op",
+        "index",
+        "role",
+        "dtype",
+        "shape",
+        "rank",
+        "shard_dim",
+        "shard_start",
+        "full_shape",
     ]
     types = {f.name: f.type for f in s}
     assert types["data"] == pa.large_binary()
@@ -37,8 +49,7 @@ def test_roundtrip_every_kind_of_tensor(tmp_path, rng):
     toks = np.array([5, 9, 1], dtype=np.int32)
     with bc.Writer(p, meta(tp=2, rank=1, seed=(1 << 64) - 1, step=3)) as w:
         w.write("embed", f32, step=3, seq=2, pos=4, ntok=3, index=1, rank=1)
-        w.write("layers.0.attn.q_proj", bf16, dtype="bf16", seq=1, pos=7, ntok=2, index=3, rank=1,
-                shard=(1, 4, [2, 8]))
+        w.write("layers.0.attn.q_proj", bf16, dtype="bf16", seq=1, pos=7, ntok=2, index=3, rank=1, shard=(1, 4, [2, 8]))
         w.write("tokens", toks, ntok=3)
         w.write("weight", bytes(range(6)), dtype="u8", shape=[2, 3], role="weight")
         w.write("scalar", np.float64(2.5).reshape(()))
@@ -185,7 +196,21 @@ def test_rank_files_form_a_directory(tmp_path):
 
 def test_meta_json_is_compact_and_has_go_keys():
     m = bc.make_meta("sampler", model={"architecture": "llama"}, extra={"k": 1})
-    assert set(m) >= {"format_version", "side", "model", "tp", "pp", "dp", "rank", "kernel_profile",
-                      "batch_size", "seed", "step", "producer", "created", "extra"}
+    assert set(m) >= {
+        "format_version",
+        "side",
+        "model",
+        "tp",
+        "pp",
+        "dp",
+        "rank",
+        "kernel_profile",
+        "batch_size",
+        "seed",
+        "step",
+        "producer",
+        "created",
+        "extra",
+    }
     assert m["created"].endswith("Z")
     json.dumps(m)

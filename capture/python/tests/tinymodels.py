@@ -2,9 +2,19 @@
 
 import torch
 
-SIZES = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6, pad_token_id=0,
-             bos_token_id=None, eos_token_id=None)
+SIZES = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    rms_norm_eps=1e-6,
+    pad_token_id=0,
+    bos_token_id=None,
+    eos_token_id=None,
+)
 
 
 def hf_model(arch, dtype=torch.float32, seed=0, tied=False, **over):
@@ -19,7 +29,7 @@ def hf_model(arch, dtype=torch.float32, seed=0, tied=False, **over):
         cfg = tf.Qwen2Config(**kw)
         cls = tf.Qwen2ForCausalLM
     elif arch == "qwen3":
-        cfg = tf.Qwen3Config(head_dim=16, **kw)
+        cfg = tf.Qwen3Config(**{"head_dim": 16, **kw})
         cls = tf.Qwen3ForCausalLM
     else:
         raise ValueError(arch)
@@ -81,22 +91,48 @@ class _Rope(torch.nn.Module):
         return qr.transpose(1, 2).reshape(N, -1), kr.transpose(1, 2).reshape(N, -1)
 
 
+def _rows(w, _, tp, rank):
+    """Rank's block of w's first dimension split into tp equal blocks."""
+    k = w.shape[0] // tp
+    return w[rank * k : (rank + 1) * k]
+
+
+class RowParallel(torch.nn.Module):
+    """A row-parallel linear layer: this rank's input columns, then an all-reduce (inside the module, as vLLM's
+    RowParallelLinear does, so its output is the full sum)."""
+
+    def __init__(self, linear, tp, rank):
+        super().__init__()
+        k = linear.in_features // tp
+        self.weight = torch.nn.Parameter(linear.weight[:, rank * k : (rank + 1) * k].detach().clone())
+        self.bias = linear.bias if (linear.bias is not None and rank == 0) else None
+        self.tp = tp
+
+    def forward(self, x):
+        y = torch.nn.functional.linear(x, self.weight, self.bias)
+        if self.tp > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(y)
+        return y
+
+
 class _Attn(torch.nn.Module):
-    def __init__(self, hf_attn, rotary, cfg):
+    def __init__(self, hf_attn, rotary, cfg, tp, rank):
         super().__init__()
         hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, hd
+        self.nh, self.nkv, self.hd = cfg.num_attention_heads // tp, cfg.num_key_value_heads // tp, hd
         q, k, v = hf_attn.q_proj, hf_attn.k_proj, hf_attn.v_proj
         bias = q.bias is not None
-        self.qkv_proj = torch.nn.Linear(q.in_features, q.out_features + 2 * k.out_features, bias=bias)
+        self.qkv_proj = torch.nn.Linear(q.in_features, (self.nh + 2 * self.nkv) * hd, bias=bias)
         with torch.no_grad():
-            self.qkv_proj.weight.copy_(torch.cat([q.weight, k.weight, v.weight]))
+            self.qkv_proj.weight.copy_(torch.cat([_rows(x.weight, 0, tp, rank) for x in (q, k, v)]))
             if bias:
-                self.qkv_proj.bias.copy_(torch.cat([q.bias, k.bias, v.bias]))
+                self.qkv_proj.bias.copy_(torch.cat([_rows(x.bias, 0, tp, rank) for x in (q, k, v)]))
         self.q_norm = getattr(hf_attn, "q_norm", None)
         self.k_norm = getattr(hf_attn, "k_norm", None)
         self.rotary_emb = _Rope(rotary, hd)
-        self.o_proj = hf_attn.o_proj
+        self.o_proj = RowParallel(hf_attn.o_proj, tp, rank) if tp > 1 else hf_attn.o_proj
 
     def forward(self, positions, x, cu_seqlens):
         N = x.shape[0]
@@ -123,26 +159,26 @@ class _SiluAndMul(torch.nn.Module):
 
 
 class _MLP(torch.nn.Module):
-    def __init__(self, hf_mlp):
+    def __init__(self, hf_mlp, tp, rank):
         super().__init__()
         g, u = hf_mlp.gate_proj, hf_mlp.up_proj
-        self.gate_up_proj = torch.nn.Linear(g.in_features, 2 * g.out_features, bias=False)
+        self.gate_up_proj = torch.nn.Linear(g.in_features, 2 * g.out_features // tp, bias=False)
         with torch.no_grad():
-            self.gate_up_proj.weight.copy_(torch.cat([g.weight, u.weight]))
+            self.gate_up_proj.weight.copy_(torch.cat([_rows(g.weight, 0, tp, rank), _rows(u.weight, 0, tp, rank)]))
         self.act_fn = _SiluAndMul()
-        self.down_proj = hf_mlp.down_proj
+        self.down_proj = RowParallel(hf_mlp.down_proj, tp, rank) if tp > 1 else hf_mlp.down_proj
 
     def forward(self, x):
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
 
 class _Layer(torch.nn.Module):
-    def __init__(self, hf_layer, rotary, cfg):
+    def __init__(self, hf_layer, rotary, cfg, tp, rank):
         super().__init__()
         self.input_layernorm = _Norm(hf_layer.input_layernorm)
-        self.self_attn = _Attn(hf_layer.self_attn, rotary, cfg)
+        self.self_attn = _Attn(hf_layer.self_attn, rotary, cfg, tp, rank)
         self.post_attention_layernorm = _Norm(hf_layer.post_attention_layernorm)
-        self.mlp = _MLP(hf_layer.mlp)
+        self.mlp = _MLP(hf_layer.mlp, tp, rank)
 
     def forward(self, positions, h, residual, cu_seqlens):
         if residual is None:
@@ -156,26 +192,44 @@ class _Layer(torch.nn.Module):
 
 
 class _Inner(torch.nn.Module):
-    def __init__(self, hf):
+    def __init__(self, hf, tp, rank):
         super().__init__()
         self.embed_tokens = hf.model.embed_tokens
-        self.layers = torch.nn.ModuleList(_Layer(l, hf.model.rotary_emb, hf.config) for l in hf.model.layers)
+        self.layers = torch.nn.ModuleList(_Layer(l, hf.model.rotary_emb, hf.config, tp, rank) for l in hf.model.layers)
         self.norm = _Norm(hf.model.norm)
+
+
+class LogitsProcessor(torch.nn.Module):
+    """vLLM's logits_processor(lm_head, hidden) module."""
+
+    def forward(self, lm_head, hidden):
+        return torch.nn.functional.linear(hidden, lm_head.weight)
 
 
 class FusedModel(torch.nn.Module):
     """The HF model's weights behind vLLM's module names and calling conventions: flat tokens (N,), positions
-    (N,), cu_seqlens; fused qkv_proj and gate_up_proj; norms that add the residual; rotary_emb per layer."""
+    (N,), cu_seqlens; fused qkv_proj and gate_up_proj; norms that add the residual; rotary_emb per layer.
 
-    def __init__(self, hf):
+    With tp > 1 (torch.distributed initialised), rank holds its heads, its intermediate columns and its vocab
+    rows (the logits are this rank's vocab shard); o_proj and down_proj all-reduce inside the module."""
+
+    def __init__(self, hf, tp=1, rank=0):
         super().__init__()
         self.config = hf.config
-        self.model = _Inner(hf)
-        self.lm_head = hf.lm_head
+        self.model = _Inner(hf, tp, rank)
+        if tp > 1:
+            self.lm_head = torch.nn.Linear(hf.lm_head.in_features, hf.lm_head.out_features // tp, bias=False)
+            with torch.no_grad():
+                self.lm_head.weight.copy_(_rows(hf.lm_head.weight, 0, tp, rank))
+        else:
+            self.lm_head = hf.lm_head
+        self.logits_processor = LogitsProcessor()
 
-    def forward(self, input_ids, positions, cu_seqlens):
+    def forward(self, input_ids, positions, cu_seqlens, last_only=False):
         h, residual = self.model.embed_tokens(input_ids), None
         for layer in self.model.layers:
             h, residual = layer(positions, h, residual, cu_seqlens)
         h, _ = self.model.norm(h, residual)
+        if last_only:  # vLLM: logits of each sequence's last position only
+            return self.logits_processor(self.lm_head, h[cu_seqlens[1:] - 1])
         return self.lm_head(h)

@@ -18,9 +18,9 @@ import (
 
 func main() {
 	out := flag.String("out", "screenshots", "directory for the PNG files")
-	cols := flag.Int("cols", 120, "terminal width")
-	rows := flag.Int("rows", 36, "terminal height")
-	useFake := flag.Bool("fake", true, "use the UI's fake session instead of the engine's demo")
+	cols := flag.Int("cols", 140, "terminal width")
+	rows := flag.Int("rows", 40, "terminal height")
+	useFake := flag.Bool("fake", false, "use the UI's fake session instead of the engine's demo")
 	flag.Parse()
 	if err := run(*out, *cols, *rows, *useFake); err != nil {
 		fmt.Fprintln(os.Stderr, "shot:", err)
@@ -29,6 +29,10 @@ func main() {
 }
 
 func run(out string, cols, rows int, useFake bool) error {
+	out, err := filepath.Abs(out)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -38,7 +42,14 @@ func run(out string, cols, rows int, useFake bool) error {
 	}
 	load := ui.FakeLoader()
 	if !useFake {
-		load = demoLoader()
+		tmp, err := os.MkdirTemp("", "bitalign-shot-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		if load, err = demoLoader(tmp); err != nil {
+			return err
+		}
 	}
 	for _, s := range shots {
 		w, h := cols, rows
@@ -74,12 +85,18 @@ var shots = []struct {
 	cols, rows int
 }{
 	{name: "overview"},
-	{name: "heatmap", keys: []string{"enter"}},
-	{name: "bits", keys: []string{"enter", "}", "m"}},
-	{name: "replay", keys: []string{"enter", "r"}},
+	{name: "heatmap", keys: []string{"enter", ".", ".", "m"}},
+	{name: "bits", keys: []string{"enter", ".", ".", "}", "m"}},
+	{name: "replay", keys: []string{"enter", ".", ".", "m", "r"}},
 	{name: "help", keys: []string{"?"}},
 	{name: "overview-80x24", cols: 80, rows: 24},
 }
 
-// demoLoader is the engine's demo session.
-func demoLoader() ui.Loader { return ui.FakeLoader() }
+// demoLoader generates the engine's demo (the TUI's default fault) in a temporary directory and works from
+// there, so the screenshots show the relative paths demo/trainer and demo/sampler.
+func demoLoader(tmp string) (ui.Loader, error) {
+	if err := os.Chdir(tmp); err != nil {
+		return nil, err
+	}
+	return ui.DemoLoader("demo", ui.DefaultDemoFault, ui.DefaultDemoFaultLayer, "cpu"), nil
+}

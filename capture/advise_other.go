@@ -1,0 +1,13 @@
+//go:build !linux
+
+package capture
+
+func adviseIndexing([]byte) {}
+func adviseDone([]byte)     {}
+
+const canPrefetch = false
+
+type prefetcher struct{}
+
+func newPrefetcher([]byte) *prefetcher { return nil }
+func (*prefetcher) fetch(off, n int64) {}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package capture
+
+func minorFaults() int64 { return -1 }

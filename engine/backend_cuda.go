@@ -1,0 +1,527 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"bitalign/cuda"
+	"bitalign/kernels"
+	cudakernels "bitalign/kernels/cuda"
+	"bitalign/nvls"
+)
+
+// cudaDevice is one GPU with its loaded kernels, opened once per process and shared by every CUDA backend
+// placed on it (ops of different backends interleave on the device's thread; each op is enqueued whole).
+type cudaDevice struct {
+	d *cuda.Device
+	k *cudakernels.Kernels
+}
+
+var cudaDevices = struct {
+	sync.Mutex
+	m map[int]*cudaDevice
+}{m: map[int]*cudaDevice{}}
+
+func openCUDADevice(ordinal int) (*cudaDevice, error) {
+	cudaDevices.Lock()
+	defer cudaDevices.Unlock()
+	if cd := cudaDevices.m[ordinal]; cd != nil {
+		return cd, nil
+	}
+	d, err := cuda.Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	var k *cudakernels.Kernels
+	if err := d.Do(func(c *cuda.Ctx) (err error) { k, err = cudakernels.Load(c); return err }); err != nil {
+		d.Close()
+		return nil, err
+	}
+	cd := &cudaDevice{d: d, k: k}
+	cudaDevices.m[ordinal] = cd
+	return cd, nil
+}
+
+// cudaBuf is device memory: n float32 at p. A view shares its root's allocation (root false).
+type cudaBuf struct {
+	p    cuda.Ptr
+	n    int
+	root bool
+}
+
+func (b *cudaBuf) Len() int { return b.n }
+
+// CUDA is the GPU backend: weights, activations and KV caches live in device memory, every op is the
+// kernels/cuda twin of the CPU backend's kernels call (bitwise the same), and only Download brings data back.
+// Collectives (AllReduce, AllGather, the LogProbs reductions over ranks) go through the host with the given
+// nvls.Comm.
+type CUDA struct {
+	dev  *cudaDevice
+	name string
+	err  error
+	args cuda.Ptr // staging for the small host arrays of an op (ids, positions, targets)
+	argN int64
+	st   cuda.Ptr // this backend's LogProbs statistics (m, S, d): 3·T floats
+	stN  int64
+}
+
+// NewCUDA returns a backend on GPU ordinal. Errors wrap cuda.ErrUnavailable when there is no usable GPU.
+func NewCUDA(ordinal int) (*CUDA, error) {
+	cd, err := openCUDADevice(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	return &CUDA{dev: cd, name: fmt.Sprintf("cuda:%d", ordinal)}, nil
+}
+
+// CUDAFactory places TP rank r on GPU r mod the number of GPUs. It fails (wrapping cuda.ErrUnavailable) when
+// no GPU is usable, and describes the devices it found.
+func CUDAFactory() (BackendFactory, string, error) {
+	n, err := cuda.DeviceCount()
+	if err == nil && n == 0 {
+		err = fmt.Errorf("cuda: no CUDA device: %w", cuda.ErrUnavailable)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	first, err := openCUDADevice(0)
+	if err != nil {
+		return nil, "", err
+	}
+	desc := first.d.String()
+	if n > 1 {
+		desc = fmt.Sprintf("%s (+%d more)", desc, n-1)
+	}
+	return func(rank int) (Backend, error) { return NewCUDA(rank % n) }, desc, nil
+}
+
+// SelectBackend resolves --device: "cpu" (nil factory: the CPU backend), "cuda" (an error when no GPU is
+// usable) or "auto" (CUDA when usable, else the CPU). The string says which backend runs and, for auto's
+// fallback, why.
+func SelectBackend(device string) (BackendFactory, string, error) {
+	switch device {
+	case "", "cpu":
+		return nil, "cpu", nil
+	case "cuda", "gpu":
+		f, desc, err := CUDAFactory()
+		if err != nil {
+			return nil, "", fmt.Errorf("engine: --device cuda: %w", err)
+		}
+		return f, desc, nil
+	case "auto":
+		f, desc, err := CUDAFactory()
+		if err != nil {
+			return nil, fmt.Sprintf("cpu (no usable GPU: %v)", err), nil
+		}
+		return f, desc, nil
+	}
+	return nil, "", fmt.Errorf("engine: unknown device %q (want cpu, cuda or auto)", device)
+}
+
+func (b *CUDA) Name() string { return b.name }
+func (b *CUDA) Err() error   { return b.err }
+
+func (b *CUDA) fail(err error) {
+	if b.err == nil && err != nil {
+		b.err = fmt.Errorf("engine: %s: %w", b.name, err)
+	}
+}
+
+// do runs f on the device thread unless an error is pending.
+func (b *CUDA) do(f func(c *cuda.Ctx, k *cudakernels.Kernels) error) {
+	if b.err != nil {
+		return
+	}
+	b.fail(b.dev.d.Do(func(c *cuda.Ctx) error { return f(c, b.dev.k) }))
+}
+
+// cudaPtr unwraps a buffer; nil is the null pointer.
+func cudaPtr(x Buf) cuda.Ptr {
+	if x == nil {
+		return 0
+	}
+	return x.(*cudaBuf).p
+}
+
+// cudaGrow makes *buf hold at least bytes (synchronising before it frees the old one).
+func cudaGrow(c *cuda.Ctx, buf *cuda.Ptr, have *int64, bytes int64) error {
+	if bytes <= *have {
+		return nil
+	}
+	if *buf != 0 {
+		if err := c.Synchronize(); err != nil {
+			return err
+		}
+		if err := c.Free(*buf); err != nil {
+			return err
+		}
+		*buf, *have = 0, 0
+	}
+	n := max(bytes, 4096)
+	q, err := c.Alloc(n)
+	if err != nil {
+		return err
+	}
+	*buf, *have = q, n
+	return nil
+}
+
+// cudaStage uploads a small host array to the args buffer (a synchronous copy on the default stream: ordered
+// after the kernels that still read the previous contents).
+func cudaStage[T cuda.Scalar](b *CUDA, c *cuda.Ctx, host []T) (cuda.Ptr, error) {
+	var z T
+	bytes := int64(len(host)) * int64(unsafe.Sizeof(z))
+	if err := cudaGrow(c, &b.args, &b.argN, bytes); err != nil {
+		return 0, err
+	}
+	return b.args, cuda.Upload(c, b.args, host)
+}
+
+func (b *CUDA) Alloc(n int) Buf {
+	if n < 0 {
+		b.fail(fmt.Errorf("alloc of %d elements", n))
+		return &cudaBuf{}
+	}
+	buf := &cudaBuf{n: n, root: true}
+	if n == 0 {
+		return buf
+	}
+	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
+		q, err := c.Alloc(int64(n) * 4)
+		if err != nil {
+			return fmt.Errorf("alloc of %d floats: %w", n, err)
+		}
+		buf.p = q
+		return c.Memset8(q, 0, int64(n)*4)
+	})
+	return buf
+}
+
+func (b *CUDA) Free(x Buf) {
+	cb, ok := x.(*cudaBuf)
+	if !ok || cb == nil || !cb.root || cb.p == 0 {
+		return
+	}
+	ptr := cb.p
+	cb.p = 0
+	// freeing is allowed after an error too (so that a failed run releases its memory)
+	b.dev.d.Do(func(c *cuda.Ctx) error { return c.Free(ptr) }) //nolint:errcheck
+}
+
+func (b *CUDA) View(x Buf, off, n int) Buf {
+	cb := x.(*cudaBuf)
+	if off < 0 || n < 0 || off+n > cb.n {
+		b.fail(fmt.Errorf("view [%d, %d) of a %d-element buffer", off, off+n, cb.n))
+		return &cudaBuf{}
+	}
+	return &cudaBuf{p: cb.p.Add(int64(off) * 4), n: n}
+}
+
+func (b *CUDA) Upload(dst Buf, src []float32) {
+	if b.err == nil && len(src) != dst.Len() {
+		b.fail(fmt.Errorf("upload of %d elements into %d", len(src), dst.Len()))
+		return
+	}
+	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Upload(c, cudaPtr(dst), src) })
+}
+
+func (b *CUDA) Download(dst []float32, src Buf) error {
+	if b.err != nil {
+		return b.err
+	}
+	if len(dst) != src.Len() {
+		return fmt.Errorf("engine: %s: download of %d elements into %d", b.name, src.Len(), len(dst))
+	}
+	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, dst, cudaPtr(src)) })
+	return b.err
+}
+
+func (b *CUDA) Copy(dst, src Buf) {
+	if b.err == nil && dst.Len() != src.Len() {
+		b.fail(fmt.Errorf("copy of %d elements into %d", src.Len(), dst.Len()))
+		return
+	}
+	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
+		return c.CopyDtoD(cudaPtr(dst), cudaPtr(src), int64(src.Len())*4)
+	})
+}
+
+func (b *CUDA) Embed(out, table Buf, ids []int32, H int, dt kernels.DType) {
+	V := table.Len() / H
+	for t, id := range ids {
+		if id < 0 || int(id) >= V {
+			b.fail(fmt.Errorf("kernels: EmbeddingForward: token %d at row %d outside the vocabulary [0, %d)", id, t, V))
+			return
+		}
+	}
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		d, err := cudaStage(b, c, ids)
+		if err != nil {
+			return err
+		}
+		return k.EmbeddingForward(c, dt, cudaPtr(out), cudaPtr(table), d, len(ids), V, H)
+	})
+}
+
+// cudaDT maps an output dtype to the kernels' code.
+func cudaDT(dt kernels.DType) int {
+	switch dt {
+	case kernels.BF16:
+		return 1
+	case kernels.F16:
+		return 2
+	}
+	return 0
+}
+
+func (b *CUDA) Matmul(pr kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType) {
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		return k.MatmulForward(c, pr, cudaDT(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), cudaPtr(bias), M, K, N)
+	})
+}
+
+func (b *CUDA) MatmulPartial(pr kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
+	if err := cudaCheckSegments("MatmulPartial", kLocal, tp); err != nil {
+		b.fail(err)
+		return
+	}
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		return k.MatmulPartial(c, pr, cudaPtr(out), cudaPtr(x), cudaPtr(w), M, kLocal, N, tp)
+	})
+}
+
+// cudaCheckSegments mirrors kernels' 8-segment rule checks (same errors as the CPU backend).
+func cudaCheckSegments(op string, L, tp int) error {
+	switch tp {
+	case 1, 2, 4, 8:
+	default:
+		return fmt.Errorf("kernels: %s: tensor-parallel degree %d not in {1, 2, 4, 8} (8-segment rule)", op, tp)
+	}
+	if L%tp != 0 && tp > 1 {
+		return fmt.Errorf("kernels: %s: length %d not divisible by tp %d", op, L*tp, tp)
+	}
+	return nil
+}
+
+func (b *CUDA) MatmulFinish(out, bias Buf, M, N int, dt kernels.DType) {
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		if bias != nil {
+			if err := k.AddBias(c, cudaPtr(out), cudaPtr(bias), M, N); err != nil { // y ⊕ bias[n]
+				return err
+			}
+		}
+		return k.Round(c, dt, cudaPtr(out), M*N) // then round_dt
+	})
+}
+
+func (b *CUDA) RMSNorm(pr kernels.Profile, out, x, w Buf, rows, C int, eps float32, dt kernels.DType) {
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		return k.RMSNormForward(c, pr, dt, cudaPtr(out), cudaPtr(x), cudaPtr(w), rows, C, eps)
+	})
+}
+
+func (b *CUDA) RoPE(out, x Buf, pos []int32, T, heads, hd int, cos, sin Buf, dt kernels.DType) {
+	for _, q := range pos {
+		if q < 0 || int(q+1)*hd/2 > cos.Len() {
+			b.fail(fmt.Errorf("RoPE at position %d beyond the %d-position table", q, cos.Len()/(hd/2)))
+			return
+		}
+	}
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		d, err := cudaStage(b, c, pos[:T])
+		if err != nil {
+			return err
+		}
+		return k.RoPEForward(c, dt, cudaPtr(out), cudaPtr(x), d, T, heads, hd, cudaPtr(cos), cudaPtr(sin))
+	})
+}
+
+func (b *CUDA) Attention(pr kernels.Profile, out, q, k, v Buf, start, n, heads, kvHeads, hd int, dt kernels.DType, o AttnOptions) {
+	if kvHeads <= 0 || heads%kvHeads != 0 {
+		b.fail(fmt.Errorf("kernels: AttentionForward: %d query heads not a multiple of %d kv heads", heads, kvHeads))
+		return
+	}
+	qpos := make([]int32, n)
+	for i := range qpos {
+		qpos[i] = int32(start + i)
+	}
+	S := start + n
+	scale := kernels.AttentionScale(hd)
+	b.do(func(c *cuda.Ctx, kk *cudakernels.Kernels) error {
+		d, err := cudaStage(b, c, qpos)
+		if err != nil {
+			return err
+		}
+		if o.FastExp {
+			return kk.AttentionFastExp(c, dt, cudaPtr(out), cudaPtr(q), cudaPtr(k), cudaPtr(v), d, n, S, heads, kvHeads, hd, scale)
+		}
+		return kk.AttentionForward(c, pr, dt, cudaPtr(out), cudaPtr(q), cudaPtr(k), cudaPtr(v), d, n, S, heads, kvHeads, hd, scale)
+	})
+}
+
+func (b *CUDA) SwiGLU(out, gate, up Buf, n int, dt kernels.DType) {
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		return k.SwiGLUForward(c, dt, cudaPtr(out), cudaPtr(gate), cudaPtr(up), n)
+	})
+}
+
+func (b *CUDA) Residual(out, a, x Buf, dt kernels.DType) {
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		return k.ResidualForward(c, cudaDT(dt), cudaPtr(out), cudaPtr(a), cudaPtr(x), out.Len())
+	})
+}
+
+func (b *CUDA) Round(x Buf, dt kernels.DType) {
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error { return k.Round(c, dt, cudaPtr(x), x.Len()) })
+}
+
+// hostRoundTrip downloads x, applies f on the host and uploads the result (collectives over the host comm).
+func (b *CUDA) hostRoundTrip(x Buf, f func(h []float32) error) {
+	if b.err != nil {
+		return
+	}
+	h := make([]float32, x.Len())
+	if err := b.Download(h, x); err != nil {
+		return
+	}
+	if err := f(h); err != nil {
+		b.fail(err)
+		return
+	}
+	b.Upload(x, h)
+}
+
+func (b *CUDA) AllReduce(comm nvls.Comm, x Buf) {
+	b.hostRoundTrip(x, comm.AllReduce)
+}
+
+func (b *CUDA) AllGather(comm nvls.Comm, out, in Buf, rows, cols int) {
+	if b.err != nil {
+		return
+	}
+	hin := make([]float32, in.Len())
+	if err := b.Download(hin, in); err != nil {
+		return
+	}
+	n := comm.Size()
+	tmp := make([]float32, n*rows*cols)
+	if err := comm.AllGather(tmp, hin); err != nil {
+		b.fail(err)
+		return
+	}
+	// nvls gathers contiguous rank blocks: interleave them into rows, as the CPU backend does
+	o := make([]float32, out.Len())
+	for r := 0; r < n; r++ {
+		for t := 0; t < rows; t++ {
+			copy(o[t*cols*n+r*cols:t*cols*n+(r+1)*cols], tmp[(r*rows+t)*cols:(r*rows+t+1)*cols])
+		}
+	}
+	b.Upload(out, o)
+}
+
+// LogProbs: the staged twin of kernels.LogProbs. One rank: everything on the GPU. Several: the row max, the
+// sum's subtree and the target's shifted logit each cross the ranks through comm (on the host), then the host
+// finishes d ⊖ Log(S) exactly as kernels.LogProbs does.
+func (b *CUDA) LogProbs(pr kernels.Profile, out, logits Buf, targets []int32, T, vLocal int, comm nvls.Comm) {
+	if b.err != nil || T == 0 {
+		return
+	}
+	tp, rank := 1, 0
+	if comm != nil {
+		tp, rank = comm.Size(), comm.Rank()
+	}
+	if err := cudaCheckSegments("LogSoftmax", vLocal, tp); err != nil {
+		b.fail(err)
+		return
+	}
+	V := vLocal * tp
+	for t := 0; t < T; t++ {
+		if targets[t] < 0 || int(targets[t]) >= V {
+			b.fail(fmt.Errorf("kernels: LogProbs: target %d at row %d outside the vocabulary [0, %d)", targets[t], t, V))
+			return
+		}
+	}
+	if tp == 1 {
+		b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+			d, err := cudaStage(b, c, targets[:T])
+			if err != nil {
+				return err
+			}
+			return k.LogProbs(c, pr, cudaPtr(out), cudaPtr(logits), d, T, vLocal)
+		})
+		return
+	}
+	var m, S, d cuda.Ptr
+	host := func(ptr cuda.Ptr, f func([]float32) error) {
+		h := make([]float32, T)
+		b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, h, ptr) })
+		if b.err != nil {
+			return
+		}
+		if err := f(h); err != nil {
+			b.fail(err)
+			return
+		}
+		b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Upload(c, ptr, h) })
+	}
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		if err := cudaGrow(c, &b.st, &b.stN, int64(3*T)*4); err != nil {
+			return err
+		}
+		m, S, d = b.st, b.st.Add(int64(T)*4), b.st.Add(int64(2*T)*4)
+		return k.LogSoftmaxMax(c, m, cudaPtr(logits), T, vLocal, false)
+	})
+	host(m, func(h []float32) error {
+		if err := comm.AllReduceMax(h); err != nil {
+			return fmt.Errorf("kernels: LogSoftmax: max all-reduce: %w", err)
+		}
+		for i := range h {
+			if h[i] == 0 {
+				h[i] = 0 // +0: the sign of a zero max must not depend on which rank held it
+			}
+		}
+		return nil
+	})
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		return k.LogSoftmaxSum(c, pr, S, cudaPtr(logits), m, T, vLocal, tp)
+	})
+	host(S, func(h []float32) error {
+		if err := comm.AllReduce(h); err != nil {
+			return fmt.Errorf("kernels: LogSoftmax: sum all-reduce: %w", err)
+		}
+		return nil
+	})
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		tg, err := cudaStage(b, c, targets[:T])
+		if err != nil {
+			return err
+		}
+		return k.LogProbsTarget(c, d, cudaPtr(logits), tg, m, T, vLocal, rank*vLocal)
+	})
+	hs, hd := make([]float32, T), make([]float32, T)
+	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
+		if err := cuda.Download(c, hs, S); err != nil {
+			return err
+		}
+		return cuda.Download(c, hd, d)
+	})
+	if b.err != nil {
+		return
+	}
+	if err := comm.AllReduce(hd); err != nil { // one owner, zeros elsewhere: exact
+		b.fail(fmt.Errorf("kernels: LogProbs: target all-reduce: %w", err))
+		return
+	}
+	res := make([]float32, T)
+	for t := range res {
+		res[t] = kernels.F32.Round(float32(hd[t] - kernels.Log(hs[t])))
+	}
+	b.Upload(out, res)
+}
+
+// IsGPUUnavailable reports whether err means "no usable GPU" (the caller may fall back to the CPU).
+func IsGPUUnavailable(err error) bool { return errors.Is(err, cuda.ErrUnavailable) }
+
+var _ Backend = (*CUDA)(nil)

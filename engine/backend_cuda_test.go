@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"bitalign/capture"
+	"bitalign/kernels"
+)
+
+// cudaOrSkip returns the CUDA backend factory, skipping without a GPU (failing instead when
+// BITALIGN_REQUIRE_GPU=1, as on the GPU machine).
+func cudaOrSkip(t *testing.T) BackendFactory {
+	t.Helper()
+	f, desc, err := CUDAFactory()
+	if err != nil {
+		if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
+			t.Fatalf("BITALIGN_REQUIRE_GPU=1 but: %v", err)
+		}
+		if !IsGPUUnavailable(err) {
+			t.Fatalf("CUDAFactory failed without cuda.ErrUnavailable: %v", err)
+		}
+		t.Skipf("no GPU here (%v): skipped, not passed", err)
+	}
+	t.Logf("GPU: %s", desc)
+	return f
+}
+
+func TestSelectBackend(t *testing.T) {
+	if f, name, err := SelectBackend("cpu"); f != nil || name != "cpu" || err != nil {
+		t.Errorf("cpu: %v %q %v", f != nil, name, err)
+	}
+	if _, _, err := SelectBackend("tpu"); err == nil {
+		t.Error("unknown device accepted")
+	}
+	f, name, err := SelectBackend("auto")
+	if err != nil {
+		t.Fatalf("auto never fails: %v", err)
+	}
+	_, _, cerr := SelectBackend("cuda")
+	if (f == nil) != (cerr != nil) {
+		t.Errorf("auto chose %q but cuda gave %v", name, cerr)
+	}
+	t.Logf("auto: %s", name)
+}
+
+// The demo (sampler at TP 1 with continuous batching, trainer at TP 2 and batch 8) on the GPU writes captures
+// bitwise equal to the CPU's, for the canonical and standard profiles and for every fault.
+func TestCUDADemoMatchesCPU(t *testing.T) {
+	gpu := cudaOrSkip(t)
+	type tc struct {
+		name  string
+		opts  DemoOptions
+		short bool
+	}
+	cases := []tc{{"canonical", DemoOptions{}, true}, {"standard", DemoOptions{Profile: kernels.Standard}, true}}
+	for _, f := range Faults() {
+		cases = append(cases, tc{"fault " + f.Name, DemoOptions{Fault: f.Name, Layer: 1}, f.Name == "fast-exp"})
+	}
+	for _, c := range cases {
+		if testing.Short() && !c.short {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			cpuDir, gpuDir := t.TempDir(), t.TempDir()
+			if err := Demo(cpuDir, c.opts); err != nil {
+				t.Fatal(err)
+			}
+			o := c.opts
+			o.Backend = gpu
+			if err := Demo(gpuDir, o); err != nil {
+				t.Fatal(err)
+			}
+			for _, side := range []string{SideSampler, SideTrainer} {
+				if d := compare(t, DemoConfig(), filepath.Join(cpuDir, side), filepath.Join(gpuDir, side)); d != nil {
+					t.Errorf("%s: GPU differs from CPU at %s (index %d) seq %d pos %d elem %d, %d ULP",
+						side, d.Op, d.Index, d.Seq, d.Pos, d.Elem, d.ULP)
+				}
+			}
+			if c.name == "canonical" {
+				if d := compare(t, DemoConfig(), filepath.Join(gpuDir, SideTrainer), filepath.Join(gpuDir, SideSampler)); d != nil {
+					t.Errorf("GPU trainer and sampler diverge at %s seq %d pos %d", d.Op, d.Seq, d.Pos)
+				}
+			}
+		})
+	}
+}
+
+// Qwen2 (q/k/v bias) and Qwen3 (q/k norm) at TP 2 and 4: trainer and sampler outputs and captures on the GPU
+// equal the CPU's.
+func TestCUDAArchitecturesMatchCPU(t *testing.T) {
+	gpu := cudaOrSkip(t)
+	for _, arch := range []string{ArchQwen2, ArchQwen3} {
+		for _, tp := range []int{2, 4} {
+			cfg := tinyConfig(arch, capture.BF16)
+			m := NewRandom(cfg, 5)
+			ps, mn := tinyPrompts(cfg)
+			run := func(be BackendFactory) (*Output, *Output, string, string) {
+				sd, td := t.TempDir(), t.TempDir()
+				so := SampleOptions{RunOptions: RunOptions{TP: tp, Seed: 9, Step: 1, CaptureDir: sd, Backend: be}, Slots: 3, MaxNew: mn}
+				sout, err := m.Sample(context.Background(), ps, so)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var seqs [][]int32
+				var plen []int
+				for _, s := range sout.Seqs {
+					seqs, plen = append(seqs, s.Tokens), append(plen, s.Prompt)
+				}
+				to := TrainOptions{RunOptions: RunOptions{TP: tp, Seed: 9, Step: 1, CaptureDir: td, Backend: be}, Batch: 3, PromptLens: plen}
+				tout, err := m.Train(context.Background(), seqs, to)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return sout, tout, sd, td
+			}
+			cs, ct, csd, ctd := run(nil)
+			gs, gt, gsd, gtd := run(gpu)
+			if msg := sameOutputs(cs, gs); msg != "" {
+				t.Errorf("%s tp=%d sampler: %s", arch, tp, msg)
+			}
+			if msg := sameOutputs(ct, gt); msg != "" {
+				t.Errorf("%s tp=%d trainer: %s", arch, tp, msg)
+			}
+			for _, pair := range [][2]string{{csd, gsd}, {ctd, gtd}} {
+				if d := compare(t, cfg, pair[0], pair[1]); d != nil {
+					t.Errorf("%s tp=%d: GPU capture differs at %s seq %d pos %d elem %d", arch, tp, d.Op, d.Seq, d.Pos, d.Elem)
+				}
+			}
+		}
+	}
+}

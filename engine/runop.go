@@ -1,0 +1,327 @@
+package engine
+
+import (
+	"fmt"
+
+	"bitalign/capture"
+	"bitalign/kernels"
+)
+
+// OpInputs are what RunOp needs to re-execute one op for one sequence over positions [Pos, Pos+N).
+type OpInputs struct {
+	Step int64
+	Seq  int64
+	Pos  int // first position to compute
+	N    int // number of positions
+	// Tensors holds producers' captured outputs by op name (Producers(cfg, op)): any chunking over positions
+	// (a trainer's one tensor per sequence, a sampler's prefill chunk and decode steps) and any TP shards
+	// (column-parallel ops from every rank); tensors of other sequences or steps are ignored. RunOp needs rows
+	// [Pos, Pos+N) of each producer, rows 0..Pos+N-1 of k_rope and v_proj for the attention, and for logprobs
+	// the tokens at Pos+1..Pos+N: from "tokens", or from "sample" at the position before where "tokens" ends
+	// (the sampler's drawn token is the next input).
+	Tensors  map[string][]capture.Tensor
+	Seed     uint64          // sample: the sampling key
+	Sampling *SamplingParams // sample: nil means DefaultSampling
+}
+
+// Option changes how RunOp executes.
+type Option func(*opOptions)
+
+type opOptions struct {
+	profile kernels.Profile
+	backend Backend
+}
+
+// WithProfile selects the kernel profile (default canonical).
+func WithProfile(p kernels.Profile) Option { return func(o *opOptions) { o.profile = p } }
+
+// WithBackend runs the op on b (default: a new CPU backend).
+func WithBackend(b Backend) Option { return func(o *opOptions) { o.backend = b } }
+
+// RunOp re-executes op for one sequence over positions [in.Pos, in.Pos+in.N) from its producers' captured
+// tensors and returns its output as an unsharded capture tensor (TP 1: with the canonical profile the bits are
+// those of any TP degree, batch or schedule).
+func (m *Model) RunOp(op string, in OpInputs, opts ...Option) (capture.Tensor, error) {
+	var o opOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	cfg := m.Config
+	if err := checkOp(cfg, op); err != nil {
+		return capture.Tensor{}, err
+	}
+	if in.N <= 0 || in.Pos < 0 {
+		return capture.Tensor{}, fmt.Errorf("engine: RunOp %s: positions [%d, %d) are empty or negative", op, in.Pos, in.Pos+in.N)
+	}
+	if cfg.MaxPositions > 0 && in.Pos+in.N > 1<<20 {
+		return capture.Tensor{}, fmt.Errorf("engine: RunOp %s: position %d too large", op, in.Pos+in.N)
+	}
+	if op == OpTokens {
+		return capture.Tensor{}, fmt.Errorf("engine: RunOp: tokens are an input, not computed")
+	}
+	asm := assembly{}
+	for name, ts := range in.Tensors {
+		for _, t := range ts {
+			if t.Step != in.Step || t.Seq != in.Seq || t.Op != name {
+				continue
+			}
+			if err := asm.add(t); err != nil {
+				return capture.Tensor{}, fmt.Errorf("engine: RunOp %s: input %v", op, err)
+			}
+		}
+	}
+	be := o.backend
+	if be == nil {
+		be = NewCPU()
+	}
+	x := &opRun{m: m, be: be, asm: asm, in: in, op: op, prof: o.profile}
+	out, dt, width, err := x.run()
+	if err != nil {
+		return capture.Tensor{}, err
+	}
+	t := capture.Tensor{Step: in.Step, Seq: in.Seq, Pos: int64(in.Pos), NTok: int64(in.N), Op: op,
+		Index: int32(OpIndex(cfg, op)), Role: "out", DType: dt, Shard: capture.NoShard}
+	switch dt {
+	case capture.I32:
+		t.Shape = []int64{int64(in.N)}
+		t.Data = encodeI32(out.([]int32))
+	default:
+		f := out.([]float32)
+		if width == 0 {
+			t.Shape = []int64{int64(in.N)}
+		} else {
+			t.Shape = []int64{int64(in.N), int64(width)}
+		}
+		t.Data = encode(dt, f)
+	}
+	return t, nil
+}
+
+// opRun is one RunOp execution.
+type opRun struct {
+	m    *Model
+	be   Backend
+	asm  assembly
+	in   OpInputs
+	op   string
+	prof kernels.Profile
+	bufs []Buf
+}
+
+// input returns producer rows [pos, pos+n) as a backend buffer.
+func (x *opRun) input(name string, pos, n int) (Buf, error) {
+	st := x.asm[tensorKey{x.in.Step, x.in.Seq, name}]
+	if st == nil {
+		return nil, fmt.Errorf("engine: RunOp %s: no %s tensor for step %d seq %d", x.op, name, x.in.Step, x.in.Seq)
+	}
+	if err := st.complete(pos, n); err != nil {
+		return nil, fmt.Errorf("engine: RunOp %s: input %s: %v", x.op, name, err)
+	}
+	if st.dtype == capture.I32 {
+		return nil, fmt.Errorf("engine: RunOp %s: input %s is not a float tensor", x.op, name)
+	}
+	if w := opWidth(x.m.Config, name); w != 0 && w != st.width {
+		return nil, fmt.Errorf("engine: RunOp %s: input %s has %d features, the model needs %d", x.op, name, st.width, w)
+	}
+	return x.upload(st.floats(pos, n)), nil
+}
+
+func (x *opRun) upload(v []float32) Buf {
+	b := x.be.Alloc(len(v))
+	x.be.Upload(b, v)
+	x.bufs = append(x.bufs, b)
+	return b
+}
+
+func (x *opRun) alloc(n int) Buf {
+	b := x.be.Alloc(n)
+	x.bufs = append(x.bufs, b)
+	return b
+}
+
+// tokens returns token ids at positions [pos, pos+n): from "tokens", the last one possibly from "sample".
+func (x *opRun) tokens(pos, n int) ([]int32, error) {
+	st := x.asm[tensorKey{x.in.Step, x.in.Seq, OpTokens}]
+	smp := x.asm[tensorKey{x.in.Step, x.in.Seq, OpSample}]
+	out := make([]int32, n)
+	for i := range out {
+		p := pos + i
+		switch {
+		case st != nil && st.rows[p] != nil:
+			decodeI32(st.rows[p], out[i:i+1])
+		case smp != nil && smp.rows[p-1] != nil:
+			decodeI32(smp.rows[p-1], out[i:i+1])
+		default:
+			return nil, fmt.Errorf("engine: RunOp %s: no token at position %d (tokens, or sample at %d)", x.op, p, p-1)
+		}
+		if out[i] < 0 || int(out[i]) >= x.m.Config.Vocab {
+			return nil, fmt.Errorf("engine: RunOp %s: token %d at position %d outside the vocabulary", x.op, out[i], p)
+		}
+	}
+	return out, nil
+}
+
+func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
+	defer func() {
+		for _, b := range x.bufs {
+			x.be.Free(b)
+		}
+	}()
+	m, be, cfg := x.m, x.be, x.m.Config
+	P, N := x.in.Pos, x.in.N
+	kd := kdt(cfg.DType)
+	dt = cfg.DType
+	width = opWidth(cfg, x.op)
+	prod := Producers(cfg, x.op)
+	out := x.alloc(N * max(width, 1))
+	w := func(v []float32) Buf {
+		if v == nil {
+			return nil
+		}
+		return x.upload(v)
+	}
+	in0 := func() (Buf, error) { return x.input(prod[0], P, N) }
+	l, s, layered := SplitLayerOp(x.op)
+	var L Layer
+	if layered {
+		L = m.Layers[l]
+	}
+	H, hd := cfg.Hidden, cfg.HeadDim
+	matmul := func(wt, bias []float32, K, Nout int, d kernels.DType) error {
+		a, err := in0()
+		if err != nil {
+			return err
+		}
+		be.Matmul(x.prof, out, a, w(wt), w(bias), N, K, Nout, d)
+		return nil
+	}
+	norm := func(wt []float32, rows, C int) error {
+		a, err := in0()
+		if err != nil {
+			return err
+		}
+		be.RMSNorm(x.prof, out, a, w(wt), rows, C, cfg.Eps, kd)
+		return nil
+	}
+	rope := func(heads int) error {
+		a, err := in0()
+		if err != nil {
+			return err
+		}
+		cos, sin := kernels.RoPETables(cfg.RopeTheta, hd, P+N, kd)
+		pos := make([]int32, N)
+		for i := range pos {
+			pos[i] = int32(P + i)
+		}
+		be.RoPE(out, a, pos, N, heads, hd, w(cos), w(sin), kd)
+		return nil
+	}
+	binary := func(f func(a, b Buf)) error {
+		a, err := x.input(prod[0], P, N)
+		if err != nil {
+			return err
+		}
+		b, err := x.input(prod[1], P, N)
+		if err != nil {
+			return err
+		}
+		f(a, b)
+		return nil
+	}
+	switch {
+	case x.op == OpEmbed:
+		ids, e := x.tokens(P, N)
+		if e != nil {
+			return nil, 0, 0, e
+		}
+		be.Embed(out, w(m.Embed), ids, H, kd)
+	case x.op == OpFinalNorm:
+		err = norm(m.Norm, N, H)
+	case x.op == OpLogits:
+		dt = capture.F32
+		err = matmul(m.LMHead, nil, H, cfg.Vocab, kernels.F32)
+	case x.op == OpLogprobs:
+		dt, width = capture.F32, 0
+		logits, e := x.input(OpLogits, P, N)
+		if e != nil {
+			return nil, 0, 0, e
+		}
+		targets, e := x.tokens(P+1, N)
+		if e != nil {
+			return nil, 0, 0, e
+		}
+		be.LogProbs(x.prof, out, logits, targets, N, cfg.Vocab, nil)
+	case x.op == OpSample:
+		st := x.asm[tensorKey{x.in.Step, x.in.Seq, OpLogits}]
+		if st == nil {
+			return nil, 0, 0, fmt.Errorf("engine: RunOp sample: no logits for step %d seq %d", x.in.Step, x.in.Seq)
+		}
+		if e := st.complete(P, N); e != nil {
+			return nil, 0, 0, fmt.Errorf("engine: RunOp sample: logits: %v", e)
+		}
+		sp := DefaultSampling
+		if x.in.Sampling != nil {
+			sp = *x.in.Sampling
+		}
+		rows := st.floats(P, N)
+		toks := make([]int32, N)
+		for i := range toks {
+			toks[i] = drawToken(rows[i*cfg.Vocab:(i+1)*cfg.Vocab], sp, x.in.Seed, x.in.Seq, P+i)
+		}
+		return toks, capture.I32, 0, nil
+	case s == opAttnNorm:
+		err = norm(L.AttnNorm, N, H)
+	case s == opMLPNorm:
+		err = norm(L.MLPNorm, N, H)
+	case s == opQProj:
+		err = matmul(L.Q, L.QBias, H, cfg.QDim(), kd)
+	case s == opKProj:
+		err = matmul(L.K, L.KBias, H, cfg.KVDim(), kd)
+	case s == opVProj:
+		err = matmul(L.V, L.VBias, H, cfg.KVDim(), kd)
+	case s == opQNorm:
+		err = norm(L.QNorm, N*cfg.Heads, hd)
+	case s == opKNorm:
+		err = norm(L.KNorm, N*cfg.KVHeads, hd)
+	case s == opQRope:
+		err = rope(cfg.Heads)
+	case s == opKRope:
+		err = rope(cfg.KVHeads)
+	case s == opSDPA:
+		q, e := x.input(prod[0], P, N)
+		if e != nil {
+			return nil, 0, 0, e
+		}
+		k, e := x.input(prod[1], 0, P+N)
+		if e != nil {
+			return nil, 0, 0, e
+		}
+		v, e := x.input(prod[2], 0, P+N)
+		if e != nil {
+			return nil, 0, 0, e
+		}
+		be.Attention(x.prof, out, q, k, v, P, N, cfg.Heads, cfg.KVHeads, hd, kd, AttnOptions{})
+	case s == opOProj:
+		err = matmul(L.O, L.OB, cfg.QDim(), H, kd)
+	case s == opGateProj:
+		err = matmul(L.Gate, nil, H, cfg.Intermediate, kd)
+	case s == opUpProj:
+		err = matmul(L.Up, nil, H, cfg.Intermediate, kd)
+	case s == opDownProj:
+		err = matmul(L.Down, nil, cfg.Intermediate, H, kd)
+	case s == opAct:
+		err = binary(func(a, b Buf) { be.SwiGLU(out, a, b, N*cfg.Intermediate, kd) })
+	case s == opAttnResidual, s == opMLPResidual:
+		err = binary(func(a, b Buf) { be.Residual(out, a, b, kd) })
+	default:
+		return nil, 0, 0, fmt.Errorf("engine: RunOp: op %s not supported", x.op)
+	}
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	host := make([]float32, out.Len())
+	if err := be.Download(host, out); err != nil {
+		return nil, 0, 0, fmt.Errorf("engine: RunOp %s: %v", x.op, err)
+	}
+	return host, dt, width, nil
+}

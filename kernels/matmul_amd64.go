@@ -1,0 +1,12 @@
+package kernels
+
+import "golang.org/x/sys/cpu"
+
+// haveFMAPanels: the AVX2+FMA panel kernels of matmul_amd64.s can run here.
+var haveFMAPanels = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+//go:noescape
+func fmaPanel4x16(x *float32, ldx int, panel *float32, klen int, acc *float32)
+
+//go:noescape
+func fmaPanel1x16(x *float32, panel *float32, klen int, acc *float32)

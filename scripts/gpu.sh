@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# scripts/gpu.sh — build-check-time on the GPU machine in one call (see docs/gpu.md).
+# Here (no GPU):   make gpu-build            # CGO_ENABLED=0 test binaries into .gpu/
+# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [bench]   (default: all), with .gpu carried.
+#   ptx   compiles kernels/cuda/*.cu with the machine's nvcc into $OUT/ptx.tar and diffs it with the committed
+#         PTX; the tests then load the fresh PTX (BITALIGN_PTX_DIR) so one call checks new kernel sources.
+#   test  runs the cuda/ and kernels/cuda/ tests with BITALIGN_REQUIRE_GPU=1 (a skip becomes a failure).
+#   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's).
+#   bench runs the Go benchmarks and the cuBLAS reference (PyTorch) in the same call.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_VISIBLE_DEVICES="${GPU:-0}" PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/gpu-out}"
+mkdir -p "$OUT"
+steps="${*:-ptx test engine bench}"
+NVCC="${NVCC:-nvcc}"
+NVCCFLAGS="-ptx -arch=sm_90 -fmad=false -ftz=false -prec-div=true -prec-sqrt=true -O3"
+rc=0
+nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+"$NVCC" --version | tail -2
+
+if [[ " $steps " == *" ptx "* ]]; then
+  echo "== ptx: $NVCC $NVCCFLAGS"
+  fresh=$(mktemp -d)
+  cp kernels/cuda/*.cu kernels/cuda/*.cuh "$fresh"/
+  (cd "$fresh" && for f in *.cu; do "$NVCC" $NVCCFLAGS -o "${f%.cu}.ptx" "$f" || exit 1; done &&
+     sha256sum *.cu *.cuh *.ptx > MANIFEST.sha256) || { echo "ptx: nvcc FAILED"; rc=1; }
+  for f in "$fresh"/*.ptx; do
+    cmp -s "$f" "kernels/cuda/$(basename "$f")" && echo "ptx: $(basename "$f") identical to the committed one" ||
+      echo "ptx: $(basename "$f") DIFFERS from the committed one"
+  done
+  tar -C "$fresh" -cf "$OUT/ptx.tar" $(cd "$fresh" && ls *.ptx MANIFEST.sha256)
+  export BITALIGN_PTX_DIR="$fresh"
+fi
+
+if [[ " $steps " == *" test "* ]]; then
+  echo "== test"
+  # each test binary runs in its package directory, as `go test` does (the manifest test reads files there)
+  (cd cuda && BITALIGN_REQUIRE_GPU=1 ../.gpu/cuda.test -test.v -test.count=1 -test.timeout 300s) 2>&1 | tee "$OUT/test-cuda.log" |
+    grep -E "^(---|===|ok|FAIL|PASS)|gpu_test|driver_test" | grep -v "=== RUN" || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.v -test.count=1 -test.timeout 480s ${TESTFLAGS:-}) 2>&1 |
+    tee "$OUT/test-kernels.log" | grep -E "^(--- |ok|FAIL|PASS)|first difference|gpu |seed" | head -150 || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
+
+if [[ " $steps " == *" engine "* ]]; then
+  echo "== engine (CUDA backend vs CPU, bitwise)"
+  (cd engine && BITALIGN_REQUIRE_GPU=1 ../.gpu/engine.test -test.run 'CUDA|SelectBackend' -test.v -test.count=1 \
+    -test.timeout 400s ${TESTFLAGS:-}) 2>&1 | tee "$OUT/test-engine.log" | grep -E "^(--- |    ---|ok|FAIL|PASS)|differs|GPU" | head -60
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
+
+if [[ " $steps " == *" bench "* ]]; then
+  echo "== bench"
+  (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' -test.bench "${BENCH:-.}" \
+    -test.benchtime "${BENCHTIME:-20x}" -test.timeout 300s) 2>&1 | tee "$OUT/bench.log" | grep -E "Benchmark|FAIL|panic" || rc=1
+  python3 scripts/cublas_bench.py 2>&1 | tee "$OUT/cublas.log" || rc=1
+fi
+echo "gpu.sh: exit $rc"
+exit $rc

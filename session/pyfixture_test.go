@@ -1,0 +1,259 @@
+package session_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"bitalign/capture"
+	"bitalign/engine"
+	"bitalign/session"
+)
+
+// testdata/python holds a trainer-style and a sampler-style capture of the same sequences through a one-layer
+// random Qwen3 in float32, both written by the Python module (capture/python, make_fixtures.py), and the
+// checkpoint they came from. These tests diff them as a user would and check the report against a brute-force
+// comparison of the two files, so the Python writer, the Go reader and the diff cannot drift apart.
+
+func pyOpen(t *testing.T, name string) *capture.Capture {
+	t.Helper()
+	c, err := capture.Open(filepath.Join("..", "testdata", "python", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+type pyRow struct {
+	op       string
+	seq, pos int64
+}
+
+// pyRows splits every tensor of c into per-position rows.
+func pyRows(t *testing.T, c *capture.Capture) map[pyRow][]byte {
+	t.Helper()
+	rows := map[pyRow][]byte{}
+	for i := 0; i < c.Len(); i++ {
+		e := c.Entry(i)
+		d, err := c.Data(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(len(d)) / e.NTok
+		for p := int64(0); p < e.NTok; p++ {
+			rows[pyRow{e.Op, e.Seq, e.Pos + p}] = d[p*n : (p+1)*n]
+		}
+	}
+	return rows
+}
+
+// TestPythonOpNamesAreEngineOpNames: the Python module names and numbers ops as engine.OpNames does for the
+// checkpoint's config.
+func TestPythonOpNamesAreEngineOpNames(t *testing.T) {
+	cfg, err := engine.LoadConfig(filepath.Join("..", "testdata", "python", "checkpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := engine.OpNames(cfg)
+	for _, f := range []string{"trainer.arrow", "sampler.arrow"} {
+		c := pyOpen(t, f)
+		seen := map[string]bool{}
+		for i := 0; i < c.Len(); i++ {
+			e := c.Entry(i)
+			if idx := slices.Index(names, e.Op); idx < 0 || int32(idx) != e.Index {
+				t.Fatalf("%s: op %q has index %d; engine.OpNames puts it at %d", f, e.Op, e.Index, idx)
+			}
+			seen[e.Op] = true
+		}
+		for _, op := range names {
+			hooked := op != "layers.0.attn.q_rope" && op != "layers.0.attn.k_rope" && (op != "sample" || f == "sampler.arrow")
+			if seen[op] != hooked {
+				t.Errorf("%s: op %s recorded = %v, want %v", f, op, seen[op], hooked)
+			}
+		}
+	}
+}
+
+// TestDiffPythonTrainerSampler diffs the two fixtures and checks the report against the files themselves.
+func TestDiffPythonTrainerSampler(t *testing.T) {
+	a, b := pyOpen(t, "trainer.arrow"), pyOpen(t, "sampler.arrow")
+	cfg, err := engine.LoadConfig(filepath.Join("..", "testdata", "python", "checkpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := session.Diff(context.Background(), a, b,
+		session.WithProducers(func(op string) []string { return engine.Producers(cfg, op) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.A.Side != "trainer" || rep.B.Side != "sampler" || rep.A.Architecture != "qwen3" {
+		t.Errorf("capture info %+v / %+v", rep.A, rep.B)
+	}
+	ra, rb := pyRows(t, a), pyRows(t, b)
+
+	// brute force: per op, do the shared rows differ, and is any row on one side only?
+	type verdict struct{ differs, onlyA, onlyB bool }
+	want := map[string]*verdict{}
+	get := func(op string) *verdict {
+		if want[op] == nil {
+			want[op] = &verdict{}
+		}
+		return want[op]
+	}
+	for k, da := range ra {
+		v := get(k.op)
+		if db, ok := rb[k]; !ok {
+			v.onlyA = true
+		} else if !bytes.Equal(da, db) {
+			v.differs = true
+		}
+	}
+	for k := range rb {
+		if _, ok := ra[k]; !ok {
+			get(k.op).onlyB = true
+		}
+	}
+	firstIdx, firstOp := int32(1<<30), ""
+	for _, o := range rep.Ops {
+		v := want[o.Op]
+		if v == nil {
+			t.Errorf("report has op %s that neither capture holds", o.Op)
+			continue
+		}
+		var st session.Status
+		switch {
+		case !pyHasOp(ra, o.Op):
+			st = session.StatusMissingA
+		case !pyHasOp(rb, o.Op):
+			st = session.StatusMissingB
+		case v.differs:
+			st = session.StatusDivergent
+		case v.onlyA || v.onlyB:
+			st = session.StatusIncomplete
+		default:
+			st = session.StatusIdentical
+		}
+		if o.Status != st {
+			t.Errorf("%s: status %s, brute force says %s", o.Op, o.Status, st)
+		}
+		if v.differs && o.Index < firstIdx {
+			firstIdx, firstOp = o.Index, o.Op
+		}
+	}
+	if len(rep.Ops) != len(want) {
+		t.Errorf("report has %d ops, the captures %d", len(rep.Ops), len(want))
+	}
+	// the sampler never computed logits before the last prompt position, and only it has "sample"
+	for _, o := range rep.Ops {
+		switch o.Op {
+		case "tokens", "embed":
+			if o.Status != session.StatusIdentical {
+				t.Errorf("%s: %s (a gather is the same bits at any batch shape)", o.Op, o.Status)
+			}
+		case "logits":
+			if o.MissingRowsB != 3 || o.MissingRowsA != 0 { // positions 0..P-2: 2 + 1
+				t.Errorf("logits: missing rows A %d, B %d; want 0, 3", o.MissingRowsA, o.MissingRowsB)
+			}
+		case "sample":
+			if o.Status != session.StatusMissingA {
+				t.Errorf("sample: %s, want %s", o.Status, session.StatusMissingA)
+			}
+		}
+	}
+	switch {
+	case firstOp == "" && rep.First != nil:
+		t.Errorf("report's first divergence %s, but the shared rows are identical", rep.First.Op)
+	case firstOp != "" && (rep.First == nil || rep.First.Op != firstOp):
+		t.Errorf("report's first divergence %+v, want op %s (lowest execution index that differs)", rep.First, firstOp)
+	}
+	if rep.Identical {
+		t.Error("report says identical; the captures cover different positions")
+	}
+	if rep.First != nil {
+		t.Logf("first divergence: %s at seq %d pos %d (%d ULP)", rep.First.Op, rep.First.At.Seq, rep.First.At.Pos, rep.First.ULP)
+	}
+}
+
+func pyHasOp(rows map[pyRow][]byte, op string) bool {
+	for k := range rows {
+		if k.op == op {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReplayPythonFixtures replays both Python captures with the engine (float32, CPU) from their token ids:
+// every op transformers produced must come back within float32 accuracy (max |a−b| / max |b| over the op
+// below 1e-5) with the same argmax of the logits. This is the CI-sized version of capture/python's
+// test_torch_replay.py, which does the same for Llama, Qwen2 and Qwen3 with torch at hand.
+func TestReplayPythonFixtures(t *testing.T) {
+	m, err := engine.Load(filepath.Join("..", "testdata", "python", "checkpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"trainer.arrow", "sampler.arrow"} {
+		t.Run(name, func(t *testing.T) {
+			out := t.TempDir()
+			if _, err := m.Replay(context.Background(), filepath.Join("..", "testdata", "python", name), out,
+				engine.ReplayOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			rc, err := capture.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			want, got := pyRows(t, pyOpen(t, name)), pyRows(t, rc)
+			maxDiff, maxAbs := map[string]float64{}, map[string]float64{}
+			for k, w := range want {
+				if k.op == "tokens" || k.op == "sample" {
+					continue
+				}
+				g, ok := got[k]
+				if !ok || len(g) != len(w) {
+					t.Fatalf("%v: not in the replay (or another shape)", k)
+				}
+				wf, gf := pyFloats(w), pyFloats(g)
+				for i := range wf {
+					maxDiff[k.op] = max(maxDiff[k.op], math.Abs(gf[i]-wf[i]))
+					maxAbs[k.op] = max(maxAbs[k.op], math.Abs(wf[i]))
+				}
+				if k.op == "logits" && pyArgmax(wf) != pyArgmax(gf) {
+					t.Errorf("%v: argmax %d in the capture, %d in the replay", k, pyArgmax(wf), pyArgmax(gf))
+				}
+			}
+			if len(maxDiff) != 19 { // every op but tokens, sample and the rope ops HF hooks cannot see
+				t.Errorf("compared %d ops, want 19", len(maxDiff))
+			}
+			for op, d := range maxDiff {
+				if rel := d / maxAbs[op]; !(rel < 1e-5) {
+					t.Errorf("%s: relative error %.3g between transformers and the replay", op, rel)
+				}
+			}
+		})
+	}
+}
+
+func pyFloats(b []byte) []float64 {
+	out := make([]float64, len(b)/4)
+	for i := range out {
+		out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+	}
+	return out
+}
+
+func pyArgmax(x []float64) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}

@@ -1,0 +1,123 @@
+package ui
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tmuxScreen drives a program in a detached tmux session of its own server.
+type tmuxScreen struct {
+	t      *testing.T
+	socket string
+}
+
+func (s *tmuxScreen) tmux(args ...string) (string, error) {
+	out, err := exec.Command("tmux", append([]string{"-L", s.socket}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+func (s *tmuxScreen) capture() string {
+	out, _ := s.tmux("capture-pane", "-p", "-t", "e2e")
+	return out
+}
+
+// waitFor waits until the screen contains want.
+func (s *tmuxScreen) waitFor(want string, timeout time.Duration) string {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		screen := s.capture()
+		if strings.Contains(screen, want) {
+			return screen
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("after %v the screen does not show %q:\n%s", timeout, want, screen)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *tmuxScreen) keys(k ...string) {
+	s.t.Helper()
+	if out, err := s.tmux(append([]string{"send-keys", "-t", "e2e"}, k...)...); err != nil {
+		s.t.Fatalf("send-keys %v: %v %s", k, err, out)
+	}
+}
+
+// buildBinary builds the bitalign binary when the main package runs the TUI, else the TUI's own small main.
+func buildBinary(t *testing.T) (bin string, args []string) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(t.TempDir(), "bitalign")
+	pkg := "./ui/internal/tui"
+	files, _ := filepath.Glob(filepath.Join(root, "*.go"))
+	for _, f := range files {
+		if src, err := os.ReadFile(f); err == nil && strings.Contains(string(src), `"bitalign/ui"`) {
+			pkg = "." // the bitalign command runs the TUI: test the real binary
+		}
+	}
+	t.Logf("testing the binary built from %s", pkg)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin, nil
+}
+
+// TestEndToEnd runs the real binary in tmux on the demo: it loads, opens the first divergence, steps, shows
+// help, and quits cleanly with the terminal restored.
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed: end-to-end test skipped")
+	}
+	bin, _ := buildBinary(t)
+	cache := t.TempDir()
+	s := &tmuxScreen{t: t, socket: fmt.Sprintf("bitalign-e2e-%d", os.Getpid())}
+	t.Cleanup(func() { s.tmux("kill-server") })
+	// the shell prints the exit status and waits, so the final screen can be read
+	script := fmt.Sprintf("XDG_CACHE_HOME=%s TERM=xterm-256color %s; echo EXIT=$?; sleep 60", cache, bin)
+	if out, err := s.tmux("new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", "sh", "-c", script); err != nil {
+		t.Fatalf("tmux new-session: %v %s", err, out)
+	}
+	screen := s.waitFor("first divergence", 90*time.Second)
+	for _, want := range []string{"captures", "trainer", "sampler", "ops"} {
+		if !strings.Contains(screen, want) {
+			t.Errorf("overview lacks %q:\n%s", want, screen)
+		}
+	}
+	s.keys("Enter")
+	screen = s.waitFor("element bits", 10*time.Second)
+	title := strings.Split(screen, "\n")[1]
+	s.keys("]")
+	time.Sleep(300 * time.Millisecond)
+	screen = s.waitFor("element bits", 10*time.Second)
+	if strings.Split(screen, "\n")[1] == title {
+		t.Errorf("] did not step to the next op:\n%s", screen)
+	}
+	s.keys("?")
+	s.waitFor("jump to the first divergence", 10*time.Second)
+	s.keys("q")
+	screen = s.waitFor("EXIT=", 10*time.Second)
+	if !strings.Contains(screen, "EXIT=0") {
+		t.Errorf("bitalign did not exit cleanly:\n%s", screen)
+	}
+	if strings.Contains(screen, "element bits") || strings.Contains(screen, "jump to the first divergence") {
+		t.Errorf("the alternate screen was not left on quit:\n%s", screen)
+	}
+	// the demo is cached for the next run
+	if _, err := os.Stat(filepath.Join(cache, "bitalign", "demo")); err != nil {
+		t.Errorf("demo not cached: %v", err)
+	}
+}
