@@ -299,9 +299,11 @@ type batchDecoder struct {
 	nNodes, nBufs int64
 	in            internTable
 	file          int
+	dims          []int64 // arena for shapes
 
 	// per batch
-	body  []byte // the batch body
+	msg   fbReader // the batch's message flatbuffer
+	body  []byte   // the batch body
 	nodes *fbReader
 	nPos  int64 // position of the node vector in nodes.b
 	bPos  int64 // position of the buffer vector
@@ -323,7 +325,8 @@ func (d *batchDecoder) batch(out []Entry, off, metaLen, bodyLen int64) ([]Entry,
 	if fbLen <= 0 || fbLen > metaLen-fbStart {
 		return out, fmt.Errorf("message length %d does not fit its %d-byte block", fbLen, metaLen)
 	}
-	f := &fbReader{b: msg[fbStart : fbStart+fbLen]}
+	d.msg = fbReader{b: msg[fbStart : fbStart+fbLen]}
+	f := &d.msg
 	m := f.root()
 	if ht := m.u8(1, 0); ht != messageHeaderRecordBatch && f.err == nil {
 		return out, fmt.Errorf("message type %d is not a record batch", ht)
@@ -516,11 +519,15 @@ func (d *batchDecoder) intList(k int, row int64) []int64 {
 		d.setErr(fmt.Errorf("shape with %d dimensions (at most %d)", e-b, MaxDims))
 		return nil
 	}
-	out := make([]int64, e-b)
-	for j := range out {
-		out[j] = d.intVal(vals, b+int64(j), p.width, p.signed)
+	n := int(e - b)
+	if len(d.dims)+n > cap(d.dims) {
+		d.dims = make([]int64, 0, max(4096, n)) // shapes are carved from shared chunks: one allocation per 4096 dims
 	}
-	return out
+	start := len(d.dims)
+	for j := 0; j < n; j++ {
+		d.dims = append(d.dims, d.intVal(vals, b+int64(j), p.width, p.signed))
+	}
+	return d.dims[start : start+n : start+n]
 }
 
 func parseDTypeBytes(b []byte) (DType, error) {

@@ -183,11 +183,8 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 		x := (wa0 ^ wb0) | (wa1 ^ wb1) | (wa2 ^ wb2) | (wa3 ^ wb3)
 		sp := ((wa0 & M) + L) | ((wb0 & M) + L) | ((wa1 & M) + L) | ((wb1 & M) + L) |
 			((wa2 & M) + L) | ((wb2 & M) + L) | ((wa3 & M) + L) | ((wb3 & M) + L)
-		if sp&H != 0 { // a NaN or an infinity in these 32 bytes (rare)
-			w.countGroup(f, a4, b4)
-		}
-		if x != 0 {
-			sum += w.group(o, pi, p, e, [4]uint64{wa0, wa1, wa2, wa3}, [4]uint64{wb0, wb1, wb2, wb3})
+		if x|sp&H != 0 {
+			sum += w.group(o, pi, p, e, a4, b4)
 		}
 		a, b = a[32:], b[32:]
 		e += 4 * per
@@ -223,34 +220,25 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 	return sum
 }
 
-// group records the differing elements of four words. One mask holds a flag per differing lane of all four
-// words (word k's flags shifted down by 3−k), so there is one loop over the mismatches instead of a loop per
-// word: fewer unpredictable branches. Lanes come out lane-major, not in element order; record copes.
-func (w *acc) group(o *opWork, pi int32, p *piece, e int64, wa, wb [4]uint64) (sum float64) {
+// group handles 32 bytes holding a difference or a special value, word by word and lane by lane.
+func (w *acc) group(o *opWork, pi int32, p *piece, e int64, a, b []byte) (sum float64) {
 	f := o.f
-	nb := uint(8 * f.size)
-	per := int64(8 / f.size)
-	var m uint64
-	for k := 0; k < 4; k++ {
-		d := wa[k] ^ wb[k]
-		m |= ((((d &^ f.laneH) + f.laneLo) | d) & f.laneH) >> (3 - k)
-	}
-	for m != 0 {
-		b := uint(bits.TrailingZeros64(m))
-		lane := b / nb
-		k := 3 - int(nb-1-b%nb)
-		sh := lane * nb
-		sum += w.record(o, pi, p, e+int64(k)*per+int64(lane), (wa[k]>>sh)&f.width, (wb[k]>>sh)&f.width)
-		m &= m - 1
+	M, L, H := f.swM, f.swL, f.swH
+	nb, ls := uint(8*f.size), f.laneShift
+	for k := 0; k < 32; k += 8 {
+		wa, wb := binary.LittleEndian.Uint64(a[k:]), binary.LittleEndian.Uint64(b[k:])
+		if (((wa&M)+L)|((wb&M)+L))&H != 0 {
+			w.countWord(f, wa, wb)
+		}
+		for d := wa ^ wb; d != 0; {
+			lane := uint(bits.TrailingZeros64(d)) >> ls // the lowest differing lane (a shift: no division)
+			sh := lane * nb
+			sum += w.record(o, pi, p, e+int64(lane), (wa>>sh)&f.width, (wb>>sh)&f.width)
+			d &^= f.width << sh
+		}
+		e += int64(64 >> ls)
 	}
 	return sum
-}
-
-// countGroup counts NaNs and infinities in 32 bytes of each side.
-func (w *acc) countGroup(f *format, a, b []byte) {
-	for k := 0; k < 32; k += 8 {
-		w.countWord(f, binary.LittleEndian.Uint64(a[k:]), binary.LittleEndian.Uint64(b[k:]))
-	}
 }
 
 // lanes records the differing elements of one eight-byte word (e is its first element).
@@ -258,7 +246,7 @@ func (w *acc) lanes(o *opWork, pi int32, p *piece, e int64, wa, wb uint64) (sum 
 	f := o.f
 	nb := uint(8 * f.size)
 	for d := wa ^ wb; d != 0; {
-		lane := uint(bits.TrailingZeros64(d)) / nb
+		lane := uint(bits.TrailingZeros64(d)) >> f.laneShift
 		sh := lane * nb
 		sum += w.record(o, pi, p, e+int64(lane), (wa>>sh)&f.width, (wb>>sh)&f.width)
 		d &^= f.width << sh
@@ -289,9 +277,7 @@ func (w *acc) record(o *opWork, pi int32, p *piece, e int64, x, y uint64) float6
 	f := o.f
 	cls, d := f.compare(x, y)
 	w.mismatched++
-	// A worker takes jobs in increasing order, so a hit in another piece than the current first is later;
-	// within a piece, group reports lanes out of order: compare element indexes.
-	if !w.first.ok || pi == w.first.piece && e < w.first.elem {
+	if !w.first.ok { // a worker takes jobs, and elements within them, in increasing order
 		w.first = hit{ok: true, piece: pi, elem: e, a: x, b: y, ulp: d, class: cls}
 	}
 	level := uint8(levelNaN)
@@ -304,7 +290,7 @@ func (w *acc) record(o *opWork, pi int32, p *piece, e int64, x, y uint64) float6
 		b := bucket(d)
 		w.hist[b]++
 		level = uint8(b)
-		if !w.max.ok || d > w.max.ulp || d == w.max.ulp && pi == w.max.piece && e < w.max.elem {
+		if !w.max.ok || d > w.max.ulp { // ties keep the earliest
 			w.max = hit{ok: true, piece: pi, elem: e, a: x, b: y, ulp: d, class: cls}
 		}
 	}

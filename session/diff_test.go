@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -430,5 +431,57 @@ func TestDiffCancel(t *testing.T) {
 	}))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled mid-run: %v after %d progress calls", err, calls)
+	}
+}
+
+// writeSafetensors writes tensors (name → bf16 [rows, cols] data) as a .safetensors file.
+func writeSafetensors(t *testing.T, path string, names []string, shapes [][2]int64, data [][]byte) {
+	t.Helper()
+	header := "{"
+	off := 0
+	var body []byte
+	for i, n := range names {
+		if i > 0 {
+			header += ","
+		}
+		header += fmt.Sprintf(`%q:{"dtype":"BF16","shape":[%d,%d],"data_offsets":[%d,%d]}`, n, shapes[i][0], shapes[i][1], off, off+len(data[i]))
+		off += len(data[i])
+		body = append(body, data[i]...)
+	}
+	header += "}"
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	out = append(out, header...)
+	out = append(out, body...)
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Activations dumped as safetensors by other tools diff like captures: one tensor per name, rows = dim 0.
+func TestDiffSafetensors(t *testing.T) {
+	dir := t.TempDir()
+	h := activation(0, 1, 0, 6, 32)
+	q := activation(0, 2, 0, 6, 48)
+	writeSafetensors(t, dir+"/a.safetensors", []string{"hidden", "q"}, [][2]int64{{6, 32}, {6, 48}}, [][]byte{h, q})
+	q2 := append([]byte(nil), q...)
+	flipBit(q2, 4*48+17, 1)
+	writeSafetensors(t, dir+"/b.safetensors", []string{"hidden", "q"}, [][2]int64{{6, 32}, {6, 48}}, [][]byte{h, q2})
+	a, err := capture.Open(dir + "/a.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := capture.Open(dir + "/b.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	rep, err := Diff(context.Background(), a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := rep.First
+	if f == nil || f.Op != "q" || f.At.Pos != 4 || f.At.Col != 17 || f.ULP != 2 || len(rep.Ops) != 2 || rep.Ops[0].Status != StatusIdentical {
+		t.Fatalf("first %+v, ops %d", f, len(rep.Ops))
 	}
 }

@@ -27,16 +27,14 @@ type format struct {
 	expBits  uint // floats only
 	mantBits uint
 	// noInf: f8e4m3fn has no infinities and a single NaN pattern per sign (exponent and mantissa all ones).
-	noInf bool
-	width uint64 // all ones over the element's bits
-	sign  uint64 // the sign bit (floats and signed ints)
+	noInf     bool
+	width     uint64 // all ones over the element's bits
+	laneShift uint   // log2 of the element's bits (a bit index >> laneShift is its lane in a word)
+	sign      uint64 // the sign bit (floats and signed ints)
 	// SWAR masks for finding NaN/Inf eight bytes at a time: in ((w & swM) + swL) & swH a lane's top (sign)
 	// bit is set exactly when its masked bits are all ones (NaN or Inf; NaN only for f8e4m3fn). swM never
 	// covers the sign bit, so the addition carries into the lane's own sign bit, never into the next lane.
 	swM, swL, swH uint64
-	// laneH has each lane's top bit (every dtype); a lane of d is non-zero exactly when its top bit is set in
-	// ((d &^ laneH) + laneLo) | d, with laneLo = laneH − one per lane (no carry leaves a lane).
-	laneH, laneLo uint64
 }
 
 var formats = func() [16]*format {
@@ -45,11 +43,8 @@ var formats = func() [16]*format {
 		f := &format{dt: dt, size: dt.Size(), kind: k, expBits: e, mantBits: m, noInf: noInf}
 		nb := uint(8 * f.size)
 		f.width = math.MaxUint64 >> (64 - nb)
+		f.laneShift = uint(bits.TrailingZeros(nb))
 		f.sign = 1 << (nb - 1)
-		for i := 0; i < 8/f.size; i++ {
-			f.laneH |= f.sign << (uint(i) * nb)
-			f.laneLo |= (f.sign - 1) << (uint(i) * nb)
-		}
 		if k == kindFloat {
 			lane := ((uint64(1)<<e - 1) << m) // exponent all ones
 			if noInf {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"bitalign/capture"
 )
@@ -29,8 +30,7 @@ type Pair struct {
 	MaxLevel   int
 
 	f        *format
-	levels   []uint8        // per element: LevelEqual, 1..64 (log2 ULP bucket) or LevelNaN
-	pyr      []pyramidLevel // pyr[k]: max level per 4^k × 4^k block; pyr[0] is levels itself
+	pyr      []pyramidLevel // pyr[k]: max level per 4^k × 4^k block; pyr[0] is the elements (compared on demand)
 	missing  []int32        // prefix count of rows missing on a side
 	mu       sync.Mutex
 	heatKey  [2]int
@@ -51,59 +51,57 @@ type pyramidLevel struct {
 	max        []uint8
 }
 
-// computeLevels compares every element once (rows in parallel, identical rows by bytes.Equal) and builds the
-// max pyramid the heatmap reads.
+// computeLevels compares every element once (bands of four rows in parallel, identical rows by bytes.Equal)
+// and builds the max pyramid the heatmap reads. Element levels are not stored (a [T, vocab] logits pair would
+// need a byte per element): the pyramid starts at 4×4 blocks and elements are re-compared where needed.
 func (p *Pair) computeLevels() {
-	n := p.Rows * p.Cols
-	p.levels = make([]uint8, n)
 	rb := p.Cols * p.f.size
+	l1 := pyramidLevel{side: 4, rows: (p.Rows + 3) / 4, cols: (p.Cols + 3) / 4}
+	l1.max = make([]uint8, l1.rows*l1.cols)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	workers := min(runtime.GOMAXPROCS(0), max(p.Rows/64, 1))
-	for w := 0; w < workers; w++ {
+	var next atomic.Int64
+	for w := 0; w < min(runtime.GOMAXPROCS(0), l1.rows); w++ {
 		wg.Add(1)
-		go func(w int) {
+		go func() {
 			defer wg.Done()
 			var mism int64
 			var top uint8
-			for r := w; r < p.Rows; r += workers {
-				if !p.HasA[r] || !p.HasB[r] {
-					continue
-				}
-				a, b := p.A[r*rb:(r+1)*rb], p.B[r*rb:(r+1)*rb]
-				if bytes.Equal(a, b) {
-					continue
-				}
-				lv := p.levels[r*p.Cols : (r+1)*p.Cols]
-				per := 8 / p.f.size
-				for c := 0; c < p.Cols; c++ {
-					if c%per == 0 && c+per <= p.Cols && binary.LittleEndian.Uint64(a[c*p.f.size:]) == binary.LittleEndian.Uint64(b[c*p.f.size:]) {
-						c += per - 1
+			per := 8 / p.f.size
+			for band := int(next.Add(1) - 1); band < l1.rows; band = int(next.Add(1) - 1) {
+				dst := l1.max[band*l1.cols : (band+1)*l1.cols]
+				for r := 4 * band; r < min(4*band+4, p.Rows); r++ {
+					if !p.HasA[r] || !p.HasB[r] {
 						continue
 					}
-					x, y := p.f.load(a, c), p.f.load(b, c)
-					if x == y {
+					a, b := p.A[r*rb:(r+1)*rb], p.B[r*rb:(r+1)*rb]
+					if bytes.Equal(a, b) {
 						continue
 					}
-					cls, d := p.f.compare(x, y)
-					l := uint8(bucket(d))
-					if cls == ClassNaNNumber {
-						l = LevelNaN
+					for c := 0; c < p.Cols; c++ {
+						if c%per == 0 && c+per <= p.Cols && binary.LittleEndian.Uint64(a[c*p.f.size:]) == binary.LittleEndian.Uint64(b[c*p.f.size:]) {
+							c += per - 1
+							continue
+						}
+						l := p.level(p.f.load(a, c), p.f.load(b, c))
+						if l == 0 {
+							continue
+						}
+						dst[c/4] = max(dst[c/4], l)
+						top = max(top, l)
+						mism++
 					}
-					lv[c] = l
-					top = max(top, l)
-					mism++
 				}
 			}
 			mu.Lock()
 			p.Mismatched += mism
 			p.MaxLevel = max(p.MaxLevel, int(top))
 			mu.Unlock()
-		}(w)
+		}()
 	}
 	wg.Wait()
-	p.pyr = []pyramidLevel{{side: 1, rows: p.Rows, cols: p.Cols, max: p.levels}}
-	for side := 4; side <= 256 && (side/4 < p.Rows || side/4 < p.Cols); side *= 4 {
+	p.pyr = []pyramidLevel{{side: 1, rows: p.Rows, cols: p.Cols}, l1} // level 0: elements, compared on demand
+	for side := 16; side <= 256 && (side/4 < p.Rows || side/4 < p.Cols); side *= 4 {
 		prev := p.pyr[len(p.pyr)-1]
 		l := pyramidLevel{side: side, rows: (prev.rows + 3) / 4, cols: (prev.cols + 3) / 4}
 		l.max = make([]uint8, l.rows*l.cols)
@@ -126,12 +124,33 @@ func (p *Pair) computeLevels() {
 	}
 }
 
+// level is the comparison level of two elements' bits.
+func (p *Pair) level(x, y uint64) uint8 {
+	if x == y {
+		return LevelEqual
+	}
+	cls, d := p.f.compare(x, y)
+	if cls == ClassNaNNumber {
+		return LevelNaN
+	}
+	return uint8(bucket(d))
+}
+
+// elemLevel is element (row, col)'s level, 0 where a side lacks the row.
+func (p *Pair) elemLevel(row, col int) uint8 {
+	if !p.HasA[row] || !p.HasB[row] {
+		return 0
+	}
+	i := row*p.Cols + col
+	return p.level(p.f.load(p.A, i), p.f.load(p.B, i))
+}
+
 // Level is element (row, col)'s comparison level (LevelMissing when a side lacks the row).
 func (p *Pair) Level(row, col int) int {
 	if !p.HasA[row] || !p.HasB[row] {
 		return LevelMissing
 	}
-	return int(p.levels[row*p.Cols+col])
+	return int(p.elemLevel(row, col))
 }
 
 // CellRange gives the rows [r0, r1) and columns [c0, c1) that cell (i, j) of a rows × cols heatmap covers.
@@ -152,7 +171,7 @@ func span1(i, cells, n int) (int, int) {
 // Heatmap downsamples the pair to rows × cols cells, each the largest level of its elements (LevelMissing
 // when nothing in it differs and a side lacks one of its rows). It reads a precomputed max pyramid (blocks
 // of 4, 16, 64, 256 elements a side) and scans elements only at cell edges where a block could raise the
-// cell's level; the last result is cached.
+// cell's level; rows of cells are computed in parallel and the last result is cached.
 func (p *Pair) Heatmap(rows, cols int) [][]float32 {
 	if rows <= 0 || cols <= 0 || p.Rows == 0 || p.Cols == 0 {
 		return nil
@@ -166,17 +185,29 @@ func (p *Pair) Heatmap(rows, cols int) [][]float32 {
 	flat := make([]float32, rows*cols)
 	for i := range out {
 		out[i] = flat[i*cols : (i+1)*cols]
-		r0, r1 := span1(i, rows, p.Rows)
-		for j := range out[i] {
-			c0, c1 := span1(j, cols, p.Cols)
-			m := p.maxIn(r0, r1, c0, c1)
-			if m == 0 && p.missing[r1]-p.missing[r0] > 0 {
-				out[i][j] = LevelMissing
-			} else {
-				out[i][j] = float32(m)
-			}
-		}
 	}
+	// rows of cells are independent: share them among the cores
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), rows); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < rows; i = int(next.Add(1) - 1) {
+				r0, r1 := span1(i, rows, p.Rows)
+				for j := range out[i] {
+					c0, c1 := span1(j, cols, p.Cols)
+					m := p.maxIn(r0, r1, c0, c1)
+					if m == 0 && p.missing[r1]-p.missing[r0] > 0 {
+						out[i][j] = LevelMissing
+					} else {
+						out[i][j] = float32(m)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 	p.heatKey, p.heatLast = [2]int{rows, cols}, out
 	return out
 }
@@ -196,8 +227,8 @@ func (p *Pair) query(k, r0, r1, c0, c1 int, m uint8) uint8 {
 	l := &p.pyr[k]
 	if k == 0 {
 		for r := r0; r < r1; r++ {
-			for _, v := range l.max[r*l.cols+c0 : r*l.cols+c1] {
-				m = max(m, v)
+			for c := c0; c < c1; c++ {
+				m = max(m, p.elemLevel(r, c))
 			}
 		}
 		return m
@@ -237,7 +268,7 @@ func (p *Pair) Worst(r0, r1, c0, c1 int) (row, col int) {
 	best := -1
 	for r := r0; r < min(r1, p.Rows); r++ {
 		for c := c0; c < min(c1, p.Cols); c++ {
-			if l := int(p.levels[r*p.Cols+c]); l > best {
+			if l := int(p.elemLevel(r, c)); l > best {
 				best, row, col = l, r, c
 			}
 		}

@@ -264,10 +264,9 @@ func (p *Pair) differs(from, to int64) cmpResult {
 			res = cmpUnknown
 			continue
 		}
-		for _, l := range p.levels[r*p.Cols : (r+1)*p.Cols] {
-			if l != 0 {
-				return cmpDiffer
-			}
+		rb := p.Cols * p.f.size
+		if !bytes.Equal(p.A[r*rb:(r+1)*rb], p.B[r*rb:(r+1)*rb]) {
+			return cmpDiffer
 		}
 	}
 	return res

@@ -120,4 +120,25 @@ func TestEndToEnd(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cache, "bitalign", "demo")); err != nil {
 		t.Errorf("demo not cached: %v", err)
 	}
+
+	// second run: ctrl+c from the tensor view quits cleanly too, and a resize re-lays out
+	s.tmux("kill-session", "-t", "e2e")
+	if out, err := s.tmux("new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", "sh", "-c", script); err != nil {
+		t.Fatalf("tmux new-session: %v %s", err, out)
+	}
+	s.waitFor("first divergence", 30*time.Second)
+	s.keys("Enter")
+	s.waitFor("element bits", 10*time.Second)
+	s.tmux("resize-window", "-t", "e2e", "-x", "80", "-y", "24")
+	screen = s.waitFor("element bits", 10*time.Second)
+	for i, l := range strings.Split(strings.TrimRight(screen, "\n"), "\n") {
+		if n := len([]rune(l)); n > 80 {
+			t.Errorf("after resizing to 80 columns, line %d has %d: %q", i, n, l)
+		}
+	}
+	s.keys("C-c")
+	screen = s.waitFor("EXIT=", 10*time.Second)
+	if !strings.Contains(screen, "EXIT=0") {
+		t.Errorf("ctrl+c did not exit cleanly:\n%s", screen)
+	}
 }

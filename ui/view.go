@@ -389,9 +389,9 @@ func (m *Model) tensorView(l screenLayout) string {
 		col := []string{m.st.Panel("summary", strings.Join(sum, "\n"), l.right.w, sumH, false)}
 		left := l.right.h - sumH
 		if rs != nil && left >= 4 {
-			rh := min(8, left)
-			col = append(col, m.st.Panel("replay", replay.View(m.st, *rs, [2]string{m.rep.A.Side, m.rep.B.Side}, l.right.w-2, rh-2),
-				l.right.w, rh, false))
+			sides := [2]string{m.rep.A.Side, m.rep.B.Side}
+			rh := min(replay.Height(m.st, *rs, sides, l.right.w-2)+2, left)
+			col = append(col, m.st.Panel("replay", replay.View(m.st, *rs, sides, l.right.w-2, rh-2), l.right.w, rh, false))
 			left -= rh
 		}
 		if left >= 3 {

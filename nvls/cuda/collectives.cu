@@ -1,7 +1,8 @@
-// Deterministic collectives over NVLink peer loads (no NVLink multicast, no `multimem`).
+// Deterministic collectives over NVLink peer memory: plain loads and stores to the other GPUs' buffers (no
+// NVLink multicast, no `multimem`).
 //
 // One process drives every GPU. Rank r owns a scratch buffer and a flag array in its own device memory; with
-// peer access enabled, every rank's kernel reads its peers' scratch directly (UVA pointers in Args).
+// peer access enabled, every rank's kernel reads (push: writes) its peers' memory directly (UVA pointers).
 //
 //   all-reduce, one-shot   copy in -> barrier 0 -> out[i] = tree(scratch_0[i], ..., scratch_{n-1}[i])
 //   all-reduce, push       write in into every peer's scratch -> barrier 0 -> out[i] = tree(local copies)

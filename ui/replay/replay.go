@@ -23,6 +23,15 @@ type Status struct {
 
 // View draws s in w×h.
 func View(st theme.Styles, s Status, sides [2]string, w, h int) string {
+	return strings.Join(theme.FitLines(strings.Join(body(st, s, sides, w), "\n"), w, h), "\n")
+}
+
+// Height is the number of lines View needs for s at width w.
+func Height(st theme.Styles, s Status, sides [2]string, w int) int {
+	return len(body(st, s, sides, w))
+}
+
+func body(st theme.Styles, s Status, sides [2]string, w int) []string {
 	var lines []string
 	switch {
 	case s.Running:
@@ -52,7 +61,7 @@ func View(st theme.Styles, s Status, sides [2]string, w, h int) string {
 		lines = append(lines, st.Muted.Render(theme.Fit("inputs", 14))+in)
 		lines = append(lines, side(st, sides[0], r.FromA), side(st, sides[1], r.FromB))
 	}
-	return strings.Join(theme.FitLines(strings.Join(lines, "\n"), w, h), "\n")
+	return lines
 }
 
 func side(st theme.Styles, name string, s state.ReplaySide) string {
@@ -88,6 +97,9 @@ func wrap(s string, w int) string {
 }
 
 func elapsed(d time.Duration) string {
+	if d < time.Millisecond {
+		return "<1 ms"
+	}
 	if d < time.Second {
 		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 	}
