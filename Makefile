@@ -29,9 +29,11 @@ $(VENV)/.ok: capture/python/pyproject.toml
 test-python: $(VENV)/.ok
 	$(PY) -m pytest -q capture/python/tests -m "not torch"
 
-# Needs torch and transformers (the GPU machine has them; see README).
-test-torch:
-	python3 -m pytest -q capture/python/tests -m torch
+# Needs torch, transformers, pyarrow and pytest in $(TORCH_PYTHON) (the GPU machine has them; see README).
+# The replay and diff checks run the freshly built binary.
+TORCH_PYTHON ?= python3
+test-torch: build
+	BITALIGN_BIN=$(abspath $(BIN)) $(TORCH_PYTHON) -m pytest -q capture/python/tests -m torch
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
