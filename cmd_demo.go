@@ -52,7 +52,8 @@ plants one documented source of mismatch (see --list-faults) on the side and at 
 				return usageErr("demo: %v", err)
 			}
 			start := time.Now()
-			err = engine.Demo(out, engine.DemoOptions{Fault: fault, Layer: layer, Profile: prof, Overwrite: force, Backend: backend})
+			err = engine.Demo(out, engine.DemoOptions{Fault: fault, Layer: layer, Profile: prof, Overwrite: force, Backend: backend,
+				Collectives: gpuCollectives(backend, engine.DemoTrainerTP(fault))})
 			if err != nil {
 				return inputErr(err)
 			}

@@ -53,7 +53,8 @@ Exit status: 0 when the capture reproduces bit for bit, 1 when it diverges from 
 			if err != nil {
 				return inputErr(err)
 			}
-			if _, err := m.Replay(cmd.Context(), capPath, out, engine.ReplayOptions{TP: tp, Profile: prof, Backend: backend}); err != nil {
+			if _, err := m.Replay(cmd.Context(), capPath, out, engine.ReplayOptions{TP: tp, Profile: prof, Backend: backend,
+				Collectives: gpuCollectives(backend, tp)}); err != nil {
 				return inputErr(err)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "bitalign: replayed %s on %s into %s\n", capPath, backendName, out)

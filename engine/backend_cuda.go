@@ -393,8 +393,47 @@ func (b *CUDA) hostRoundTrip(x Buf, f func(h []float32) error) {
 	b.Upload(x, h)
 }
 
+// AllReduce sums x over the ranks: in device memory when comm is an nvls GPU rank on this backend's GPU
+// (CUDACollectives), else through the host.
 func (b *CUDA) AllReduce(comm nvls.Comm, x Buf) {
+	if gc, ok := comm.(*nvls.GPUComm); ok && gc.Device() == b.dev.d {
+		b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
+			p := cudaPtr(x) // in place, on the default stream like every kernel of this backend
+			if err := gc.AllReduceDevice(c, nil, p, p, int64(x.Len()), nvls.ElemF32); err != nil {
+				return err
+			}
+			return gc.Wait(c, nil) // completes each collective before the next: required when host-slice calls interleave
+		})
+		return
+	}
 	b.hostRoundTrip(x, comm.AllReduce)
+}
+
+// CUDACollectives is a RunOptions.Collectives whose TP ranks talk through an nvls GPU group on GPUs
+// 0..tp-1, the GPUs CUDAFactory puts those ranks on (tp must not exceed the GPU count).
+func CUDACollectives() CollectivesFactory {
+	return func(tp int) ([]nvls.Comm, func() error, error) {
+		n, err := cuda.DeviceCount()
+		if err != nil {
+			return nil, nil, err
+		}
+		if tp > n {
+			return nil, nil, fmt.Errorf("GPU collectives for TP %d need %d GPUs, this machine has %d", tp, tp, n)
+		}
+		devs := make([]*cuda.Device, tp)
+		for r := range devs {
+			cd, err := openCUDADevice(r)
+			if err != nil {
+				return nil, nil, err
+			}
+			devs[r] = cd.d
+		}
+		g, err := nvls.NewGPUGroup(devs, nvls.GPUConfig{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return g.Comms(), g.Close, nil
+	}
 }
 
 func (b *CUDA) AllGather(comm nvls.Comm, out, in Buf, rows, cols int) {

@@ -50,6 +50,9 @@ type DemoOptions struct {
 	Profile   kernels.Profile // both sides' kernels (default canonical)
 	Overwrite bool            // replace DIR's checkpoint/, trainer/ and sampler/ if DIR is not empty
 	Backend   BackendFactory  // nil: CPU
+	// Collectives makes the trainer's TP communicators (nil: the CPU transport); CUDACollectives puts them on
+	// the GPUs.
+	Collectives CollectivesFactory
 }
 
 // DemoTrainerTP is the trainer's TP degree for a fault: 4 for ring-allreduce (with 2 ranks the ring and the tree
@@ -85,7 +88,7 @@ func Demo(dir string, opts DemoOptions) error {
 	prompts, maxNew := DemoPromptSet(cfg)
 	ctx := context.Background()
 	run := RunOptions{Profile: opts.Profile, Seed: DemoSampSeed, Step: DemoStep, Fault: opts.Fault,
-		FaultLayer: opts.Layer, Backend: opts.Backend}
+		FaultLayer: opts.Layer, Backend: opts.Backend, Collectives: opts.Collectives}
 	so := SampleOptions{RunOptions: run, Slots: DemoSlots, MaxNew: maxNew}
 	so.TP = 1
 	so.CaptureDir = filepath.Join(dir, SideSampler)

@@ -14,20 +14,25 @@ import (
 // BackendFactory makes the backend of one TP rank. NewCPU is the default.
 type BackendFactory func(rank int) (Backend, error)
 
+// CollectivesFactory makes the communicators of a TP group of tp ranks and the function that frees them.
+type CollectivesFactory func(tp int) ([]nvls.Comm, func() error, error)
+
 // group is a TP group: one rank per goroutine, joined by nvls communicators.
 type group struct {
-	cfg   Config
-	ranks []*rank
+	cfg        Config
+	ranks      []*rank
+	closeComms func() error // frees the communicators (GPU collectives); nil for the CPU group
 }
 
 // groupOptions are what the trainer and the sampler share.
 type groupOptions struct {
-	tp         int
-	v          variant
-	backend    BackendFactory
-	maxPos     int
-	captureDir string
-	meta       capture.Meta
+	tp          int
+	v           variant
+	backend     BackendFactory
+	collectives CollectivesFactory
+	maxPos      int
+	captureDir  string
+	meta        capture.Meta
 }
 
 func newGroup(m *Model, o groupOptions) (*group, error) {
@@ -38,9 +43,16 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 	if err := checkTP(cfg, o.tp); err != nil {
 		return nil, err
 	}
-	comms, err := nvls.NewCPUGroup(o.tp)
+	var comms []nvls.Comm
+	var closeComms func() error
+	var err error
+	if o.collectives != nil && o.tp > 1 {
+		comms, closeComms, err = o.collectives(o.tp)
+	} else {
+		comms, err = nvls.NewCPUGroup(o.tp)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("engine: %v", err)
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	var rings []nvls.Comm
 	if o.tp > 1 && (o.v.ring || o.v.ringLayer >= 0) {
@@ -52,7 +64,7 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 	if factory == nil {
 		factory = func(int) (Backend, error) { return NewCPU(), nil }
 	}
-	g := &group{cfg: cfg}
+	g := &group{cfg: cfg, closeComms: closeComms}
 	if o.captureDir != "" {
 		if err := os.MkdirAll(o.captureDir, 0o755); err != nil {
 			return nil, fmt.Errorf("engine: %v", err)
@@ -178,6 +190,12 @@ func (g *group) close(failed bool) error {
 			first = err
 		}
 	}
+	if g.closeComms != nil {
+		if err := g.closeComms(); err != nil && first == nil {
+			first = err
+		}
+		g.closeComms = nil
+	}
 	return first
 }
 
@@ -186,6 +204,10 @@ func (g *group) abort() {
 		if r.rec != nil {
 			r.rec.w.Abort()
 		}
+	}
+	if g.closeComms != nil {
+		g.closeComms() //nolint:errcheck // already failing
+		g.closeComms = nil
 	}
 }
 

@@ -38,6 +38,9 @@ type RunOptions struct {
 	Fault      string          // a Faults() name; applied only if the fault arises on this run's side
 	FaultLayer int             // the layer of a layered fault
 	Backend    BackendFactory  // nil: the CPU backend
+	// Collectives makes the TP group's communicators (nil: nvls.NewCPUGroup). CUDACollectives puts them on
+	// the GPUs (nvls GPU transport, same bits); the ring order of the standard profile stays on the CPU.
+	Collectives CollectivesFactory
 }
 
 // TrainOptions configure Train.
@@ -146,7 +149,7 @@ func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, si
 	if batch <= 0 {
 		batch = len(seqs)
 	}
-	g, err := newGroup(m, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, maxPos: maxLen,
+	g, err := newGroup(m, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, collectives: opts.Collectives, maxPos: maxLen,
 		captureDir: opts.CaptureDir, meta: opts.meta(side, batch, opts.Profile, seqs, openEnded)})
 	if err != nil {
 		return nil, err
@@ -275,7 +278,7 @@ func (m *Model) Sample(ctx context.Context, prompts [][]int32, opts SampleOption
 	if slots <= 0 || slots > len(prompts) {
 		slots = len(prompts)
 	}
-	g, err := newGroup(model, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, maxPos: maxLen,
+	g, err := newGroup(model, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, collectives: opts.Collectives, maxPos: maxLen,
 		captureDir: opts.CaptureDir, meta: opts.meta(SideSampler, slots, opts.Profile, nil, nil)})
 	if err != nil {
 		return nil, err

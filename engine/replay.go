@@ -23,7 +23,9 @@ type ReplayOptions struct {
 	TP      int             // default 1
 	Profile kernels.Profile // default canonical
 	Backend BackendFactory  // default CPU
-	Batch   int             // sequences per forward; 0: all
+	// Collectives makes the TP communicators (nil: the CPU transport).
+	Collectives CollectivesFactory
+	Batch       int // sequences per forward; 0: all
 }
 
 // Replay re-executes the step captured at capturePath from its token ids with the trainer mode (every
@@ -134,6 +136,6 @@ func (m *Model) Replay(ctx context.Context, capturePath, outDir string, opts Rep
 	}
 	sp := extra.Sampling // nil: the default
 	to := TrainOptions{RunOptions: RunOptions{TP: max(opts.TP, 1), Profile: opts.Profile, Seed: meta.Seed, Step: step,
-		SeqIDs: ids, Sampling: sp, CaptureDir: outDir, Backend: opts.Backend}, Batch: opts.Batch, PromptLens: plen}
+		SeqIDs: ids, Sampling: sp, CaptureDir: outDir, Backend: opts.Backend, Collectives: opts.Collectives}, Batch: opts.Batch, PromptLens: plen}
 	return m.train(ctx, inputs, to, SideReplay, open)
 }
