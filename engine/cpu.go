@@ -140,8 +140,8 @@ func (c *CPU) Attention(p kernels.Profile, out, q, k, v Buf, start, n, heads, kv
 		qpos[i] = int32(start + i)
 	}
 	S := start + n
-	if o.FastExp {
-		fastExpAttention(dt, s(out), s(q), s(k), s(v), qpos, n, S, heads, kvHeads, hd, kernels.AttentionScale(hd))
+	if o.FastExp { // the fast-exp fault: canonical attention with an approximate exp in the softmax
+		c.fail(kernels.AttentionForwardExp(kernels.Canonical, kernels.FastExp, dt, s(out), s(q), s(k), s(v), qpos, n, S, heads, kvHeads, hd, kernels.AttentionScale(hd)))
 		return
 	}
 	c.fail(kernels.AttentionForward(p, dt, s(out), s(q), s(k), s(v), qpos, n, S, heads, kvHeads, hd, kernels.AttentionScale(hd)))
