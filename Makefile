@@ -57,5 +57,9 @@ gpu-build:
 	$(GO) test -c -o .gpu/engine.test ./engine
 	$(GO) test -c -o .gpu/nvls.test ./nvls
 
+# Renders the main TUI screens (overview, heatmap, bit view, replay verdict, help) to screenshots/*.png.
+screenshots:
+	$(GO) run ./ui/internal/shot -out screenshots
+
 clean:
 	rm -rf bin
