@@ -181,8 +181,8 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 		wa2, wb2 := binary.LittleEndian.Uint64(a4[16:]), binary.LittleEndian.Uint64(b4[16:])
 		wa3, wb3 := binary.LittleEndian.Uint64(a4[24:]), binary.LittleEndian.Uint64(b4[24:])
 		x := (wa0 ^ wb0) | (wa1 ^ wb1) | (wa2 ^ wb2) | (wa3 ^ wb3)
-		sp := ((wa0 & M) + L) | ((wb0 & M) + L) | ((wa1 & M) + L) | ((wb1 & M) + L) |
-			((wa2 & M) + L) | ((wb2 & M) + L) | ((wa3 & M) + L) | ((wb3 & M) + L)
+		// Only A's words need the special-value test here: where x == 0, B's words are A's (group tests both).
+		sp := ((wa0 & M) + L) | ((wa1 & M) + L) | ((wa2 & M) + L) | ((wa3 & M) + L)
 		if x|sp&H != 0 {
 			sum += w.group(o, pi, p, e, a4, b4)
 		}
@@ -254,15 +254,20 @@ func (w *acc) lanes(o *opWork, pi int32, p *piece, e int64, wa, wb uint64) (sum 
 	return sum
 }
 
+// countWord counts the NaNs and infinities of one eight-byte word per side, visiting only the lanes the SWAR
+// test flags (a lane's sign bit is set in the mask when its exponent is all ones).
 func (w *acc) countWord(f *format, wa, wb uint64) {
-	nb := uint(8 * f.size)
-	for k := uint(0); k < 64; k += nb {
-		x, y := (wa>>k)&f.width, (wb>>k)&f.width
+	lane := uint(8*f.size) - 1
+	for m := ((wa & f.swM) + f.swL) & f.swH; m != 0; m &= m - 1 {
+		x := (wa >> (uint(bits.TrailingZeros64(m)) &^ lane)) & f.width
 		if f.isNaN(x) {
 			w.nanA++
 		} else if f.isInf(x) {
 			w.infA++
 		}
+	}
+	for m := ((wb & f.swM) + f.swL) & f.swH; m != 0; m &= m - 1 {
+		y := (wb >> (uint(bits.TrailingZeros64(m)) &^ lane)) & f.width
 		if f.isNaN(y) {
 			w.nanB++
 		} else if f.isInf(y) {
