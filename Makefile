@@ -34,6 +34,8 @@ test-python: $(VENV)/.ok
 TORCH_PYTHON ?= python3
 test-torch: build
 	BITALIGN_BIN=$(abspath $(BIN)) $(TORCH_PYTHON) -m pytest -q capture/python/tests -m torch
+	rm -rf .hfparity && $(TORCH_PYTHON) testdata/engine/hf_parity.py .hfparity
+	BITALIGN_HF_PARITY=$(abspath .hfparity) $(GO) test -count=1 -run HFParity -v ./engine
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
