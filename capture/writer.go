@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,6 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"bitalign/internal/atomicfile"
 )
 
 // WriterOption configures Create.
@@ -35,17 +35,17 @@ func WithAllocator(mem memory.Allocator) WriterOption { return func(c *writerCon
 // Writer streams tensors into a capture file. Tensors go to a temporary file next to the target; Close makes
 // the file appear under its final name in one step, Abort removes it. A Writer is not safe for concurrent use.
 type Writer struct {
-	path, tmp string
-	cfg       writerConfig
-	f         *os.File
-	bw        *bufio.Writer
-	cw        countWriter
-	fw        *ipc.FileWriter
-	schema    *arrow.Schema
-	msgLen    map[int]int64 // pad length → encoded record-batch message length (see alignPad)
-	n         int
-	err       error // first error; the writer refuses further work after it
-	done      bool
+	path   string
+	cfg    writerConfig
+	f      *atomicfile.File
+	bw     *bufio.Writer
+	cw     countWriter
+	fw     *ipc.FileWriter
+	schema *arrow.Schema
+	msgLen map[int]int64 // pad length → encoded record-batch message length (see alignPad)
+	n      int
+	err    error // first error; the writer refuses further work after it
+	done   bool
 }
 
 // countWriter tracks the file position, which arrow-go's file writer also counts from 0.
@@ -81,24 +81,14 @@ func Create(path string, meta Meta, opts ...WriterOption) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("capture: %s: meta: %v", path, err)
 	}
-	if !w.cfg.overwrite {
-		if _, err := os.Lstat(path); err == nil {
-			return nil, fmt.Errorf("capture: %s: file exists (use WithOverwrite to replace it)", path)
-		}
+	f, err := atomicfile.Create(path, w.cfg.overwrite)
+	if errors.Is(err, atomicfile.ErrExist) {
+		return nil, fmt.Errorf("capture: %s: file exists (use WithOverwrite to replace it)", path)
 	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("capture: %s: %v", path, err)
 	}
-	w.f, w.tmp = f, f.Name()
-	if err := f.Chmod(0o644); err != nil { // CreateTemp makes 0600; a capture is a shareable file
-		w.Abort()
-		return nil, fmt.Errorf("capture: %s: %v", path, err)
-	}
+	w.f = f
 	w.bw = bufio.NewWriterSize(f, 1<<20)
 	w.cw = countWriter{w: w.bw}
 	w.schema = Schema(mj)
@@ -252,45 +242,16 @@ func (w *Writer) Close() error {
 	if err := w.bw.Flush(); err != nil {
 		return fail(err)
 	}
-	if err := w.f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := w.f.Close(); err != nil {
-		return fail(err)
-	}
+	err := w.f.Commit()
 	w.f = nil
-	if err := publish(w.tmp, w.path, w.cfg.overwrite); err != nil {
+	if errors.Is(err, atomicfile.ErrExist) {
+		err = errors.New("file exists (use WithOverwrite to replace it)")
+	}
+	if err != nil {
 		return fail(err)
 	}
 	w.done = true
-	syncDir(filepath.Dir(w.path))
 	return nil
-}
-
-// publish moves tmp to path. Without overwrite it hard-links (which fails if path exists, atomically) and
-// removes tmp; where links are unsupported it checks and renames.
-func publish(tmp, path string, overwrite bool) error {
-	if overwrite {
-		return os.Rename(tmp, path)
-	}
-	err := os.Link(tmp, path)
-	if err == nil {
-		return os.Remove(tmp)
-	}
-	if errors.Is(err, os.ErrExist) {
-		return errors.New("file exists (use WithOverwrite to replace it)")
-	}
-	if _, serr := os.Lstat(path); serr == nil {
-		return errors.New("file exists (use WithOverwrite to replace it)")
-	}
-	return os.Rename(tmp, path)
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // best effort: not every platform can fsync a directory
-		d.Close()
-	}
 }
 
 // Abort discards the file being written. It is safe to call after Close (it then does nothing) and twice.
@@ -304,11 +265,8 @@ func (w *Writer) Abort() {
 		_ = w.fw.Close()
 	}
 	if w.f != nil {
-		w.f.Close()
+		w.f.Abort()
 		w.f = nil
-	}
-	if w.tmp != "" {
-		os.Remove(w.tmp)
 	}
 	if w.err == nil {
 		w.err = fmt.Errorf("capture: %s: aborted", w.path)

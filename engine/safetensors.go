@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 
 	"bitalign/capture"
+	"bitalign/internal/atomicfile"
 )
 
 // A minimal safetensors reader and writer: an 8-byte little-endian header length, a JSON header
@@ -166,31 +166,11 @@ func writeSafetensors(path string, dt capture.DType, tensors []stTensor) error {
 	})
 }
 
-// writeAtomic writes a file through a temp file in the same directory, fsyncs and renames it into place.
+// writeAtomic writes a file through a temp file in the same directory, fsyncs and renames it into place (Save
+// has already checked whether replacing is allowed).
 func writeAtomic(path string, fill func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("engine: %v", err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := fill(tmp); err != nil {
+	if err := atomicfile.Write(path, true, fill); err != nil {
 		return fmt.Errorf("engine: %s: %v", path, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("engine: %s: %v", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("engine: %s: %v", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("engine: %v", err)
-	}
-	ok = true
 	return nil
 }

@@ -1,12 +1,13 @@
 package ui
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"bitalign/internal/atomicfile"
 )
 
 // formatOf maps an export path's extension to a report format.
@@ -33,54 +34,24 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// writeAtomic writes path through a temp file in the same directory (fsync, then rename). Without overwrite
-// it links the temp file into place, which fails when path exists, so a file created meanwhile is never
-// clobbered.
+// writeAtomic writes path atomically (internal/atomicfile): a temp file in the same directory, fsynced, then
+// linked into place (renamed with overwrite), so a crash leaves no half-written report and a file created
+// meanwhile is never clobbered. It returns the bytes written.
 func writeAtomic(path string, overwrite bool, write func(w *countingWriter) error) (int64, error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".bitalign-export-*")
-	if err != nil {
-		return 0, fmt.Errorf("export: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful link or rename this removes nothing or the extra name
-	bw := bufio.NewWriter(f)
-	cw := &countingWriter{w: bw}
-	if err := write(cw); err != nil {
-		f.Close()
-		return 0, fmt.Errorf("export: %s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return 0, fmt.Errorf("export: %s: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return 0, fmt.Errorf("export: %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return 0, fmt.Errorf("export: %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return 0, fmt.Errorf("export: %s: %w", path, err)
-	}
-	if overwrite {
-		err = os.Rename(tmp, path)
-	} else {
-		err = os.Link(tmp, path)
+	var n int64
+	err := atomicfile.Write(path, overwrite, func(w io.Writer) error {
+		cw := &countingWriter{w: w}
+		err := write(cw)
+		n = cw.n
+		return err
+	})
+	if errors.Is(err, atomicfile.ErrExist) {
+		return 0, fmt.Errorf("export: %s already exists", path)
 	}
 	if err != nil {
-		if os.IsExist(err) {
-			return 0, fmt.Errorf("export: %s already exists", path)
-		}
-		return 0, fmt.Errorf("export: %w", err)
+		return 0, fmt.Errorf("export: %s: %w", path, err)
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return cw.n, nil
+	return n, nil
 }
 
 func byteCount(n int64) string {

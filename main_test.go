@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes the CLI in-process and returns its exit status (as main would) and output.
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	root := newRootCmd()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	var ee *exitError
+	switch {
+	case err == nil:
+		code = 0
+	case errors.As(err, &ee):
+		code = ee.code
+		if ee.err != nil {
+			errb.WriteString(ee.err.Error())
+		}
+	default:
+		code = 2
+		errb.WriteString(err.Error())
+	}
+	return code, out.String(), errb.String()
+}
+
+func TestCLIDemoDiffExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	clean, faulted := filepath.Join(dir, "clean"), filepath.Join(dir, "fusion")
+	if code, _, errs := run(t, "demo", "--out", clean); code != 0 {
+		t.Fatalf("demo: exit %d: %s", code, errs)
+	}
+	if code, _, errs := run(t, "demo", "--out", faulted, "--fault", "fusion", "--layer", "2"); code != 0 {
+		t.Fatalf("demo --fault: exit %d: %s", code, errs)
+	}
+	code, out, _ := run(t, "diff", filepath.Join(clean, "trainer"), filepath.Join(clean, "sampler"))
+	if code != 0 || !strings.Contains(out, "bitwise identical") {
+		t.Fatalf("diff of the clean demo: exit %d\n%s", code, out)
+	}
+	report := filepath.Join(dir, "r.json")
+	code, _, errs := run(t, "diff", filepath.Join(faulted, "trainer"), filepath.Join(faulted, "sampler"), "--format", "json", "-o", report)
+	if code != 1 {
+		t.Fatalf("diff of the faulted demo: exit %d, want 1: %s", code, errs)
+	}
+	var r struct {
+		Identical bool `json:"identical"`
+		First     *struct {
+			Op string `json:"op"`
+		} `json:"first_divergence"`
+	}
+	data, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Identical || r.First == nil || r.First.Op != "layers.2.mlp_norm" {
+		t.Fatalf("report: identical %v, first %+v; want layers.2.mlp_norm", r.Identical, r.First)
+	}
+	// the report exists now: without --force it is not replaced
+	if code, _, errs := run(t, "diff", filepath.Join(faulted, "trainer"), filepath.Join(faulted, "sampler"), "-o", report); code != 2 || !strings.Contains(errs, "exists") {
+		t.Fatalf("diff -o onto an existing file: exit %d, %q; want 2 and 'exists'", code, errs)
+	}
+	if after, _ := os.ReadFile(report); !bytes.Equal(after, data) {
+		t.Fatal("the existing report was changed")
+	}
+	// replay of the faulted sampler: the deterministic engine departs from it (exit 1), and from the trainer not
+	if code, _, errs := run(t, "replay", "--checkpoint", filepath.Join(faulted, "checkpoint"), "--capture", filepath.Join(faulted, "trainer")); code != 0 {
+		t.Fatalf("replay of the trainer: exit %d, want 0: %s", code, errs)
+	}
+	if code, out, errs := run(t, "replay", "--checkpoint", filepath.Join(faulted, "checkpoint"), "--capture", filepath.Join(faulted, "sampler")); code != 1 || !strings.Contains(out, "layers.2.mlp_norm") {
+		t.Fatalf("replay of the faulted sampler: exit %d, want 1 naming layers.2.mlp_norm: %s\n%s", code, errs, out)
+	}
+}
+
+func TestCLIBadInput(t *testing.T) {
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk.arrow")
+	os.WriteFile(junk, []byte("definitely not an arrow file"), 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing file", []string{"diff", filepath.Join(dir, "nope"), junk}, "nope"},
+		{"not a capture", []string{"diff", junk, junk}, "junk.arrow"},
+		{"one argument", []string{"diff", junk}, "arg"},
+		{"unknown format", []string{"diff", junk, junk, "--format", "xml"}, "xml"},
+		{"unknown fault", []string{"demo", "--out", filepath.Join(dir, "d"), "--fault", "cosmic-ray"}, "cosmic-ray"},
+		{"demo without --out", []string{"demo"}, "--out"},
+		{"unknown device", []string{"demo", "--out", filepath.Join(dir, "d"), "--device", "tpu"}, "tpu"},
+		{"replay without checkpoint", []string{"replay", "--capture", junk}, "--checkpoint"},
+		{"open a missing capture", []string{"open", filepath.Join(dir, "a"), filepath.Join(dir, "b")}, "no such file"},
+		{"unknown flag", []string{"diff", "--frobnicate"}, "frobnicate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errs := run(t, tc.args...)
+			if code != 2 || !strings.Contains(errs, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestCLIListFaults(t *testing.T) {
+	code, out, _ := run(t, "demo", "--list-faults")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, f := range []string{"split-k", "ring-allreduce", "fusion", "fast-exp", "rng-slot", "stale-weights"} {
+		if !strings.Contains(out, f) {
+			t.Errorf("--list-faults lacks %s:\n%s", f, out)
+		}
+	}
+}
