@@ -50,14 +50,18 @@ func Histogram(st theme.Styles, hist [65]uint64, w, h int) string {
 	for i, b := range used {
 		n, label, lv := hist[b], bucketLabel(b), theme.Level(uint8(b))
 		if i == h-1 && len(used) > h {
-			// merge the tail
+			// merge the tail; with room for one row only, that row counts the differing elements
+			from := used[i:]
+			if b == 0 {
+				from, b = used[i+1:], used[i+1]
+			}
 			n = 0
-			for _, bb := range used[i:] {
+			for _, bb := range from {
 				n += hist[bb]
 			}
-			label = "all"
-			if b > 0 {
-				label = "≥" + short(uint64(1)<<(b-1))
+			label = "≥" + short(uint64(1)<<(b-1))
+			if b == 1 {
+				label = "differ"
 			}
 			lv = theme.Level(uint8(used[len(used)-1]))
 		}
