@@ -160,7 +160,11 @@ var symNames = [numSyms][]string{
 func openLibrary(path string) (*library, error) {
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("cuda: no CUDA driver: cannot load %s (%v): %w", path, err, ErrUnavailable)
+		why := ""
+		if msg := err.Error(); msg != "" { // the dynamic loader does not always say why
+			why = " (" + msg + ")"
+		}
+		return nil, fmt.Errorf("cuda: no CUDA driver: cannot load %s%s: %w", path, why, ErrUnavailable)
 	}
 	l := &library{path: path}
 	for i, names := range symNames {
