@@ -134,8 +134,15 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 	if m.screen == tensorScreen {
 		switch a {
 		case keys.MaxCell:
+			// first the slice's largest ULP; pressed there again, the op's, in whichever slice holds it
 			if m.data != nil {
-				m.heat.MoveToElement(m.data.MaxAt)
+				if r, c, ok := m.heat.Cursor(); !ok || r*m.data.Pair.Cols+c != m.data.MaxAt {
+					m.heat.MoveToElement(m.data.MaxAt)
+					return nil
+				}
+			}
+			if o := m.selected(); o != nil && o.MaxAt != nil && (o.MaxAt.Step != m.seq.Step || o.MaxAt.Seq != m.seq.Seq) {
+				return m.jump(m.sel, false)
 			}
 			return nil
 		case keys.NextSeq, keys.PrevSeq:

@@ -481,3 +481,28 @@ func TestEmptyReport(t *testing.T) {
 		t.Errorf("empty report:\n%s", text(m))
 	}
 }
+
+func TestMaxKeySliceThenOp(t *testing.T) {
+	m := loaded(t, fake.Default(), 120, 40)
+	press(t, m, "enter") // the first divergence, on the slice holding its op's max
+	o := m.selected()
+	if o.MaxAt == nil {
+		t.Fatal("the first divergent op has no max")
+	}
+	start := m.seq
+	press(t, m, ".") // another slice
+	if m.seq == start {
+		t.Skip("the fake op has one slice only")
+	}
+	press(t, m, "m")
+	if r, c, _ := m.heat.Cursor(); r*m.data.Pair.Cols+c != m.data.MaxAt || m.seq == start {
+		t.Fatalf("first m: cursor (%d,%d) in %+v, want the slice's max %d", r, c, m.seq, m.data.MaxAt)
+	}
+	press(t, m, "m")
+	if m.seq.Step != o.MaxAt.Step || m.seq.Seq != o.MaxAt.Seq {
+		t.Fatalf("second m: slice %+v, want the op's max slice %+v", m.seq, *o.MaxAt)
+	}
+	if r, c, _ := m.heat.Cursor(); int64(r) != o.MaxAt.Pos-m.data.Pair.Pos0 || int64(c) != o.MaxAt.Feature {
+		t.Errorf("second m: cursor (%d,%d), want the op's max at pos %d feature %d", r, c, o.MaxAt.Pos, o.MaxAt.Feature)
+	}
+}

@@ -100,7 +100,7 @@ var Table = []Entry{
 	{StepPrev, "Debug", b([]string{"["}, "[", "step to the previous op"), 0, "everywhere"},
 	{LayerNext, "Debug", b([]string{"}"}, "}", "same op, next layer"), tv, "everywhere"},
 	{LayerPrev, "Debug", b([]string{"{"}, "{", "same op, previous layer"), 0, "everywhere"},
-	{MaxCell, "Debug", b([]string{"m"}, "m", "cursor to the largest ULP of the slice"), tv, "tensor view"},
+	{MaxCell, "Debug", b([]string{"m"}, "m", "max ULP of the slice, again: of the op"), tv, "tensor view"},
 	{NextSeq, "Debug", b([]string{"."}, ".", "next captured sequence"), 0, "tensor view"},
 	{PrevSeq, "Debug", b([]string{","}, ",", "previous captured sequence"), 0, "tensor view"},
 	{Replay, "Debug", b([]string{"r"}, "r", "replay the op from each side's inputs"), tv, "everywhere"},
