@@ -51,13 +51,15 @@ ptx:
 	cd kernels/cuda && for f in *.cu; do $(NVCC) $(NVCCFLAGS) -o $${f%.cu}.ptx $$f || exit 1; done && sha256sum *.cu *.cuh *.ptx > MANIFEST.sha256
 
 # Test binaries to carry to the GPU machine (scripts/gpu.sh runs them there).
+# Stripped (-s -w), so that all of them and the tree fit the device tool's 64 MiB carry.
+GPUFLAGS = -trimpath -ldflags='-s -w'
 gpu-build:
 	mkdir -p .gpu
-	$(GO) build -o .gpu/bitalign .
-	$(GO) test -c -o .gpu/cuda.test ./cuda
-	$(GO) test -c -o .gpu/kernels-cuda.test ./kernels/cuda
-	$(GO) test -c -o .gpu/engine.test ./engine
-	$(GO) test -c -o .gpu/nvls.test ./nvls
+	$(GO) build $(GPUFLAGS) -o .gpu/bitalign .
+	$(GO) test -c $(GPUFLAGS) -o .gpu/cuda.test ./cuda
+	$(GO) test -c $(GPUFLAGS) -o .gpu/kernels-cuda.test ./kernels/cuda
+	$(GO) test -c $(GPUFLAGS) -o .gpu/engine.test ./engine
+	$(GO) test -c $(GPUFLAGS) -o .gpu/nvls.test ./nvls
 
 # Renders the main TUI screens (overview, heatmap, bit view, replay verdict, help) to screenshots/*.png.
 screenshots:

@@ -31,7 +31,7 @@ ms = timed(lambda i: dst.copy_(src), 10)
 bw = 2 * src.numel() / (ms * 1e-3)
 print(f"torch copy: {ms*1e3:.0f} us, {bw/1e9:.0f} GB/s (read+write)")
 del src, dst
-for M in [1, 2, 4, 8, 16, 32, 64, 256, 1024, 2048, 4096]:
+for M in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]:
     a, o = x[:M], out[:M]
     ms = timed(lambda i: torch.mm(a, ws[i % 4].t(), out=o), 50 if M <= 256 else 10)
     by = 4 * (M * K + N * K + M * N)

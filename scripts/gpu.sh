@@ -29,6 +29,9 @@ if [[ " $steps " == *" ptx "* ]]; then
     cmp -s "$f" "kernels/cuda/$(basename "$f")" && echo "ptx: $(basename "$f") identical to the committed one" ||
       echo "ptx: $(basename "$f") DIFFERS from the committed one"
   done
+  # registers and spills of the matmul kernels (ptxas as the driver's JIT would run it)
+  ptxas -arch=sm_90 -v "$fresh/matmul.ptx" -o /dev/null 2>&1 | grep -E "entry function|spill|Used" |
+    sed -e "s/ptxas info *: //" | paste - - - | grep -E "matmul_(t|dec)" | sed -e "s/Compiling entry function//"
   tar -C "$fresh" -cf "$OUT/ptx.tar" $(cd "$fresh" && ls *.ptx MANIFEST.sha256)
   export BITALIGN_PTX_DIR="$fresh"
 fi
@@ -54,7 +57,7 @@ fi
 if [[ " $steps " == *" bench "* ]]; then
   echo "== bench"
   (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' -test.bench "${BENCH:-.}" \
-    -test.benchtime "${BENCHTIME:-20x}" -test.timeout 300s) 2>&1 | tee "$OUT/bench.log" | grep -E "Benchmark|FAIL|panic" || rc=1
+    -test.benchtime "${BENCHTIME:-20x}" -test.timeout 300s ${BENCHFLAGS:-}) 2>&1 | tee "$OUT/bench.log" | grep -E "Benchmark|FAIL|panic" || rc=1
   python3 scripts/cublas_bench.py 2>&1 | tee "$OUT/cublas.log" || rc=1
 fi
 echo "gpu.sh: exit $rc"

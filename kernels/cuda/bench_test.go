@@ -1,6 +1,7 @@
 package cudakernels
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -8,6 +9,9 @@ import (
 	"bitalign/cuda"
 	"bitalign/kernels"
 )
+
+// tileSweep adds every forced shape of the tiled matmul to BenchmarkMatmul (scripts/gpu.sh sets it when asked).
+var tileSweep = flag.Bool("tilesweep", false, "BenchmarkMatmul: time every tiled-kernel shape too")
 
 // hbmCeiling is the device-to-device copy rate (bytes read + written per second), measured by
 // BenchmarkCopy in the same run; the matmul benchmarks report their bandwidth against it when set.
@@ -92,16 +96,27 @@ func BenchmarkMatmul(b *testing.B) {
 	const Mmax = 4096
 	x := d.f32(b, randn(r, Mmax*K, true))
 	out := d.poisoned(b, Mmax*N)
-	for _, M := range []int{1, 2, 4, 8, 16, 32, 64, 256, 1024, 2048, 4096} {
-		for _, variant := range []string{"default", "fused", "nodec"} {
-			if variant == "fused" && M < 1024 || variant == "nodec" && M > decM {
-				continue
+	type variant struct {
+		name  string
+		noDec bool
+		tile  tileConfig
+	}
+	for _, M := range []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096} {
+		vs := []variant{{name: "default"}}
+		if M <= decM {
+			vs = append(vs, variant{name: "nodec", noDec: true})
+		}
+		if M >= 32 && *tileSweep {
+			for _, tc := range tileConfigs() {
+				vs = append(vs, variant{fmt.Sprintf("t%d-g%d", tc.bm, tc.g), true, tc})
 			}
+		}
+		for _, v := range vs {
 			p := kernels.Canonical
-			b.Run(fmt.Sprintf("%v/M=%d/%s", p, M, variant), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%v/M=%d/%s", p, M, v.name), func(b *testing.B) {
 				ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, i int) error {
-					g.k.fuse, g.k.noDec = variant == "fused", variant == "nodec"
-					defer func() { g.k.fuse, g.k.noDec = false, false }()
+					g.k.tile, g.k.noDec = v.tile, v.noDec
+					defer func() { g.k.tile, g.k.noDec = tileConfig{}, false }()
 					return g.k.MatmulForward(c, p, dtCode(kernels.BF16), out, x, ws[i%copies], 0, M, K, N)
 				})
 				bytes := 4 * float64(M*K+N*K+M*N)

@@ -168,6 +168,18 @@ func newRand(t testing.TB) *rand.Rand {
 
 type mnk struct{ M, K, N int }
 
+// tileConfigs lists every forced shape of the tiled matmul (a G that does not divide a shape's segment count
+// is ignored).
+func tileConfigs() []tileConfig {
+	var cs []tileConfig
+	for _, bm := range []int{128, 64} {
+		for _, g := range []int{1, 2, 4, 8} {
+			cs = append(cs, tileConfig{bm: bm, g: g})
+		}
+	}
+	return cs
+}
+
 func matmulShapes(short bool) []mnk {
 	s := []mnk{
 		{1, 1, 1}, {1, 7, 3}, {1, 8, 64}, {1, 13, 130}, {1, 100, 257}, {2, 255, 33}, {3, 1000, 65},
@@ -208,13 +220,17 @@ func TestMatmulBitwise(t *testing.T) {
 				if withBias {
 					db = d.f32(t, bias)
 				}
-				for _, fuse := range []bool{false, true} { // both tiled reductions against the same reference
+				configs := []tileConfig{{}} // automatic, then (past the decode kernels) every tiled shape
+				if s.M > smallM {
+					configs = append(configs, tileConfigs()...)
+				}
+				for _, tc := range configs { // every launch shape against the same reference
 					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-						k.fuse = fuse
-						defer func() { k.fuse = false }()
+						k.tile = tc
+						defer func() { k.tile = tileConfig{} }()
 						return k.MatmulForward(c, p, dtCode(dt), out, dx, dw, db, s.M, s.K, s.N)
 					})
-					same(t, fmt.Sprintf("%s fuse=%v", name, fuse), d.get(t, out, s.M*s.N), want)
+					same(t, fmt.Sprintf("%s tile=%+v", name, tc), d.get(t, out, s.M*s.N), want)
 				}
 				d.free()
 			}
@@ -236,8 +252,19 @@ func TestMatmulPartialBitwise(t *testing.T) {
 				}
 				d := &dev{g: g}
 				out, dx, dw := d.poisoned(t, s.M*s.N), d.f32(t, x), d.f32(t, w)
-				d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.MatmulPartial(c, p, out, dx, dw, s.M, kl, s.N, tp) })
-				same(t, fmt.Sprintf("%v tp=%d M=%d kLocal=%d N=%d", p, tp, s.M, kl, s.N), d.get(t, out, s.M*s.N), want)
+				configs := []tileConfig{{}}
+				if s.M > smallM {
+					configs = append(configs, tileConfigs()...)
+				}
+				for _, tc := range configs {
+					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+						k.tile = tc
+						defer func() { k.tile = tileConfig{} }()
+						return k.MatmulPartial(c, p, out, dx, dw, s.M, kl, s.N, tp)
+					})
+					same(t, fmt.Sprintf("%v tp=%d M=%d kLocal=%d N=%d tile=%+v", p, tp, s.M, kl, s.N, tc),
+						d.get(t, out, s.M*s.N), want)
+				}
 				d.free()
 			}
 		}

@@ -21,10 +21,8 @@ type Kernels struct {
 	fn           map[string]*cuda.Function
 	scratch      cuda.Ptr
 	scratchBytes int64
-	counters     cuda.Ptr // per-tile arrival counters of matmul_tiled_fused (zero between launches)
-	countersN    int
-	fuse         bool // matmul_tiled_fused instead of matmul_tiled + matmul_reduce (measured slower: off)
-	noDec        bool // benchmarks: skip matmul_dec (small M then runs matmul_small or the tiled kernel)
+	tile         tileConfig // tests and benchmarks: force the tiled matmul's shape (zero fields: automatic)
+	noDec        bool       // benchmarks: skip matmul_dec (small M then runs matmul_small or the tiled kernel)
 }
 
 // Load loads every PTX module on c's device and looks up its kernels. Errors wrap the driver's (an unusable
@@ -82,37 +80,8 @@ func entryNames(ptx []byte) []string {
 // Close frees the scratch buffers (modules go with the context).
 func (k *Kernels) Close(c *cuda.Ctx) error {
 	err := c.Free(k.scratch)
-	if e := c.Free(k.counters); err == nil {
-		err = e
-	}
-	k.scratch, k.scratchBytes, k.counters, k.countersN = 0, 0, 0, 0
+	k.scratch, k.scratchBytes = 0, 0
 	return err
-}
-
-// tileCounters returns n zeroed counters (the fused kernel leaves them zeroed after each launch).
-func (k *Kernels) tileCounters(c *cuda.Ctx, n int) (cuda.Ptr, error) {
-	if n <= k.countersN {
-		return k.counters, nil
-	}
-	if k.counters != 0 {
-		if err := c.Synchronize(); err != nil {
-			return 0, err
-		}
-		if err := c.Free(k.counters); err != nil {
-			return 0, err
-		}
-		k.counters, k.countersN = 0, 0
-	}
-	n = max(n, 4096)
-	p, err := c.Alloc(int64(n) * 4)
-	if err != nil {
-		return 0, fmt.Errorf("cudakernels: %d tile counters: %w", n, err)
-	}
-	if err := c.Memset32(p, 0, int64(n)); err != nil {
-		return 0, err
-	}
-	k.counters, k.countersN = p, n
-	return p, nil
 }
 
 // Scratch returns a device buffer of at least bytes, reused across calls (stream-ordered: safe for the

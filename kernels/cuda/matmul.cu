@@ -8,24 +8,36 @@
 #include "common.cuh"
 
 // ---------------------------------------------------------------------------------------------------------
-// Large M: 128×128 output tiles, 16-deep K tiles double-buffered in shared memory, 8×8 outputs per thread.
-// Grid (ceil(N/128), ceil(M/128), segs.n): block z computes segment z's partials into part (segs.n, M, N);
-// matmul_reduce adds them in the tree.
-#define TBM 128
+// Large M: BM×128 output tiles (BM = 128 or 64), 16-deep K tiles double-buffered in shared memory, (BM/16)×8
+// outputs per thread, 256 threads. Grid (ceil(N/128), ceil(M/BM), nseg/G): block z runs the G segments
+// z·G … z·G+G-1 one after the other (the K-tile pipeline runs on across a segment's end) and adds their
+// partials in the tree's own order as each segment ends, holding the subtrees still open in a thread-private
+// stack in global memory (at most log2 G of them: written and read back by the same thread, through L2).
+//   G = nseg: the block finishes the tree and writes round(tree + bias) itself: no second kernel.
+//   G < nseg: the block writes the subtree of its G segments to part[z]; matmul_reduce adds the nseg/G
+//             subtrees (the tree's upper levels) and finishes.
+// Either way every output is the same tree of the same chains: G, BM and the grid change speed only.
 #define TBN 128
 #define TBK 16
 #define TPAD 4
 
-template <bool VEC>
-__device__ __forceinline__ void tile_load(float4 (&r)[2], const float* __restrict__ src, int rows, int K, int r0,
-                                          int k0, int ke) {
+// tile_load: the ROWS×16 block of src (rows r0…, k0…k0+15) into registers, 16-byte loads; past the rows or the
+// segment's end ke it is zero (those values are loaded but never used in a chain: see the partial tile below).
+// With VEC and every row of the tile inside the matrix (full, the same for the whole block), a quad is either
+// wholly inside the segment or wholly past it, so the load needs no branch.
+template <int ROWS, bool VEC>
+__device__ __forceinline__ void tile_load(float4 (&r)[ROWS / 64], const float* __restrict__ src, int rows, int K,
+                                          int r0, int k0, int ke, bool full) {
     const int tid = threadIdx.x;
     const int q = tid & 3;  // which 4 of the 16 k
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < ROWS / 64; i++) {
         const int row = r0 + (tid >> 2) + 64 * i;
         const int k = k0 + 4 * q;
-        if (VEC && row < rows && k + 3 < ke) {
+        if (VEC && full) {
+            const float4* p = reinterpret_cast<const float4*>(src + (size_t)row * K + k);
+            r[i] = k < ke ? __ldg(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        } else if (VEC && row < rows && k + 3 < ke) {
             r[i] = __ldg(reinterpret_cast<const float4*>(src + (size_t)row * K + k));
         } else {
             float v[4];
@@ -36,11 +48,13 @@ __device__ __forceinline__ void tile_load(float4 (&r)[2], const float* __restric
     }
 }
 
-__device__ __forceinline__ void tile_store(float (*s)[TBM + TPAD], const float4 (&r)[2]) {
+// tile_store: registers to shared memory, transposed to [k][row].
+template <int ROWS>
+__device__ __forceinline__ void tile_store(float (*s)[ROWS + TPAD], const float4 (&r)[ROWS / 64]) {
     const int tid = threadIdx.x;
     const int q = tid & 3;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < ROWS / 64; i++) {
         const int row = (tid >> 2) + 64 * i;
         s[4 * q + 0][row] = r[i].x;
         s[4 * q + 1][row] = r[i].y;
@@ -49,98 +63,189 @@ __device__ __forceinline__ void tile_store(float (*s)[TBM + TPAD], const float4 
     }
 }
 
-__device__ __forceinline__ void tile_step(float (&acc)[8][8], const float (*As)[TBM + TPAD],
+// frag_load: row kk of both tiles, the values this thread's chains need: rows ty·4+(i&3)+64·(i>>2), columns
+// tx·4+(j&3)+64·(j>>2). frag_fma: the next k of every chain the thread holds.
+template <int RM>
+__device__ __forceinline__ void frag_load(float (&a)[RM], float (&b)[8], const float (*As)[RM * 16 + TPAD],
                                           const float (*Bs)[TBN + TPAD], int kk, int ty, int tx) {
-    const float4 a0 = *reinterpret_cast<const float4*>(&As[kk][ty * 4]);
-    const float4 a1 = *reinterpret_cast<const float4*>(&As[kk][64 + ty * 4]);
-    const float4 b0 = *reinterpret_cast<const float4*>(&Bs[kk][tx * 4]);
-    const float4 b1 = *reinterpret_cast<const float4*>(&Bs[kk][64 + tx * 4]);
-    const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-    const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
-    for (int i = 0; i < 8; i++)
+    for (int h = 0; h < RM / 4; h++) {
+        const float4 t = *reinterpret_cast<const float4*>(&As[kk][64 * h + ty * 4]);
+        a[4 * h] = t.x, a[4 * h + 1] = t.y, a[4 * h + 2] = t.z, a[4 * h + 3] = t.w;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float4 t = *reinterpret_cast<const float4*>(&Bs[kk][64 * h + tx * 4]);
+        b[4 * h] = t.x, b[4 * h + 1] = t.y, b[4 * h + 2] = t.z, b[4 * h + 3] = t.w;
+    }
+}
+
+template <int RM>
+__device__ __forceinline__ void frag_fma(float (&acc)[RM][8], const float (&a)[RM], const float (&b)[8]) {
+#pragma unroll
+    for (int i = 0; i < RM; i++)
 #pragma unroll
         for (int j = 0; j < 8; j++) acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);  // the chain's next k
 }
 
-template <bool VEC>
-__device__ __forceinline__ void matmul_tiled_body(float* __restrict__ part, const float* __restrict__ x,
-                                                  const float* __restrict__ w, int M, int K, int N, Segs segs, int s,
-                                                  int m0, int n0) {
-    __shared__ __align__(16) float As[2][TBK][TBM + TPAD];
+template <int BM, bool VEC>
+__device__ __forceinline__ void matmul_tiled_body(float* __restrict__ out, float* __restrict__ part,
+                                                  float* __restrict__ stack, const float* __restrict__ x,
+                                                  const float* __restrict__ w, const float* __restrict__ bias, int M,
+                                                  int K, int N, Segs segs, int G, int seq, int dt) {
+    constexpr int RM = BM / 16;  // rows per thread
+    constexpr int Q = RM * 2;    // float4s per thread
+    __shared__ __align__(16) float As[2][TBK][BM + TPAD];
     __shared__ __align__(16) float Bs[2][TBK][TBN + TPAD];
-    const int kb = segs.b[s], ke = segs.b[s + 1];
-    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    __shared__ int sb[9];
+    const int nseg = segs.n;
+    if (threadIdx.x < 9) sb[threadIdx.x] = segs.b[min((int)threadIdx.x, nseg)];
+    __syncthreads();
 
-    float acc[8][8];
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * TBN;
+    const bool fullA = m0 + BM <= M, fullB = n0 + TBN <= N;
+    const int s0 = blockIdx.z * G, s1 = s0 + G;
+    const int nslots = 31 - __clz(G);  // log2 G
+    const size_t blk = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    float4* const my = reinterpret_cast<float4*>(stack) + blk * nslots * (Q * 256) + threadIdx.x;  // slot h: my + h·Q·256
+
+    float acc[RM][8];
 #pragma unroll
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < RM; i++)
 #pragma unroll
         for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;  // every chain starts from +0
 
-    const int ntiles = (ke - kb + TBK - 1) / TBK;
-    float4 ra[2], rb[2];
-    if (ntiles > 0) {
-        tile_load<VEC>(ra, x, M, K, m0, kb, ke);
-        tile_load<VEC>(rb, w, N, K, n0, kb, ke);
-        tile_store(As[0], ra);
-        tile_store(Bs[0], rb);
+    auto nonempty = [&](int s) {  // the first segment from s on with at least one k (s1 if none)
+        while (s < s1 && sb[s + 1] <= sb[s]) s++;
+        return s;
+    };
+    float4 ra[BM / 64], rb[2];
+    {
+        const int s = nonempty(s0);
+        if (s < s1) {
+            tile_load<BM, VEC>(ra, x, M, K, m0, sb[s], sb[s + 1], fullA);
+            tile_load<TBN, VEC>(rb, w, N, K, n0, sb[s], sb[s + 1], fullB);
+            tile_store<BM>(As[0], ra);
+            tile_store<TBN>(Bs[0], rb);
+        }
     }
     __syncthreads();
-    for (int t = 0; t < ntiles; t++) {
-        const int cur = t & 1;
-        const int k0 = kb + t * TBK;
-        if (t + 1 < ntiles) {  // prefetch the next K tile into registers while this one is used
-            tile_load<VEC>(ra, x, M, K, m0, k0 + TBK, ke);
-            tile_load<VEC>(rb, w, N, K, n0, k0 + TBK, ke);
-        }
-        const int kn = min(TBK, ke - k0);
-        if (kn == TBK) {
+
+    int cur = 0;
+    for (int s = s0; s < s1; s++) {
+        const int kb = sb[s], ke = sb[s + 1];
+        const int nt = (ke - kb + TBK - 1) / TBK;
+        for (int t = 0; t < nt; t++) {
+            const int k0 = kb + t * TBK;
+            int nk0 = k0 + TBK, nke = ke;  // the next K tile: this segment's next, or the next segment's first
+            bool more = t + 1 < nt;
+            if (!more) {
+                const int ns = nonempty(s + 1);
+                more = ns < s1;
+                if (more) nk0 = sb[ns], nke = sb[ns + 1];
+            }
+            if (more) {  // in flight while this tile is used
+                tile_load<BM, VEC>(ra, x, M, K, m0, nk0, nke, fullA);
+                tile_load<TBN, VEC>(rb, w, N, K, n0, nk0, nke, fullB);
+            }
+            const int kn = min(TBK, ke - k0);
+            if (kn == TBK) {  // row kk+1's values are loaded while row kk's are multiplied
+                float a[2][RM], b[2][8];
+                frag_load<RM>(a[0], b[0], As[cur], Bs[cur], 0, ty, tx);
 #pragma unroll
-            for (int kk = 0; kk < TBK; kk++) tile_step(acc, As[cur], Bs[cur], kk, ty, tx);
-        } else {
-            // The segment's last, partial tile: stop at its end instead of adding zero products, so a chain
-            // is exactly the Go chain even for signed zeros.
-            for (int kk = 0; kk < kn; kk++) tile_step(acc, As[cur], Bs[cur], kk, ty, tx);
+                for (int kk = 0; kk < TBK; kk++) {
+                    if (kk + 1 < TBK) frag_load<RM>(a[(kk + 1) & 1], b[(kk + 1) & 1], As[cur], Bs[cur], kk + 1, ty, tx);
+                    frag_fma<RM>(acc, a[kk & 1], b[kk & 1]);
+                }
+            } else {
+                // The segment's last, partial tile: stop at its end instead of adding zero products, so a chain
+                // is exactly the Go chain even for signed zeros.
+                for (int kk = 0; kk < kn; kk++) {
+                    float a[RM], b[8];
+                    frag_load<RM>(a, b, As[cur], Bs[cur], kk, ty, tx);
+                    frag_fma<RM>(acc, a, b);
+                }
+            }
+            if (more) {
+                tile_store<BM>(As[cur ^ 1], ra);
+                tile_store<TBN>(Bs[cur ^ 1], rb);
+            }
+            __syncthreads();
+            cur ^= 1;
         }
-        if (t + 1 < ntiles) {
-            tile_store(As[cur ^ 1], ra);
-            tile_store(Bs[cur ^ 1], rb);
+
+        // Segment s is done: acc holds its partials. Leaf l of the block's subtree: the canonical tree closes
+        // the subtrees a binary counter closes (trailing ones of l), each as left ⊕ right with the older, left
+        // one from the stack; standard (seq) keeps one running left-to-right sum.
+        const int l = s - s0;
+        int h = seq ? (l > 0) : __popc(l);        // stack height
+        const int closes = seq ? h : __ffs(~l) - 1;
+        for (int c = 0; c < closes; c++) {
+            h--;
+            const float4* p = my + h * (Q * 256);
+#pragma unroll
+            for (int e = 0; e < Q; e++) {
+                const float4 v = __ldcg(p + e * 256);  // this thread's own store, from L2
+                const int i = e >> 1, j = 4 * (e & 1);
+                acc[i][j] = __fadd_rn(v.x, acc[i][j]);
+                acc[i][j + 1] = __fadd_rn(v.y, acc[i][j + 1]);
+                acc[i][j + 2] = __fadd_rn(v.z, acc[i][j + 2]);
+                acc[i][j + 3] = __fadd_rn(v.w, acc[i][j + 3]);
+            }
         }
-        __syncthreads();
+        if (l < G - 1) {
+            float4* p = my + h * (Q * 256);
+#pragma unroll
+            for (int e = 0; e < Q; e++) {
+                const int i = e >> 1, j = 4 * (e & 1);
+                __stcg(p + e * 256, make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+                acc[i][j] = acc[i][j + 1] = acc[i][j + 2] = acc[i][j + 3] = 0.0f;
+            }
+        }
     }
 
-    float* p = part + (size_t)s * M * N;
+    // acc holds the subtree of segments s0…s1-1: the whole tree when G = nseg.
+    const bool finish = G == nseg;
+    float* const dst = finish ? out : part + (size_t)blockIdx.z * M * N;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < RM; i++) {
         const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
         if (m >= M) continue;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int n = n0 + tx * 4 + h * 64;
+            float y[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                y[j] = acc[i][4 * h + j];
+                if (finish) {
+                    if (bias && n + j < N) y[j] = __fadd_rn(y[j], bias[n + j]);
+                    y[j] = round_dt(y[j], dt);
+                }
+            }
             if (VEC && n + 3 < N) {
-                *reinterpret_cast<float4*>(p + (size_t)m * N + n) =
-                    make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
+                *reinterpret_cast<float4*>(dst + (size_t)m * N + n) = make_float4(y[0], y[1], y[2], y[3]);
             } else {
 #pragma unroll
                 for (int j = 0; j < 4; j++)
-                    if (n + j < N) p[(size_t)m * N + n + j] = acc[i][4 * h + j];
+                    if (n + j < N) dst[(size_t)m * N + n + j] = y[j];
             }
         }
     }
 }
 
-// VEC: K and every segment start are multiples of 4 (16-byte loads), N too (16-byte stores).
-extern "C" __global__ void __launch_bounds__(256) matmul_tiled_vec(float* __restrict__ part, const float* __restrict__ x,
-                                                                   const float* __restrict__ w, int M, int K, int N,
-                                                                   Segs segs) {
-    matmul_tiled_body<true>(part, x, w, M, K, N, segs, blockIdx.z, blockIdx.y * TBM, blockIdx.x * TBN);
-}
-extern "C" __global__ void __launch_bounds__(256) matmul_tiled(float* __restrict__ part, const float* __restrict__ x,
-                                                               const float* __restrict__ w, int M, int K, int N,
-                                                               Segs segs) {
-    matmul_tiled_body<false>(part, x, w, M, K, N, segs, blockIdx.z, blockIdx.y * TBM, blockIdx.x * TBN);
-}
+// matmul_t<BM>[_vec]: two blocks per SM (at most 128 registers a thread: 1 block of 160 registers measured
+// 12 % slower); _vec: K, N and every segment start are multiples of 4 (16-byte loads and stores).
+#define TILED1(BM, NAME, VEC)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                                   \
+        float* out, float* part, float* stack, const float* __restrict__ x, const float* __restrict__ w,          \
+        const float* __restrict__ bias, int M, int K, int N, Segs segs, int G, int seq, int dt) {                 \
+        matmul_tiled_body<BM, VEC>(out, part, stack, x, w, bias, M, K, N, segs, G, seq, dt);                      \
+    }
+#define TILED(BM, NAME) TILED1(BM, NAME##_vec, true) TILED1(BM, NAME, false)
+TILED(128, matmul_t128)
+TILED(64, matmul_t64)
 
 // combine_finish: the partials' combination (tree: canonical; left to right: standard), then bias and the
 // output rounding: y = tree(p); if bias: y = y ⊕ bias[n]; out = round_dt(y) (§4).
@@ -151,65 +256,17 @@ __device__ __forceinline__ float combine_finish(const float (&v)[8], int nseg, i
     return round_dt(y, dt);
 }
 
-// matmul_reduce: out[m,n] = combine_finish(part[0..nseg)[m,n]) for the tiled kernel's partials.
+// matmul_reduce: out[m,n] = combine_finish(part[0..nparts)[m,n]): the tree's levels above the tiled kernel's
+// subtrees (nparts = nseg/G; for the standard profile G is 1 or nseg, so left to right stays left to right).
 extern "C" __global__ void matmul_reduce(float* __restrict__ out, const float* __restrict__ part,
-                                         const float* __restrict__ bias, int M, int N, int nseg, int seq, int dt) {
+                                         const float* __restrict__ bias, int M, int N, int nparts, int seq, int dt) {
     const long long count = (long long)M * N;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     float v[8];
 #pragma unroll
-    for (int s = 0; s < 8; s++) v[s] = s < nseg ? part[s * count + i] : 0.0f;
-    out[i] = combine_finish(v, nseg, seq, bias, (int)(i % N), dt);
-}
-
-// matmul_tiled_fused: the tiled kernel with the reduction fused in. Block id = tile·nseg + segment, so the
-// segments of one tile run together; each writes its partial tile, and the last of them to finish (a per-tile
-// counter) reads the nseg partials back from L2 and writes combine_finish of them: the same tree in the same
-// order whichever block comes last. The counter is reset for the next launch.
-template <bool VEC>
-__device__ __forceinline__ void matmul_tiled_fused_body(float* __restrict__ out, float* __restrict__ part,
-                                                        unsigned* __restrict__ counters, const float* __restrict__ x,
-                                                        const float* __restrict__ w, const float* __restrict__ bias,
-                                                        int M, int K, int N, Segs segs, int seq, int dt) {
-    __shared__ unsigned last;
-    const int nseg = segs.n;
-    const int tile = blockIdx.x / nseg, s = blockIdx.x % nseg;
-    const int tiles_n = (N + TBN - 1) / TBN;
-    const int m0 = (tile / tiles_n) * TBM, n0 = (tile % tiles_n) * TBN;
-    matmul_tiled_body<VEC>(part, x, w, M, K, N, segs, s, m0, n0);
-    __threadfence();  // this block's partials are visible device-wide before it is counted
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[tile], 1u) == (unsigned)(nseg - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const long long count = (long long)M * N;
-    for (int e = threadIdx.x; e < TBM * TBN; e += blockDim.x) {
-        const int m = m0 + e / TBN, n = n0 + e % TBN;
-        if (m >= M || n >= N) continue;
-        const long long i = (long long)m * N + n;
-        float v[8];
-#pragma unroll
-        for (int q = 0; q < 8; q++) v[q] = q < nseg ? __ldcg(part + q * count + i) : 0.0f;  // L2, not stale L1
-        out[i] = combine_finish(v, nseg, seq, bias, n, dt);
-    }
-    if (threadIdx.x == 0) counters[tile] = 0;
-}
-
-extern "C" __global__ void __launch_bounds__(256) matmul_tiled_fused_vec(float* out, float* part, unsigned* counters,
-                                                                         const float* __restrict__ x,
-                                                                         const float* __restrict__ w,
-                                                                         const float* __restrict__ bias, int M, int K,
-                                                                         int N, Segs segs, int seq, int dt) {
-    matmul_tiled_fused_body<true>(out, part, counters, x, w, bias, M, K, N, segs, seq, dt);
-}
-extern "C" __global__ void __launch_bounds__(256) matmul_tiled_fused(float* out, float* part, unsigned* counters,
-                                                                     const float* __restrict__ x,
-                                                                     const float* __restrict__ w,
-                                                                     const float* __restrict__ bias, int M, int K,
-                                                                     int N, Segs segs, int seq, int dt) {
-    matmul_tiled_fused_body<false>(out, part, counters, x, w, bias, M, K, N, segs, seq, dt);
+    for (int s = 0; s < 8; s++) v[s] = s < nparts ? part[s * count + i] : 0.0f;
+    out[i] = combine_finish(v, nparts, seq, bias, (int)(i % N), dt);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@ package cudakernels
 
 import (
 	"fmt"
+	"math/bits"
 
 	"bitalign/cuda"
 	"bitalign/kernels"
@@ -11,8 +12,8 @@ import (
 //   - decM (32) or fewer rows, 16-byte aligned segments: matmul_dec (w and x streamed through shared memory
 //     by cp.async, one warp per segment, one lane per column);
 //   - smallM (16) or fewer rows, unaligned: matmul_small (each thread streams its own w row slice);
-//   - else the 128×128-tiled kernel with the segments on grid.z, then matmul_reduce (fuse: one block per
-//     (tile, segment), the last block of a tile adding the partials: 12% slower at M = 4096, so off).
+//   - else the tiled kernel (matmul_t128 or matmul_t64), each block running G of the segments in a row and
+//     adding their partials in the tree's order; matmul_reduce adds the blocks' subtrees when G < nseg.
 const (
 	decM   = 32
 	smallM = 16
@@ -92,30 +93,62 @@ func (k *Kernels) matmul(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b [
 		return k.launch(c, name, blocks(int64(N), rows), cuda.Dim3{X: rows * 8}, 0, out, x, w, bias, M, K, N, sg, seq, dt)
 	}
 	nseg := len(b) - 1
-	part, err := k.Scratch(c, int64(nseg)*int64(M)*int64(N)*4)
+	tc := k.tileFor(M, N, nseg, seq == 1)
+	grid := cuda.Dim3{X: (N + 127) / 128, Y: (M + tc.bm - 1) / tc.bm, Z: nseg / tc.g}
+	nparts := nseg / tc.g
+	partFloats := int64(0)
+	if nparts > 1 {
+		partFloats = (int64(nparts)*int64(M)*int64(N) + 63) &^ 63 // the stack after it stays 256-byte aligned
+	}
+	nslots := bits.Len(uint(tc.g)) - 1
+	stackFloats := int64(grid.X) * int64(grid.Y) * int64(grid.Z) * int64(nslots) * int64(tc.bm) * 128
+	scratch, err := k.Scratch(c, 4*(partFloats+stackFloats))
 	if err != nil {
 		return err
 	}
-	suffix := ""
+	part, stack := scratch, scratch.Add(4*partFloats)
+	name := fmt.Sprintf("matmul_t%d", tc.bm)
 	if vec && N%4 == 0 {
-		suffix = "_vec"
+		name += "_vec"
 	}
-	if k.fuse {
-		tiles := ((N + 127) / 128) * ((M + 127) / 128)
-		cnt, err := k.tileCounters(c, tiles)
-		if err != nil {
-			return err
-		}
-		return k.launch(c, "matmul_tiled_fused"+suffix, cuda.Dim3{X: tiles * nseg}, cuda.Dim3{X: 256}, 0,
-			out, part, cnt, x, w, bias, M, K, N, sg, seq, dt)
-	}
-	name := "matmul_tiled" + suffix
-	grid := cuda.Dim3{X: (N + 127) / 128, Y: (M + 127) / 128, Z: nseg}
-	if err := k.launch(c, name, grid, cuda.Dim3{X: 256}, 0, part, x, w, M, K, N, sg); err != nil {
+	if err := k.launch(c, name, grid, cuda.Dim3{X: 256}, 0, out, part, stack, x, w, bias, M, K, N, sg, tc.g, seq, dt); err != nil {
 		return err
 	}
+	if nparts == 1 {
+		return nil
+	}
 	return k.launch(c, "matmul_reduce", blocks(int64(M)*int64(N), 256), cuda.Dim3{X: 256}, 0,
-		out, part, bias, M, N, nseg, seq, dt)
+		out, part, bias, M, N, nparts, seq, dt)
+}
+
+// tileConfig is the tiled matmul's launch shape: bm output rows per tile (128 or 64) and g, the segments one
+// block runs in a row (g = nseg: no reduction kernel). Neither changes a bit of the result.
+type tileConfig struct{ bm, g int }
+
+// tileFor picks the tiled kernel's shape (k.tile, when set, overrides each field it sets; benchmarks and
+// tests use it). The largest g that still fills the GPU once (two blocks per SM, 15/16 of a wave: K = N = 4096
+// measured g = 8 at M = 1024 and up, 4 at 512, 2 at 256, 1 at 128, docs/gpu.md). The standard profile adds its
+// parts left to right, so its g is 1 or nseg.
+func (k *Kernels) tileFor(M, N, nseg int, seq bool) tileConfig {
+	tc := tileConfig{bm: 128, g: nseg}
+	if M <= 64 {
+		tc.bm = 64
+	}
+	if k.tile.bm != 0 {
+		tc.bm = k.tile.bm
+	}
+	tiles := ((N + 127) / 128) * ((M + tc.bm - 1) / tc.bm)
+	want := 2 * k.dev.SMCount() * 15 / 16
+	for tc.g > 1 && tiles*(nseg/tc.g) < want {
+		tc.g /= 2
+	}
+	if k.tile.g != 0 && nseg%k.tile.g == 0 {
+		tc.g = k.tile.g
+	}
+	if seq && tc.g != nseg {
+		tc.g = 1
+	}
+	return tc
 }
 
 // RMSNormForward: x is (rows, C), w is (C), out is (rows, C) (kernels.RMSNormForward); out may alias x.
