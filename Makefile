@@ -51,15 +51,18 @@ ptx:
 	cd kernels/cuda && for f in *.cu; do $(NVCC) $(NVCCFLAGS) -o $${f%.cu}.ptx $$f || exit 1; done && sha256sum *.cu *.cuh *.ptx > MANIFEST.sha256
 
 # Test binaries to carry to the GPU machine (scripts/gpu.sh runs them there).
-# Stripped (-s -w), so that all of them and the tree fit the device tool's 64 MiB carry.
+# Stripped (-s -w) and gzipped (scripts/gpu.sh unpacks them there), so that all of them and the tree fit the
+# device tool's 64 MiB carry.
 GPUFLAGS = -trimpath -ldflags='-s -w'
 gpu-build:
-	mkdir -p .gpu
+	rm -rf .gpu && mkdir -p .gpu
 	$(GO) build $(GPUFLAGS) -o .gpu/bitalign .
 	$(GO) test -c $(GPUFLAGS) -o .gpu/cuda.test ./cuda
 	$(GO) test -c $(GPUFLAGS) -o .gpu/kernels-cuda.test ./kernels/cuda
 	$(GO) test -c $(GPUFLAGS) -o .gpu/engine.test ./engine
 	$(GO) test -c $(GPUFLAGS) -o .gpu/nvls.test ./nvls
+	$(GO) test -c $(GPUFLAGS) -o .gpu/ui.test ./ui
+	gzip -f .gpu/bitalign .gpu/*.test
 
 # Renders the main TUI screens (overview, heatmap, bit view, replay verdict, help) to screenshots/*.png.
 screenshots:

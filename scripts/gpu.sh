@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # scripts/gpu.sh — build-check-time on the GPU machine in one call (see docs/gpu.md).
 # Here (no GPU):   make gpu-build            # CGO_ENABLED=0 test binaries into .gpu/
-# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [bench]   (default: all), with .gpu carried.
+# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [ui] [bench]   (default: all), with .gpu carried.
 #   ptx   compiles kernels/cuda/*.cu with the machine's nvcc into $OUT/ptx.tar and diffs it with the committed
 #         PTX; the tests then load the fresh PTX (BITALIGN_PTX_DIR) so one call checks new kernel sources.
 #   test  runs the cuda/ and kernels/cuda/ tests with BITALIGN_REQUIRE_GPU=1 (a skip becomes a failure).
 #   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's).
+#   ui    runs the debugger's real-session test with replay on the GPU (verdicts as on the CPU).
 #   bench runs the Go benchmarks and the cuBLAS reference (PyTorch) in the same call.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export CUDA_VISIBLE_DEVICES="${GPU:-0}" PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
+[[ -n "${GPU:-}" ]] && export CUDA_VISIBLE_DEVICES="$GPU"  # the tests use the first visible GPU; TP 2 uses two
+export BITALIGN_REQUIRE_GPUS="$(nvidia-smi -L | wc -l)"       # the 2-GPU engine test fails instead of skipping
 OUT="${OUT:-/tmp/gpu-out}"
 mkdir -p "$OUT"
-steps="${*:-ptx test engine bench}"
+steps="${*:-ptx test engine ui bench}"
 NVCC="${NVCC:-nvcc}"
 NVCCFLAGS="-ptx -arch=sm_90 -fmad=false -ftz=false -prec-div=true -prec-sqrt=true -O3"
 rc=0
+for f in .gpu/*.gz; do [[ -e "$f" ]] && gunzip -f "$f" && chmod +x "${f%.gz}"; done  # make gpu-build gzips them
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 "$NVCC" --version | tail -2
 
@@ -51,6 +55,13 @@ if [[ " $steps " == *" engine "* ]]; then
   echo "== engine (CUDA backend vs CPU, bitwise)"
   (cd engine && BITALIGN_REQUIRE_GPU=1 ../.gpu/engine.test -test.run 'CUDA|SelectBackend' -test.v -test.count=1 \
     -test.timeout 400s ${TESTFLAGS:-}) 2>&1 | tee "$OUT/test-engine.log" | grep -E "^(--- |    ---|ok|FAIL|PASS)|differs|GPU" | head -60
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
+
+if [[ " $steps " == *" ui "* ]]; then
+  echo "== ui (the debugger's replay on the GPU)"
+  (cd ui && BITALIGN_REQUIRE_GPU=1 ../.gpu/ui.test -test.run 'RealSession' -test.v -test.count=1 -test.timeout 200s) 2>&1 |
+    tee "$OUT/test-ui.log" | grep -E "^(--- |ok|FAIL|PASS)|GPU" | head -20
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
 fi
 

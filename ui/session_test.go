@@ -43,9 +43,26 @@ func TestMain(m *testing.M) {
 
 // TestRealSession drives the UI over the real session core on the engine's demo: the verdict names the
 // fault's documented first divergent op, replay calls it local, and the three report formats export.
-func TestRealSession(t *testing.T) {
+func TestRealSession(t *testing.T) { realSession(t, "cpu", "CPU") }
+
+// TestRealSessionCUDA is the same session with replay on the GPU (the demo captures come from the CPU engine;
+// the verdicts must not change). It skips without a GPU, and fails instead with BITALIGN_REQUIRE_GPU=1, as
+// scripts/gpu.sh runs it on the GPU machine.
+func TestRealSessionCUDA(t *testing.T) {
+	if _, desc, err := engine.SelectBackend("cuda"); err != nil {
+		if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
+			t.Fatalf("BITALIGN_REQUIRE_GPU=1 but: %v", err)
+		}
+		t.Skipf("no GPU, so replay in the UI is not run on one here (not counted as passed): %v", err)
+	} else {
+		t.Logf("GPU: %s", desc)
+	}
+	realSession(t, "cuda", "GPU cuda:")
+}
+
+func realSession(t *testing.T, device, backend string) {
 	dir := realDemo(t)
-	m := New(context.Background(), DemoLoader(dir, "fusion", 2, "cpu"), "demo")
+	m := New(context.Background(), DemoLoader(dir, "fusion", 2, device), "demo")
 	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
 	run(t, m, m.Init())
 	if m.loadErr != nil {
@@ -70,7 +87,7 @@ func TestRealSession(t *testing.T) {
 	if rs == nil || rs.Err != nil || rs.Result == nil {
 		t.Fatalf("replay: %+v", rs)
 	}
-	if !rs.Result.Local || rs.Result.Backend != "CPU" || !strings.Contains(text(m), "LOCAL") {
+	if !rs.Result.Local || !strings.HasPrefix(rs.Result.Backend, backend) || !strings.Contains(text(m), "LOCAL") {
 		t.Errorf("replay of the fault's op: %+v\n%s", rs.Result, text(m))
 	}
 	if !rs.Result.FromA.Reproduces || rs.Result.FromB.Reproduces {

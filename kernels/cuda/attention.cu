@@ -185,3 +185,220 @@ extern "C" __global__ void __launch_bounds__(128) attention(float* out, const fl
     for (int u = 0; u < HD_MAX / 32; u++)
         if (u < U && lane + 32 * u < hd) o[lane + 32 * u] = round_dt(__fdiv_rn(acc[u], l), dt);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// attention_blk: canonical (and fast-exp) attention, one block of 8 warps per (tile of tq query rows, kv head
+// g). Its tasks are the tq·grp (query row, head) pairs that read kv head g; warp w owns tasks w, w+8, w+16,
+// w+24 and keeps each one's m, l and its lanes' output dims in registers. Each 64-key block of K and V is
+// staged in shared memory once for all the block's tasks, and a warp runs its tasks side by side, so each K
+// and V value it reads from shared memory serves all of them. Per task and key block, exactly §7:
+//   scores: lane L computes keys L and L+32 of the block, each one FMA chain over i ascending;
+//   bm: the block's first maximum by a warp reduction over (value, key index) that keeps the larger value
+//       and, between equal values, the smaller index: the element a scan with `>` keeps (a NaN counts only
+//       as the block's first key, whose NaN the scan can never replace);
+//   then alpha, l and acc rescaled, the exps, and l and the lanes' acc chains over the keys in ascending order.
+#define ATT_WARPS 8
+#define ATT_TPW 4
+#define ATT_KB 64
+
+template <bool FAST, int DL>
+__device__ __forceinline__ void attention_blk_body(float* out, const float* __restrict__ q,
+                                                   const float* __restrict__ k, const float* __restrict__ v,
+                                                   const int* __restrict__ pos, int T, int nh, int nkv, int hd,
+                                                   float scale, int dt, int tq) {
+    extern __shared__ __align__(16) float sm[];
+    const int KS = hd + 4;  // padded key rows: the lanes' 16-byte reads of 32 keys spread over the banks
+    float* Ks = sm;                                  // [ATT_KB][KS]
+    float* Vs = Ks + ATT_KB * KS;                    // [ATT_KB][hd]
+    float* es = Vs + ATT_KB * hd;                    // [ATT_WARPS][ATT_TPW][ATT_KB]
+    float* qs = es + ATT_WARPS * ATT_TPW * ATT_KB;   // [ATT_WARPS·ATT_TPW][hd], zero past the tasks
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int grp = nh / nkv, g = blockIdx.y;
+    const int t0 = blockIdx.x * tq;
+    const int ntask = tq * grp;
+    const long long kvStride = (long long)nkv * hd;
+    const bool v4 = (hd & 3) == 0;
+
+    int pmax = -1;  // the last key any of the block's queries reads
+    for (int i = 0; i < tq; i++)
+        if (t0 + i < T) pmax = max(pmax, pos[t0 + i]);
+    for (int e = threadIdx.x; e < ATT_WARPS * ATT_TPW * hd; e += blockDim.x) {
+        const int task = e / hd, i = e % hd;
+        const int t = t0 + task / grp, h = g * grp + task % grp;
+        qs[e] = task < ntask && t < T ? q[((long long)t * nh + h) * hd + i] : 0.0f;
+    }
+
+    float m[ATT_TPW], l[ATT_TPW], acc[ATT_TPW][DL];
+    int P[ATT_TPW];
+#pragma unroll
+    for (int u = 0; u < ATT_TPW; u++) {
+        const int task = warp + ATT_WARPS * u;
+        const int t = t0 + task / grp;
+        P[u] = task < ntask && t < T ? pos[t] : -1;  // -1: no task
+        m[u] = NEG_INF, l[u] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DL; d++) acc[u][d] = 0.0f;
+    }
+    int pw = -1;  // the warp's last key
+#pragma unroll
+    for (int u = 0; u < ATT_TPW; u++) pw = max(pw, P[u]);
+    int nt = 0;  // the warp's tasks: 0..nt-1 (tasks are numbered so that the absent ones come last)
+#pragma unroll
+    for (int u = 0; u < ATT_TPW; u++) nt += P[u] >= 0;
+    float* ew = es + warp * ATT_TPW * ATT_KB;
+    const float* qw = qs + warp * hd;  // task u's query at qw + u·ATT_WARPS·hd
+
+    for (int blk = 0; blk <= pmax; blk += ATT_KB) {  // fixed 64-key blocks from position 0
+        const int n = min(ATT_KB, pmax + 1 - blk);
+        __syncthreads();  // the previous block's keys are no longer read (and, the first time, qs is written)
+        if (v4) {  // 4 + 4 loads in flight per thread
+            const int q4 = hd / 4, total = n * q4;
+            for (int e0 = threadIdx.x; e0 < total; e0 += 4 * 32 * ATT_WARPS) {
+                float4 kr[4], vr[4];
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int e = e0 + r * 32 * ATT_WARPS;
+                    if (e < total) {
+                        const long long off = (long long)(blk + e / q4) * kvStride + (long long)g * hd + 4 * (e % q4);
+                        kr[r] = __ldg(reinterpret_cast<const float4*>(k + off));
+                        vr[r] = __ldg(reinterpret_cast<const float4*>(v + off));
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int e = e0 + r * 32 * ATT_WARPS;
+                    if (e < total) {
+                        const int j = e / q4, i = 4 * (e % q4);
+                        *reinterpret_cast<float4*>(Ks + j * KS + i) = kr[r];
+                        *reinterpret_cast<float4*>(Vs + j * hd + i) = vr[r];
+                    }
+                }
+            }
+        } else {
+            for (int e = threadIdx.x; e < n * hd; e += blockDim.x) {
+                const int j = e / hd, i = e % hd;
+                const long long off = (long long)(blk + j) * kvStride + (long long)g * hd + i;
+                Ks[j * KS + i] = __ldg(k + off);
+                Vs[j * hd + i] = __ldg(v + off);
+            }
+        }
+        __syncthreads();
+        if (pw < blk) continue;  // none of this warp's queries reaches this block (warp-uniform)
+
+        // scores of keys lane and lane+32 for every task (keys past a task's last are computed, never used)
+        float s[ATT_TPW][2];
+#pragma unroll
+        for (int u = 0; u < ATT_TPW; u++) s[u][0] = s[u][1] = 0.0f;
+        const float* k0 = Ks + lane * KS;
+        const float* k1 = Ks + (lane + 32) * KS;
+        if (v4) {
+            for (int i = 0; i < hd; i += 4) {
+                const float4 ka = *reinterpret_cast<const float4*>(k0 + i);
+                const float4 kb = *reinterpret_cast<const float4*>(k1 + i);
+#pragma unroll
+                for (int u = 0; u < ATT_TPW; u++) {
+                    if (u >= nt) break;  // warp-uniform
+                    const float4 qq = *reinterpret_cast<const float4*>(qw + u * ATT_WARPS * hd + i);
+                    s[u][0] = __fmaf_rn(qq.x, ka.x, s[u][0]);
+                    s[u][1] = __fmaf_rn(qq.x, kb.x, s[u][1]);
+                    s[u][0] = __fmaf_rn(qq.y, ka.y, s[u][0]);
+                    s[u][1] = __fmaf_rn(qq.y, kb.y, s[u][1]);
+                    s[u][0] = __fmaf_rn(qq.z, ka.z, s[u][0]);
+                    s[u][1] = __fmaf_rn(qq.z, kb.z, s[u][1]);
+                    s[u][0] = __fmaf_rn(qq.w, ka.w, s[u][0]);
+                    s[u][1] = __fmaf_rn(qq.w, kb.w, s[u][1]);
+                }
+            }
+        } else {
+            for (int i = 0; i < hd; i++) {
+                const float ka = k0[i], kb = k1[i];
+#pragma unroll
+                for (int u = 0; u < ATT_TPW; u++) {
+                    if (u >= nt) break;  // warp-uniform
+                    const float qq = qw[u * ATT_WARPS * hd + i];
+                    s[u][0] = __fmaf_rn(qq, ka, s[u][0]);
+                    s[u][1] = __fmaf_rn(qq, kb, s[u][1]);
+                }
+            }
+        }
+
+        int nu[ATT_TPW], nmax = 0;
+#pragma unroll
+        for (int u = 0; u < ATT_TPW; u++) {
+            nu[u] = P[u] < blk ? 0 : min(ATT_KB, P[u] + 1 - blk);  // 0: no task, or no key of this block
+            nmax = max(nmax, nu[u]);
+            if (nu[u] == 0) continue;  // warp-uniform
+            s[u][0] = __fmul_rn(s[u][0], scale);
+            s[u][1] = __fmul_rn(s[u][1], scale);
+            // bm: the first maximum (see above)
+            const float s0 = __shfl_sync(0xffffffffu, s[u][0], 0);
+            float bv = 0.0f;
+            int bi = -1;  // -1: no candidate
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int jj = lane + 32 * c;
+                if (jj < nu[u] && s[u][c] == s[u][c] && (bi < 0 || s[u][c] > bv)) bv = s[u][c], bi = jj;
+            }
+            for (int d = 16; d > 0; d >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, d);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, d);
+                if (oi >= 0 && (bi < 0 || ov > bv || (!(bv > ov) && oi < bi))) bv = ov, bi = oi;
+            }
+            const float bm = (s0 != s0 || bi < 0) ? s0 : bv;
+            const float mn = bm > m[u] ? bm : m[u];
+            const float alpha = att_exp(__fsub_rn(m[u], mn), FAST);
+            l[u] = __fmul_rn(l[u], alpha);
+#pragma unroll
+            for (int d = 0; d < DL; d++) acc[u][d] = __fmul_rn(acc[u][d], alpha);
+#pragma unroll
+            for (int c = 0; c < 2; c++)
+                if (lane + 32 * c < nu[u]) ew[u * ATT_KB + lane + 32 * c] = att_exp(__fsub_rn(s[u][c], mn), FAST);
+            m[u] = mn;
+        }
+        __syncwarp();
+        // l and the output chains, keys in ascending order; each V value read once for all the tasks
+#pragma unroll 2
+        for (int jj = 0; jj < nmax; jj++) {
+            float vv[DL];
+            const float* vr = Vs + jj * hd;
+#pragma unroll
+            for (int d = 0; d < DL; d++) vv[d] = lane + 32 * d < hd ? vr[lane + 32 * d] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < ATT_TPW; u++) {
+                if (jj >= nu[u]) continue;  // warp-uniform
+                const float e = ew[u * ATT_KB + jj];
+                l[u] = __fadd_rn(l[u], e);
+#pragma unroll
+                for (int d = 0; d < DL; d++) acc[u][d] = __fmaf_rn(e, vv[d], acc[u][d]);
+            }
+        }
+        __syncwarp();
+    }
+#pragma unroll
+    for (int u = 0; u < ATT_TPW; u++) {
+        if (P[u] < 0) continue;
+        const int task = warp + ATT_WARPS * u;
+        const int t = t0 + task / grp, h = g * grp + task % grp;
+        float* o = out + ((long long)t * nh + h) * hd;
+#pragma unroll
+        for (int d = 0; d < DL; d++)
+            if (lane + 32 * d < hd) o[lane + 32 * d] = round_dt(__fdiv_rn(acc[u][d], l[u]), dt);
+    }
+}
+
+// attention_blk<DL>[_fast]: DL = output dims per lane (hd ≤ 32·DL).
+#define ATT_BLK(DL)                                                                                               \
+    extern "C" __global__ void __launch_bounds__(256, 2) attention_blk##DL(                                      \
+        float* out, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,         \
+        const int* __restrict__ pos, int T, int nh, int nkv, int hd, float scale, int dt, int tq) {               \
+        attention_blk_body<false, DL>(out, q, k, v, pos, T, nh, nkv, hd, scale, dt, tq);                          \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(256, 2) attention_blk##DL##_fast(                               \
+        float* out, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,         \
+        const int* __restrict__ pos, int T, int nh, int nkv, int hd, float scale, int dt, int tq) {               \
+        attention_blk_body<true, DL>(out, q, k, v, pos, T, nh, nkv, hd, scale, dt, tq);                           \
+    }
+ATT_BLK(1)
+ATT_BLK(2)
+ATT_BLK(4)
+ATT_BLK(8)

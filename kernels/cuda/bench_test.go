@@ -153,28 +153,42 @@ func BenchmarkOps(b *testing.B) {
 		b.ReportMetric(ms*1e3, "gpu-us/op")
 		b.ReportMetric(bytes/(ms*1e-3)/1e9, "GB/s")
 	}
-	b.Run("rmsnorm/T=512", func(b *testing.B) {
-		ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, _ int) error {
+	ops := []struct {
+		name  string
+		n     int
+		bytes float64
+		f     func(c *cuda.Ctx) error
+	}{
+		{"rmsnorm/T=512", 10, 8 * T * H, func(c *cuda.Ctx) error {
 			return g.k.RMSNormForward(c, kernels.Canonical, kernels.BF16, out, x, w, T, H, 1e-6)
-		})
-		report(b, ms, 8*T*H)
-	})
-	b.Run("attention-prefill/T=512", func(b *testing.B) {
-		ms := timeGPU(b, g, max(b.N, 5), func(c *cuda.Ctx, _ int) error {
+		}},
+		{"attention-prefill/T=512", 5, 4 * float64(2*T*nh*hd+2*T*nkv*hd), func(c *cuda.Ctx) error {
 			return g.k.AttentionForward(c, kernels.Canonical, kernels.BF16, out, q, kc, vc, dp, T, T, nh, nkv, hd, 0.088)
-		})
-		report(b, ms, 4*float64(2*T*nh*hd+2*T*nkv*hd))
-	})
-	b.Run("attention-decode/S=512", func(b *testing.B) {
-		ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, _ int) error {
+		}},
+		{"attention-decode/S=512", 10, 4 * float64(2*nh*hd+2*T*nkv*hd), func(c *cuda.Ctx) error {
 			return g.k.AttentionForward(c, kernels.Canonical, kernels.BF16, out, q.Add(4*(T-1)*nh*hd), kc, vc, dp.Add(4*(T-1)), 1, T, nh, nkv, hd, 0.088)
-		})
-		report(b, ms, 4*float64(2*nh*hd+2*T*nkv*hd))
-	})
-	b.Run("logsoftmax/T=8,V=152064", func(b *testing.B) {
-		ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, _ int) error {
+		}},
+		{"logsoftmax/T=8,V=152064", 10, 8 * 8 * V, func(c *cuda.Ctx) error {
 			return g.k.LogSoftmaxForward(c, kernels.Canonical, out, logits, 8, V)
-		})
-		report(b, ms, 8*8*V)
-	})
+		}},
+		{"logprobs/T=8,V=152064", 10, 4 * 8 * V, func(c *cuda.Ctx) error {
+			return g.k.LogProbs(c, kernels.Canonical, out.Add(4*8*V), logits, dp, 8, V)
+		}},
+	}
+	for _, op := range ops {
+		for _, old := range []bool{false, true} {
+			name := op.name
+			if old {
+				name += "/session1" // the one-warp (or block) per row kernels
+			}
+			b.Run(name, func(b *testing.B) {
+				ms := timeGPU(b, g, max(b.N, op.n), func(c *cuda.Ctx, _ int) error {
+					g.k.oneBlockPerRow = old
+					defer func() { g.k.oneBlockPerRow = false }()
+					return op.f(c)
+				})
+				report(b, ms, op.bytes)
+			})
+		}
+	}
 }

@@ -297,7 +297,8 @@ func TestMatmulBatchInvariance(t *testing.T) {
 func TestRMSNormBitwise(t *testing.T) {
 	g := openGPU(t)
 	r := newRand(t)
-	for _, s := range []struct{ rows, C int }{{1, 1}, {1, 7}, {3, 64}, {15, 100}, {16, 896}, {17, 4096}, {100, 333}, {512, 2048}} {
+	for _, s := range []struct{ rows, C int }{{1, 1}, {1, 7}, {3, 64}, {15, 100}, {16, 896}, {17, 4096}, {100, 333}, {512, 2048}, {7, 3584}, {3, 3583},
+		{2, 70000}} { // the last does not fit in shared memory: the warp-per-row kernel either way
 		for _, p := range []kernels.Profile{kernels.Canonical, kernels.Standard} {
 			for _, dt := range []kernels.DType{kernels.BF16, kernels.F16, kernels.F32} {
 				x, w := randn(r, s.rows*s.C, true), randn(r, s.C, true)
@@ -305,11 +306,23 @@ func TestRMSNormBitwise(t *testing.T) {
 				kernels.RMSNormForward(p, dt, want, x, w, s.rows, s.C, 1e-6)
 				d := &dev{g: g}
 				out, dx, dw := d.poisoned(t, len(x)), d.f32(t, x), d.f32(t, w)
-				d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.RMSNormForward(c, p, dt, out, dx, dw, s.rows, s.C, 1e-6) })
-				same(t, fmt.Sprintf("%v %v rows=%d C=%d", p, dt, s.rows, s.C), d.get(t, out, len(x)), want)
-				// in place (out aliases x), as the engine may run it
-				d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.RMSNormForward(c, p, dt, dx, dx, dw, s.rows, s.C, 1e-6) })
-				same(t, fmt.Sprintf("%v %v rows=%d C=%d in place", p, dt, s.rows, s.C), d.get(t, dx, len(x)), want)
+				for _, old := range []bool{false, true} { // rmsnorm_row, and the warp-per-row kernel
+					name := fmt.Sprintf("%v %v rows=%d C=%d oneWarpPerRow=%v", p, dt, s.rows, s.C, old)
+					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+						k.oneBlockPerRow = old
+						defer func() { k.oneBlockPerRow = false }()
+						return k.RMSNormForward(c, p, dt, out, dx, dw, s.rows, s.C, 1e-6)
+					})
+					same(t, name, d.get(t, out, len(x)), want)
+					// in place (out aliases x), as the engine may run it
+					in := d.f32(t, x)
+					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+						k.oneBlockPerRow = old
+						defer func() { k.oneBlockPerRow = false }()
+						return k.RMSNormForward(c, p, dt, in, in, dw, s.rows, s.C, 1e-6)
+					})
+					same(t, name+" in place", d.get(t, in, len(x)), want)
+				}
 				d.free()
 			}
 		}
@@ -349,10 +362,18 @@ func TestAttentionBitwise(t *testing.T) {
 	r := newRand(t)
 	type shape struct{ T, S, nh, nkv, hd int }
 	for _, s := range []shape{{1, 1, 1, 1, 4}, {5, 5, 2, 1, 6}, {1, 70, 4, 2, 64}, {64, 64, 4, 4, 64}, {65, 65, 8, 2, 128},
-		{130, 130, 14, 2, 64}, {1, 300, 14, 2, 64}, {3, 600, 4, 1, 128}, {1, 1030, 2, 2, 256}, {200, 200, 3, 3, 36}} {
-		for _, p := range []kernels.Profile{kernels.Canonical, kernels.Standard} {
+		{130, 130, 14, 2, 64}, {1, 300, 14, 2, 64}, {3, 600, 4, 1, 128}, {1, 1030, 2, 2, 256}, {200, 200, 3, 3, 36},
+		{512, 512, 28, 4, 128}, {1, 700, 28, 4, 128}, {40, 40, 64, 1, 16}, {9, 9, 40, 1, 8}} {
+		for _, c := range []struct {
+			p       kernels.Profile
+			special bool
+		}{{kernels.Canonical, false}, {kernels.Standard, false}, {kernels.Canonical, true}} {
+			p, special := c.p, c.special
 			q := randn(r, s.T*s.nh*s.hd, true)
 			kc, vc := randn(r, s.S*s.nkv*s.hd, true), randn(r, s.S*s.nkv*s.hd, true)
+			if special {
+				attentionSpecials(r, q, kc, vc, s.T, s.S, s.nh, s.nkv, s.hd)
+			}
 			pos := make([]int32, s.T) // the last T positions of the cache (prefill of a chunk, or decode)
 			for i := range pos {
 				pos[i] = int32(s.S - s.T + i)
@@ -364,13 +385,42 @@ func TestAttentionBitwise(t *testing.T) {
 			}
 			d := &dev{g: g}
 			out, dq, dk, dv, dp := d.poisoned(t, len(q)), d.f32(t, q), d.f32(t, kc), d.f32(t, vc), d.i32(t, pos)
-			d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-				return k.AttentionForward(c, p, kernels.BF16, out, dq, dk, dv, dp, s.T, s.S, s.nh, s.nkv, s.hd, scale)
-			})
-			same(t, fmt.Sprintf("%v T=%d S=%d nh=%d nkv=%d hd=%d", p, s.T, s.S, s.nh, s.nkv, s.hd), d.get(t, out, len(q)), want)
+			for _, old := range []bool{false, true} { // attention_blk, and the warp-per-task kernel
+				d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+					k.oneBlockPerRow = old
+					defer func() { k.oneBlockPerRow = false }()
+					return k.AttentionForward(c, p, kernels.BF16, out, dq, dk, dv, dp, s.T, s.S, s.nh, s.nkv, s.hd, scale)
+				})
+				same(t, fmt.Sprintf("%v T=%d S=%d nh=%d nkv=%d hd=%d special=%v oneWarpPerTask=%v", p, s.T, s.S, s.nh, s.nkv,
+					s.hd, special, old), d.get(t, out, len(q)), want)
+			}
 			d.free()
 		}
 	}
+}
+
+// attentionSpecials plants the values that test a block maximum's tie and NaN rules: keys equal to the one
+// before them (equal scores: the first one counts), a query head of zeros (all scores ±0), NaN in the first key of
+// a 64-key block and in a later key, and an infinite value.
+func attentionSpecials(r *rand.Rand, q, kc, vc []float32, T, S, nh, nkv, hd int) {
+	row := func(j, g int) []float32 { return kc[(j*nkv+g)*hd : (j*nkv+g+1)*hd] }
+	for j := 1; j < S; j += 3 {
+		for g := 0; g < nkv; g++ {
+			copy(row(j, g), row(j-1, g))
+		}
+	}
+	for t := 0; t < T; t += 2 {
+		h := r.IntN(nh)
+		clear(q[(t*nh+h)*hd : (t*nh+h+1)*hd])
+	}
+	nan := float32(math.NaN())
+	if S > 64 {
+		row(64, 0)[0] = nan
+	}
+	if S > 5 {
+		row(5, nkv-1)[hd-1] = nan
+	}
+	vc[r.IntN(len(vc))] = float32(math.Inf(1))
 }
 
 // Canonical prefill/decode invariance on the GPU: the last query's row from a full prefill equals a one-row
@@ -474,11 +524,17 @@ func TestEmbeddingBitwise(t *testing.T) {
 func TestLogSoftmaxBitwise(t *testing.T) {
 	g := openGPU(t)
 	r := newRand(t)
-	for _, s := range []struct{ T, V int }{{1, 1}, {1, 7}, {3, 1000}, {17, 32000}, {5, 151936}} {
+	for _, s := range []struct{ T, V int }{{1, 1}, {1, 7}, {3, 1000}, {17, 32000}, {5, 151936}, {2, 152064}, {1, 4097}, {3, 8191}} {
 		for _, p := range []kernels.Profile{kernels.Canonical, kernels.Standard} {
 			x := randn(r, s.T*s.V, false)
 			for i := range x {
 				x[i] *= 4
+			}
+			if s.T >= 3 { // a row of signed zeros (a zero max becomes +0) and a row with a NaN
+				for i := s.V; i < 2*s.V; i++ {
+					x[i] = float32(math.Copysign(0, float64(r.IntN(2)*2-1)))
+				}
+				x[2*s.V+r.IntN(s.V)] = float32(math.NaN())
 			}
 			want := make([]float32, len(x))
 			if err := kernels.LogSoftmaxForward(p, want, x, s.T, s.V, nil); err != nil {
@@ -494,10 +550,19 @@ func TestLogSoftmaxBitwise(t *testing.T) {
 			}
 			d := &dev{g: g}
 			out, dx, dtg, lp := d.poisoned(t, len(x)), d.f32(t, x), d.i32(t, tg), d.poisoned(t, s.T)
-			d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.LogSoftmaxForward(c, p, out, dx, s.T, s.V) })
-			same(t, fmt.Sprintf("logsoftmax %v T=%d V=%d", p, s.T, s.V), d.get(t, out, len(x)), want)
-			d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.LogProbs(c, p, lp, dx, dtg, s.T, s.V) })
-			same(t, fmt.Sprintf("logprobs %v T=%d V=%d", p, s.T, s.V), d.get(t, lp, s.T), wantLP)
+			for _, old := range []bool{false, true} { // the split kernels, and one block per row
+				set := func(k *Kernels) func() { k.oneBlockPerRow = old; return func() { k.oneBlockPerRow = false } }
+				d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+					defer set(k)()
+					return k.LogSoftmaxForward(c, p, out, dx, s.T, s.V)
+				})
+				same(t, fmt.Sprintf("logsoftmax %v T=%d V=%d oneBlockPerRow=%v", p, s.T, s.V, old), d.get(t, out, len(x)), want)
+				d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+					defer set(k)()
+					return k.LogProbs(c, p, lp, dx, dtg, s.T, s.V)
+				})
+				same(t, fmt.Sprintf("logprobs %v T=%d V=%d oneBlockPerRow=%v", p, s.T, s.V, old), d.get(t, lp, s.T), wantLP)
+			}
 			d.free()
 		}
 	}

@@ -17,12 +17,16 @@ const NoRound = -1
 // partials, log-softmax statistics). Use it from the device thread only (inside cuda.Device.Do); everything
 // is enqueued on the default stream, in order.
 type Kernels struct {
-	dev          *cuda.Device
-	fn           map[string]*cuda.Function
-	scratch      cuda.Ptr
-	scratchBytes int64
-	tile         tileConfig // tests and benchmarks: force the tiled matmul's shape (zero fields: automatic)
-	noDec        bool       // benchmarks: skip matmul_dec (small M then runs matmul_small or the tiled kernel)
+	dev            *cuda.Device
+	fn             map[string]*cuda.Function
+	scratch        cuda.Ptr
+	scratchBytes   int64
+	tile           tileConfig // tests and benchmarks: force the tiled matmul's shape (zero fields: automatic)
+	rowSmem        int        // dynamic shared memory the bigSmem kernels may use (bytes)
+	aux            cuda.Ptr   // small per-row statistics (log-softmax partials), separate from scratch
+	oneBlockPerRow bool       // tests and benchmarks: session 1's ls_max and ls_sum (one block per row)
+	auxBytes       int64
+	noDec          bool // benchmarks: skip matmul_dec (small M then runs matmul_small or the tiled kernel)
 }
 
 // Load loads every PTX module on c's device and looks up its kernels. Errors wrap the driver's (an unusable
@@ -52,11 +56,25 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 					return nil, fmt.Errorf("cudakernels: %s: %w", name, err)
 				}
 			}
+			if bigSmem[name] {
+				if err := f.SetMaxDynamicSharedMemory(c, k.dev.MaxSharedMemoryPerBlock()-smemReserve); err != nil {
+					return nil, fmt.Errorf("cudakernels: %s: %w", name, err)
+				}
+			}
 			k.fn[name] = f
 		}
 	}
+	k.rowSmem = k.dev.MaxSharedMemoryPerBlock() - smemReserve
 	return k, nil
 }
+
+// bigSmem are the kernels whose dynamic shared memory may exceed the default 48 KB (up to the device's opt-in
+// limit less smemReserve, which covers their static shared memory).
+var bigSmem = map[string]bool{"rmsnorm_row": true,
+	"attention_blk1": true, "attention_blk2": true, "attention_blk4": true, "attention_blk8": true,
+	"attention_blk1_fast": true, "attention_blk2_fast": true, "attention_blk4_fast": true, "attention_blk8_fast": true}
+
+const smemReserve = 2048
 
 // entryNames lists the ".visible .entry NAME(" kernels of a PTX module.
 func entryNames(ptx []byte) []string {
@@ -80,32 +98,44 @@ func entryNames(ptx []byte) []string {
 // Close frees the scratch buffers (modules go with the context).
 func (k *Kernels) Close(c *cuda.Ctx) error {
 	err := c.Free(k.scratch)
-	k.scratch, k.scratchBytes = 0, 0
+	if e := c.Free(k.aux); err == nil {
+		err = e
+	}
+	k.scratch, k.scratchBytes, k.aux, k.auxBytes = 0, 0, 0, 0
 	return err
 }
 
 // Scratch returns a device buffer of at least bytes, reused across calls (stream-ordered: safe for the
 // next kernel on the default stream). Growing it synchronises the device first.
 func (k *Kernels) Scratch(c *cuda.Ctx, bytes int64) (cuda.Ptr, error) {
-	if bytes <= k.scratchBytes {
-		return k.scratch, nil
+	return grow(c, &k.scratch, &k.scratchBytes, bytes, "scratch")
+}
+
+// auxBuf is a second buffer like Scratch, for kernels' own partials while the caller's data sits in Scratch.
+func (k *Kernels) auxBuf(c *cuda.Ctx, bytes int64) (cuda.Ptr, error) {
+	return grow(c, &k.aux, &k.auxBytes, bytes, "aux")
+}
+
+func grow(c *cuda.Ctx, p *cuda.Ptr, have *int64, bytes int64, what string) (cuda.Ptr, error) {
+	if bytes <= *have {
+		return *p, nil
 	}
-	if k.scratch != 0 {
+	if *p != 0 {
 		if err := c.Synchronize(); err != nil {
 			return 0, err
 		}
-		if err := c.Free(k.scratch); err != nil {
+		if err := c.Free(*p); err != nil {
 			return 0, err
 		}
-		k.scratch, k.scratchBytes = 0, 0
+		*p, *have = 0, 0
 	}
 	n := max(bytes, 1<<20)
-	p, err := c.Alloc(n)
+	q, err := c.Alloc(n)
 	if err != nil {
-		return 0, fmt.Errorf("cudakernels: scratch of %d bytes: %w", n, err)
+		return 0, fmt.Errorf("cudakernels: %s of %d bytes: %w", what, n, err)
 	}
-	k.scratch, k.scratchBytes = p, n
-	return p, nil
+	*p, *have = q, n
+	return q, nil
 }
 
 func (k *Kernels) launch(c *cuda.Ctx, name string, grid, block cuda.Dim3, shared int, args ...any) error {

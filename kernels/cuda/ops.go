@@ -156,6 +156,14 @@ func (k *Kernels) RMSNormForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DTyp
 	if rows <= 0 {
 		return nil
 	}
+	stride := ((C+7)/8+31)/32*32 + 1 // rmsnorm_row's per-segment stride in shared memory
+	if smem := 4 * 8 * stride; p == kernels.Canonical && smem <= k.rowSmem && !k.oneBlockPerRow {
+		vec := 0
+		if C%4 == 0 && (out|x|w)%16 == 0 {
+			vec = 1
+		}
+		return k.launch(c, "rmsnorm_row", cuda.Dim3{X: rows}, cuda.Dim3{X: 128}, smem, out, x, w, rows, C, eps, dtCode(dt), vec)
+	}
 	return k.launch(c, "rmsnorm", blocks(int64(rows), 8), cuda.Dim3{X: 256}, 0, out, x, w, rows, C, eps, profCode(p), dtCode(dt))
 }
 
@@ -190,6 +198,23 @@ func (k *Kernels) attention(c *cuda.Ctx, p kernels.Profile, fast bool, dt kernel
 	if T <= 0 {
 		return nil
 	}
+	if p == kernels.Canonical && !k.oneBlockPerRow {
+		grp := nh / nkv
+		tq := min(T, max(1, attTasks/grp))
+		smem := 4 * (attKB*(hd+4) + attKB*hd + attTasks*attKB + attTasks*hd)
+		if tq*grp <= attTasks && smem <= k.rowSmem {
+			dl := 1 // output dims per lane
+			for 32*dl < hd {
+				dl *= 2
+			}
+			name := fmt.Sprintf("attention_blk%d", dl)
+			if fast {
+				name += "_fast"
+			}
+			return k.launch(c, name, cuda.Dim3{X: (T + tq - 1) / tq, Y: nkv}, cuda.Dim3{X: 32 * attWarps}, smem,
+				out, q, kc, vc, pos, T, nh, nkv, hd, scale, dtCode(dt), tq)
+		}
+	}
 	mode := 0
 	if fast {
 		mode = 3
@@ -202,6 +227,14 @@ func (k *Kernels) attention(c *cuda.Ctx, p kernels.Profile, fast bool, dt kernel
 	return k.launch(c, "attention", blocks(int64(T)*int64(nh), 4), cuda.Dim3{X: 128}, 0,
 		out, q, kc, vc, pos, T, S, nh, nkv, hd, scale, mode, dtCode(dt))
 }
+
+// attention_blk's shape (ATT_KB, ATT_WARPS, ATT_WARPS·ATT_TPW in attention.cu): 64-key blocks, 8 warps, at most
+// 32 (query row, head) tasks per block.
+const (
+	attKB    = 64
+	attWarps = 8
+	attTasks = 32
+)
 
 // ResidualForward: out = round_dt(a ⊕ b) over n elements (kernels.ResidualForward); dt NoRound: plain add.
 func (k *Kernels) ResidualForward(c *cuda.Ctx, dt int, out, a, b cuda.Ptr, n int) error {
@@ -260,13 +293,47 @@ func (k *Kernels) LogSoftmaxMax(c *cuda.Ctx, m, logits cuda.Ptr, T, vLocal int, 
 	if zeroFix {
 		z = 1
 	}
-	return k.launch(c, "ls_max", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, m, logits, T, vLocal, z)
+	if T <= 0 {
+		return nil
+	}
+	if k.oneBlockPerRow {
+		return k.launch(c, "ls_max", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, m, logits, T, vLocal, z)
+	}
+	nb := (vLocal + lsChunk - 1) / lsChunk
+	pm, err := k.auxBuf(c, int64(T)*int64(nb)*4)
+	if err != nil {
+		return err
+	}
+	if err := k.launch(c, "ls_max_part", cuda.Dim3{X: nb, Y: T}, cuda.Dim3{X: 256}, 0, pm, logits, T, vLocal); err != nil {
+		return err
+	}
+	return k.launch(c, "ls_max_fin", blocks(int64(T), 8), cuda.Dim3{X: 256}, 0, m, pm, T, nb, z)
 }
+
+// lsChunk is ls_max_part's columns per block (LSC in logsoftmax.cu).
+const lsChunk = 4096
 
 // LogSoftmaxSum: S (T) = this rank's subtree (8/tp segments; standard: one chain) of Σ Exp(x ⊖ m) over its
 // logits (T, vLocal); the AllReduce over ranks finishes the tree.
 func (k *Kernels) LogSoftmaxSum(c *cuda.Ctx, p kernels.Profile, S, logits, m cuda.Ptr, T, vLocal, tp int) error {
-	return k.launch(c, "ls_sum", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, S, logits, m, T, vLocal, kernels.Segments/tp, profCode(p))
+	if T <= 0 {
+		return nil
+	}
+	if k.oneBlockPerRow {
+		return k.launch(c, "ls_sum", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, S, logits, m, T, vLocal, kernels.Segments/tp, profCode(p))
+	}
+	nseg := kernels.Segments / tp
+	if p == kernels.Standard {
+		nseg = 1 // one chain over the row
+	}
+	part, err := k.auxBuf(c, int64(T)*int64(nseg)*4)
+	if err != nil {
+		return err
+	}
+	if err := k.launch(c, "ls_sum_seg", cuda.Dim3{X: nseg, Y: T}, cuda.Dim3{X: 256}, 0, part, logits, m, T, vLocal, nseg); err != nil {
+		return err
+	}
+	return k.launch(c, "ls_tree", blocks(int64(T), 128), cuda.Dim3{X: 128}, 0, S, part, T, nseg)
 }
 
 // LogProbsTarget: d (T) = (x[t, target−off] ⊖ m) ⊕ 0 where this rank holds the target (columns

@@ -1,5 +1,6 @@
 // rmsnorm.cu: twin of kernels.RMSNormForward (docs/arithmetic.md §5, §13).
-// x is (rows, C), w is (C), out is (rows, C); out may alias x. One warp per row, 8 rows per block.
+// x is (rows, C), w is (C), out is (rows, C); out may alias x. Canonical rows that fit in shared memory:
+// rmsnorm_row (a block per row); else, and for the standard profile, rmsnorm (one warp per row, 8 per block).
 #include "common.cuh"
 
 // Canonical: lanes 0..7 each run one segment's FMA chain (floor(s·C/8) boundaries, §3), combined by the fixed
@@ -35,5 +36,70 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm(float* out, const floa
     for (int k = lane; k < C; k += 32) {
         const float h = round_dt(__fmul_rn(xr[k], rs), dt);
         orow[k] = round_dt(__fmul_rn(w[k], h), dt);
+    }
+}
+
+// rmsnorm_row: the canonical op, one block of 128 threads per row (used when the row fits in shared memory).
+// The row is read once into shared memory, each segment at its own offset s·stride with stride ≡ 1 (mod 32), so
+// the 8 chain threads (0..7), which step through their segments together, read 8 different banks whatever C
+// is; thread 0 adds their partials in the tree, and every thread writes its share, reading x again (from L2).
+// Each output element is read, then written, by the same thread after the chains are done, so out = x is safe.
+// vec: C is a multiple of 4 and x, w and out are 16-byte aligned (the host checks).
+extern "C" __global__ void __launch_bounds__(128) rmsnorm_row(float* out, const float* x, const float* __restrict__ w,
+                                                              int rows, int C, float eps, int dt, int vec) {
+    extern __shared__ __align__(16) float xs[];
+    __shared__ float part[8];
+    __shared__ float rs_sh;
+    const int tid = threadIdx.x;
+    const float* xr = x + (long long)blockIdx.x * C;
+    const int lmax = (C + 7) / 8;                 // the longest segment
+    const int stride = (lmax + 31) / 32 * 32 + 1;  // ≡ 1 (mod 32)
+#pragma unroll
+    for (int s = 0; s < 8; s++) {  // (a scatter of 16-byte loads by s(k) = floor((8k+7)/C) measured slower)
+        const int b0 = (int)((long long)s * C / 8), b1 = (int)((long long)(s + 1) * C / 8);
+        for (int j = tid; j < b1 - b0; j += 128) xs[s * stride + j] = xr[b0 + j];
+    }
+    __syncthreads();
+
+    if (tid < 8) {
+        const int b0 = (int)((long long)tid * C / 8), n = (int)((long long)(tid + 1) * C / 8) - b0;
+        const float* seg = xs + tid * stride;
+        float acc = 0.0f;  // every chain starts from +0
+        int j = 0;
+#pragma unroll 2
+        for (; j + 8 <= n; j += 8) {
+            float v[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = seg[j + i];
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc = __fmaf_rn(v[i], v[i], acc);
+        }
+        for (; j < n; j++) acc = __fmaf_rn(seg[j], seg[j], acc);
+        part[tid] = acc;
+        __syncwarp(0xffu);
+        if (tid == 0) {
+            float p[8];
+#pragma unroll
+            for (int s = 0; s < 8; s++) p[s] = part[s];
+            const float mean = __fdiv_rn(tree8(p, 8), __int2float_rn(C));
+            rs_sh = bt_rsqrt(__fadd_rn(mean, eps));
+        }
+    }
+    __syncthreads();
+    const float rs = rs_sh;
+    float* orow = out + (long long)blockIdx.x * C;
+    if (vec) {
+        for (int i = tid; i < C / 4; i += 128) {
+            const float4 xv = reinterpret_cast<const float4*>(xr)[i];
+            const float4 wv = __ldg(reinterpret_cast<const float4*>(w) + i);
+            float4 o;
+            o.x = round_dt(__fmul_rn(wv.x, round_dt(__fmul_rn(xv.x, rs), dt)), dt);
+            o.y = round_dt(__fmul_rn(wv.y, round_dt(__fmul_rn(xv.y, rs), dt)), dt);
+            o.z = round_dt(__fmul_rn(wv.z, round_dt(__fmul_rn(xv.z, rs), dt)), dt);
+            o.w = round_dt(__fmul_rn(wv.w, round_dt(__fmul_rn(xv.w, rs), dt)), dt);
+            reinterpret_cast<float4*>(orow)[i] = o;
+        }
+    } else {
+        for (int k = tid; k < C; k += 128) orow[k] = round_dt(__fmul_rn(w[k], round_dt(__fmul_rn(xr[k], rs), dt)), dt);
     }
 }
