@@ -164,6 +164,9 @@ func (m *Model) colourProfile(p colorprofile.Profile) {
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	cmd := m.update(msg)
 	m.resize()
+	if c := m.heat.Regrid(); c != nil { // a big tensor re-bins for the new size in the background
+		cmd = tea.Batch(cmd, c)
+	}
 	return m, cmd
 }
 
@@ -175,6 +178,9 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 		return nil
 	case tea.ColorProfileMsg:
 		m.colourProfile(msg.Profile)
+		return nil
+	case heatmap.GridMsg:
+		m.heat.ApplyGrid(msg)
 		return nil
 	case progressMsg:
 		m.prog = Progress(msg)

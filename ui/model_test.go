@@ -506,3 +506,26 @@ func TestMaxKeySliceThenOp(t *testing.T) {
 		t.Errorf("second m: cursor (%d,%d), want the op's max at pos %d feature %d", r, c, o.MaxAt.Pos, o.MaxAt.Feature)
 	}
 }
+
+// TestResizeBigTensor: with a 1024×1024 tensor open, a resize returns at once and re-bins in the background;
+// the frame says so meanwhile and is whole, and the map is back once the command's message is handled.
+func TestResizeBigTensor(t *testing.T) {
+	m := New(context.Background(), fakeLoader(fake.Big(1024, 1024), nil), "big")
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
+	run(t, m, m.Init())
+	press(t, m, "enter")
+	if m.data == nil || m.data.Pair.Rows != 1024 || m.heat.Grid() == nil {
+		t.Fatal("the 1024×1024 tensor is not shown")
+	}
+	oldCC := m.heat.Grid().CC
+	_, cmd := m.Update(tea.WindowSizeMsg{Width: 150, Height: 45})
+	if cmd == nil || !strings.Contains(text(m), "re-binning 1024×1024") {
+		t.Fatalf("resize should re-bin in the background:\n%s", text(m))
+	}
+	checkFrame(t, m)
+	run(t, m, cmd)
+	if strings.Contains(text(m), "re-binning") || m.heat.Grid() == nil || m.heat.Grid().CC != oldCC+30 {
+		t.Errorf("the map did not come back for 150 columns:\n%s", text(m))
+	}
+	checkFrame(t, m)
+}

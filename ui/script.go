@@ -7,6 +7,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/ui/heatmap"
 	"bitalign/ui/internal/fake"
 	"bitalign/ui/state"
 )
@@ -48,7 +49,7 @@ func drive(m *Model, cmd tea.Cmd) []tea.Msg {
 		switch msg := c().(type) {
 		case tea.BatchMsg:
 			queue = append(queue, msg...)
-		case progressMsg, loadedMsg, pairMsg, replayMsg, exportMsg:
+		case progressMsg, loadedMsg, pairMsg, replayMsg, exportMsg, heatmap.GridMsg:
 			_, next := m.Update(msg)
 			queue = append(queue, next)
 		default:

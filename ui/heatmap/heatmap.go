@@ -3,6 +3,8 @@ package heatmap
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 	"charm.land/lipgloss/v2"
@@ -29,6 +31,30 @@ type Model struct {
 	cursorT    [theme.Levels + 1]string // cursor in the top half, bottom level given
 	cursorB    [theme.Levels + 1]string // cursor in the bottom half, top level given
 	cursorFull string                   // cursor in both halves (magnified cells)
+
+	pending *regrid        // a background re-bin for the current size, not yet applied
+	gen     *atomic.Uint64 // re-bin requests so far (shared with their commands)
+}
+
+// asyncElements: from this many elements on, a resize re-bins in the background (Downsample of a 4096×4096
+// tensor takes 18–50 ms, too long for the UI thread while a window is dragged); smaller tensors at once.
+const asyncElements = 1 << 20
+
+// debounce: how long a background re-bin waits for the size to settle before it starts.
+const debounce = 25 * time.Millisecond
+
+// regrid is a background re-bin asked for: the size it is for and its request number.
+type regrid struct {
+	w, h    int
+	gen     uint64
+	started bool
+}
+
+// GridMsg carries a grid binned in the background (Regrid's command) to ApplyGrid.
+type GridMsg struct {
+	data *Data
+	gen  uint64
+	grid *Grid
 }
 
 // New returns an empty heatmap.
@@ -77,8 +103,8 @@ func (m Model) Grid() *Grid { return m.grid }
 // SetData shows d, putting the cursor on data row keepRow (the same token as before a step) and column
 // keepCol when they exist; negative values put the cursor on the worst element.
 func (m *Model) SetData(d *Data, keepRow, keepCol int) {
-	m.data, m.pin = d, -1
-	m.regrid()
+	m.data, m.pin, m.grid, m.pending = d, -1, nil, nil
+	m.setGrid(m.binned())
 	if m.grid == nil {
 		return
 	}
@@ -91,33 +117,82 @@ func (m *Model) SetData(d *Data, keepRow, keepCol int) {
 }
 
 // SetSize sets the map area (ruler and axis included) and re-bins the data, keeping the cursor's element.
+// A big tensor is re-binned in the background: until Regrid's command comes back, the map shows that it is
+// being re-binned and the cursor stays on the old grid.
 func (m *Model) SetSize(w, h int) {
 	if w == m.w && h == m.h {
 		return
 	}
-	r, c, ok := m.Cursor()
-	pinned := m.pin >= 0
 	m.w, m.h = w, h
-	m.regrid()
-	if ok && m.grid != nil {
-		m.MoveToElement(r*m.grid.Cols + c)
-		if !pinned {
-			m.pin = -1
+	if m.grid != nil && m.data.Pair.Rows*m.data.Pair.Cols >= asyncElements && w > axisW && h >= 2 {
+		if m.gen == nil {
+			m.gen = new(atomic.Uint64)
 		}
+		m.pending = &regrid{w: w, h: h, gen: m.gen.Add(1)}
+		return
+	}
+	m.pending = nil
+	m.setGrid(m.binned())
+}
+
+// Regrid returns the command that bins the data for the size SetSize left pending (nil when nothing is
+// pending or its command is already out). It waits debounce first and gives up if the size changed again.
+func (m *Model) Regrid() tea.Cmd {
+	p := m.pending
+	if p == nil || p.started {
+		return nil
+	}
+	p.started = true
+	d, gen, latest := m.data, p.gen, m.gen
+	maxR, maxC := 2*(p.h-1), p.w-axisW
+	return func() tea.Msg {
+		time.Sleep(debounce)
+		if latest.Load() != gen {
+			return nil // a newer size has its own command
+		}
+		return GridMsg{data: d, gen: gen, grid: Downsample(d, maxR, maxC)}
 	}
 }
 
-func (m *Model) regrid() {
-	if m.data == nil || m.w <= axisW || m.h < 2 {
-		m.grid = nil
+// ApplyGrid shows a grid that Regrid's command binned, if it is still for the current data and size.
+func (m *Model) ApplyGrid(g GridMsg) {
+	if m.pending == nil || g.gen != m.pending.gen || g.data != m.data {
 		return
 	}
-	m.grid = Downsample(m.data, 2*(m.h-1), m.w-axisW)
+	m.pending = nil
+	m.setGrid(g.grid)
+}
+
+// Rebinning reports whether a background re-bin is pending.
+func (m Model) Rebinning() bool { return m.pending != nil }
+
+// binned is the data binned for the current size (nil without data or room).
+func (m *Model) binned() *Grid {
+	if m.data == nil || m.w <= axisW || m.h < 2 {
+		return nil
+	}
+	return Downsample(m.data, 2*(m.h-1), m.w-axisW)
+}
+
+// setGrid shows g, keeping the cursor's element.
+func (m *Model) setGrid(g *Grid) {
+	r, c, ok := m.Cursor()
+	pinned := m.pin >= 0
+	m.grid = g
+	if g == nil {
+		return
+	}
 	m.cr = min(m.cr, m.grid.CR-1)
 	m.cc = min(m.cc, m.grid.CC-1)
 	// small tensors are magnified by whole factors (at most 4) so they fill the panel
 	m.sx = max(1, min(4, (m.w-axisW)/m.grid.CC))
 	m.sy = max(1, min(4, 2*(m.h-1)/m.grid.CR))
+	if ok {
+		m.MoveToElement(r*m.grid.Cols + c)
+		if !pinned {
+			m.pin = -1
+		}
+	}
 }
 
 // Cursor returns the data row and column of the selected element: the one the cursor was put on (a step
@@ -225,6 +300,10 @@ func (m Model) Update(msg tea.Msg) (Model, tea.Cmd) {
 
 // View draws the ruler, the axis and the map, exactly w×h.
 func (m Model) View() string {
+	if m.pending != nil {
+		p := m.data.Pair
+		return strings.Join(theme.FitLines(m.st.Muted.Render(fmt.Sprintf("re-binning %d×%d…", p.Rows, p.Cols)), m.w, m.h), "\n")
+	}
 	if m.grid == nil {
 		msg := "no data"
 		if m.data != nil {

@@ -127,3 +127,73 @@ func TestHistogram(t *testing.T) {
 		t.Errorf("bucket 5 is 16–31:\n%s", out)
 	}
 }
+
+// bigPair is a rows×cols bf16 pair of ones whose B side is off by 5 ulp at element worst.
+func bigPair(rows, cols, worst int) *state.Pair {
+	n := rows * cols
+	p := &state.Pair{DType: "bf16", Rows: rows, Cols: cols, A: make([]byte, 2*n), B: make([]byte, 2*n)}
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint16(p.A[2*i:], 0x3F80)
+		binary.LittleEndian.PutUint16(p.B[2*i:], 0x3F80)
+	}
+	binary.LittleEndian.PutUint16(p.B[2*worst:], 0x3F85)
+	return p
+}
+
+// A big tensor re-bins in the background on resize: the map says so until the grid comes back, the grid
+// is then binned for the new size, the cursor keeps its element, and a result for a size since replaced is
+// dropped.
+func TestResizeRebinsInBackground(t *testing.T) {
+	const rows, cols = 1024, 1024 // asyncElements
+	worst := 700*cols + 300
+	d, err := Prepare(bigPair(rows, cols, worst))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(theme.Default())
+	m.SetSize(100, 30)
+	m.SetData(d, -1, -1)
+	if r, c, ok := m.Cursor(); !ok || r != 700 || c != 300 {
+		t.Fatalf("cursor on (%d, %d, %v), want the worst element (700, 300)", r, c, ok)
+	}
+	m.MoveToElement(5*cols + 9) // pin the cursor to another element
+	m.SetSize(80, 20)
+	if !m.Rebinning() || !strings.Contains(ansi.Strip(m.View()), "re-binning 1024×1024") {
+		t.Fatalf("a 1M-element tensor should re-bin in the background:\n%s", ansi.Strip(m.View()))
+	}
+	if r, c, ok := m.Cursor(); !ok || r != 5 || c != 9 {
+		t.Errorf("while re-binning the cursor is on (%d, %d, %v), want (5, 9)", r, c, ok)
+	}
+	first := m.Regrid()
+	if first == nil || m.Regrid() != nil {
+		t.Fatal("Regrid: one command per pending size")
+	}
+	m.SetSize(90, 25) // the window moved again before the first result
+	second := m.Regrid()
+	if msg := first(); msg != nil {
+		t.Errorf("a re-bin for a replaced size should give up, got %T", msg)
+	}
+	msg := second()
+	g, ok := msg.(GridMsg)
+	if !ok {
+		t.Fatalf("Regrid's command returned %T", msg)
+	}
+	m.ApplyGrid(g)
+	if m.Rebinning() || m.Grid().CR != 2*(25-1) || m.Grid().CC != 90-axisW {
+		t.Fatalf("grid %d×%d after the re-bin, want %d×%d", m.Grid().CR, m.Grid().CC, 2*(25-1), 90-axisW)
+	}
+	if r, c, ok := m.Cursor(); !ok || r != 5 || c != 9 {
+		t.Errorf("after the re-bin the cursor is on (%d, %d, %v), want (5, 9)", r, c, ok)
+	}
+	if v := ansi.Strip(m.View()); strings.Contains(v, "re-binning") || len(strings.Split(v, "\n")) != 25 {
+		t.Errorf("the map is not back:\n%s", v)
+	}
+	m.ApplyGrid(g) // a second delivery changes nothing
+	// small tensors re-bin at once
+	small, _ := Prepare(pair4x6(nil))
+	m.SetData(small, -1, -1)
+	m.SetSize(60, 12)
+	if m.Rebinning() || m.Regrid() != nil {
+		t.Error("a small tensor should re-bin on the spot")
+	}
+}
