@@ -201,6 +201,27 @@ extern "C" __global__ void __launch_bounds__(128) attention(float* out, const fl
 #define ATT_TPW 4
 #define ATT_KB 64
 
+// pv_run: keys 0..n-1 of the block for tasks 0..NT-1, all of which take every one of them: l ⊕= e_j and
+// acc = fma(e_j, v_j, acc), keys in ascending order.
+template <int NT, int DL>
+__device__ __forceinline__ void pv_run(float (&l)[ATT_TPW], float (&acc)[ATT_TPW][DL], const float* ew,
+                                       const float* Vs, int hd, bool exact, int lane, int n) {
+#pragma unroll 2
+    for (int jj = 0; jj < n; jj++) {
+        float vv[DL];
+        const float* vr = Vs + jj * hd;
+#pragma unroll
+        for (int d = 0; d < DL; d++) vv[d] = exact || lane + 32 * d < hd ? vr[lane + 32 * d] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < NT; u++) {
+            const float e = ew[u * ATT_KB + jj];
+            l[u] = __fadd_rn(l[u], e);
+#pragma unroll
+            for (int d = 0; d < DL; d++) acc[u][d] = __fmaf_rn(e, vv[d], acc[u][d]);
+        }
+    }
+}
+
 template <bool FAST, int DL>
 __device__ __forceinline__ void attention_blk_body(float* out, const float* __restrict__ q,
                                                    const float* __restrict__ k, const float* __restrict__ v,
@@ -356,20 +377,36 @@ __device__ __forceinline__ void attention_blk_body(float* out, const float* __re
             m[u] = mn;
         }
         __syncwarp();
-        // l and the output chains, keys in ascending order; each V value read once for all the tasks
+        // l and the output chains, keys in ascending order; each V value read once for all the tasks. When
+        // every task of the warp takes all nmax keys (all but the diagonal blocks of a prefill), a loop
+        // without per-task checks does the same operations in the same order.
+        bool same = true;
+#pragma unroll
+        for (int u = 0; u < ATT_TPW; u++) same = same && (u >= nt || nu[u] == nmax);
+        const bool exact = hd == 32 * DL;
+        if (same && nt == 4) {
+            pv_run<4, DL>(l, acc, ew, Vs, hd, exact, lane, nmax);
+        } else if (same && nt == 3) {
+            pv_run<3, DL>(l, acc, ew, Vs, hd, exact, lane, nmax);
+        } else if (same && nt == 2) {
+            pv_run<2, DL>(l, acc, ew, Vs, hd, exact, lane, nmax);
+        } else if (same && nt == 1) {
+            pv_run<1, DL>(l, acc, ew, Vs, hd, exact, lane, nmax);
+        } else {
 #pragma unroll 2
-        for (int jj = 0; jj < nmax; jj++) {
-            float vv[DL];
-            const float* vr = Vs + jj * hd;
+            for (int jj = 0; jj < nmax; jj++) {
+                float vv[DL];
+                const float* vr = Vs + jj * hd;
 #pragma unroll
-            for (int d = 0; d < DL; d++) vv[d] = lane + 32 * d < hd ? vr[lane + 32 * d] : 0.0f;
+                for (int d = 0; d < DL; d++) vv[d] = exact || lane + 32 * d < hd ? vr[lane + 32 * d] : 0.0f;
 #pragma unroll
-            for (int u = 0; u < ATT_TPW; u++) {
-                if (jj >= nu[u]) continue;  // warp-uniform
-                const float e = ew[u * ATT_KB + jj];
-                l[u] = __fadd_rn(l[u], e);
+                for (int u = 0; u < ATT_TPW; u++) {
+                    if (jj >= nu[u]) continue;  // warp-uniform
+                    const float e = ew[u * ATT_KB + jj];
+                    l[u] = __fadd_rn(l[u], e);
 #pragma unroll
-                for (int d = 0; d < DL; d++) acc[u][d] = __fmaf_rn(e, vv[d], acc[u][d]);
+                    for (int d = 0; d < DL; d++) acc[u][d] = __fmaf_rn(e, vv[d], acc[u][d]);
+                }
             }
         }
         __syncwarp();

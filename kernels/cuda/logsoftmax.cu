@@ -79,6 +79,15 @@ extern "C" __global__ void __launch_bounds__(256) ls_sum(float* S, const float* 
     }
 }
 
+// warp_max: every lane gets the warp's max of mx (NaNs excluded) and the OR of the NaN flags.
+__device__ __forceinline__ void warp_max(float& mx, int& nan) {
+    for (int d = 16; d > 0; d >>= 1) {
+        const float o = __shfl_xor_sync(0xffffffffu, mx, d);
+        if (o > mx) mx = o;
+        nan |= __shfl_xor_sync(0xffffffffu, nan, d);
+    }
+}
+
 // ls_max_part: the max of a row, spread over many blocks: block (b, t) takes columns [b·LSC, (b+1)·LSC) of row
 // t and writes its max (canonical NaN if any NaN) to pm[t·nb + b]; ls_max_fin combines a row's nb partials.
 #define LSC 4096
@@ -96,11 +105,7 @@ extern "C" __global__ void __launch_bounds__(256) ls_max_part(float* pm, const f
         if (v != v) nan = 1;
         else if (v > mx) mx = v;
     }
-    for (int d = 16; d > 0; d >>= 1) {
-        const float o = __shfl_xor_sync(0xffffffffu, mx, d);
-        if (o > mx) mx = o;
-        nan |= __shfl_xor_sync(0xffffffffu, nan, d);
-    }
+    warp_max(mx, nan);
     if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = mx, sn[threadIdx.x >> 5] = nan;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -123,11 +128,7 @@ extern "C" __global__ void ls_max_fin(float* m, const float* __restrict__ pm, in
         if (v != v) nan = 1;
         else if (v > mx) mx = v;
     }
-    for (int d = 16; d > 0; d >>= 1) {
-        const float o = __shfl_xor_sync(0xffffffffu, mx, d);
-        if (o > mx) mx = o;
-        nan |= __shfl_xor_sync(0xffffffffu, nan, d);
-    }
+    warp_max(mx, nan);
     if (lane == 0) {
         float r = nan ? __uint_as_float(BT_CANONICAL_NAN) : mx;
         if (zero_fix && r == 0.0f) r = 0.0f;  // +0
