@@ -201,11 +201,12 @@ extern "C" __global__ void __launch_bounds__(128) attention(float* out, const fl
 #define ATT_TPW 4
 #define ATT_KB 64
 
-// pv_run: keys 0..n-1 of the block for tasks 0..NT-1, all of which take every one of them: l ⊕= e_j and
-// acc = fma(e_j, v_j, acc), keys in ascending order.
-template <int NT, int DL>
-__device__ __forceinline__ void pv_run(float (&l)[ATT_TPW], float (&acc)[ATT_TPW][DL], const float* ew,
-                                       const float* Vs, int hd, bool exact, int lane, int n) {
+// pv_run: keys 0..n-1 of the block for tasks 0..NT-1: l ⊕= e_j and acc = fma(e_j, v_j, acc), keys in ascending
+// order, each V value read once for all the tasks. CHECK: task u takes only its first nu[u] keys (else every
+// task takes all n, and the loop has no per-task test).
+template <int NT, int DL, bool CHECK>
+__device__ __forceinline__ void pv_run(float (&l)[ATT_TPW], float (&acc)[ATT_TPW][DL], const int (&nu)[ATT_TPW],
+                                       const float* ew, const float* Vs, int hd, bool exact, int lane, int n) {
 #pragma unroll 2
     for (int jj = 0; jj < n; jj++) {
         float vv[DL];
@@ -214,6 +215,7 @@ __device__ __forceinline__ void pv_run(float (&l)[ATT_TPW], float (&acc)[ATT_TPW
         for (int d = 0; d < DL; d++) vv[d] = exact || lane + 32 * d < hd ? vr[lane + 32 * d] : 0.0f;
 #pragma unroll
         for (int u = 0; u < NT; u++) {
+            if (CHECK && jj >= nu[u]) continue;  // warp-uniform
             const float e = ew[u * ATT_KB + jj];
             l[u] = __fadd_rn(l[u], e);
 #pragma unroll
@@ -385,29 +387,15 @@ __device__ __forceinline__ void attention_blk_body(float* out, const float* __re
         for (int u = 0; u < ATT_TPW; u++) same = same && (u >= nt || nu[u] == nmax);
         const bool exact = hd == 32 * DL;
         if (same && nt == 4) {
-            pv_run<4, DL>(l, acc, ew, Vs, hd, exact, lane, nmax);
+            pv_run<4, DL, false>(l, acc, nu, ew, Vs, hd, exact, lane, nmax);
         } else if (same && nt == 3) {
-            pv_run<3, DL>(l, acc, ew, Vs, hd, exact, lane, nmax);
+            pv_run<3, DL, false>(l, acc, nu, ew, Vs, hd, exact, lane, nmax);
         } else if (same && nt == 2) {
-            pv_run<2, DL>(l, acc, ew, Vs, hd, exact, lane, nmax);
+            pv_run<2, DL, false>(l, acc, nu, ew, Vs, hd, exact, lane, nmax);
         } else if (same && nt == 1) {
-            pv_run<1, DL>(l, acc, ew, Vs, hd, exact, lane, nmax);
+            pv_run<1, DL, false>(l, acc, nu, ew, Vs, hd, exact, lane, nmax);
         } else {
-#pragma unroll 2
-            for (int jj = 0; jj < nmax; jj++) {
-                float vv[DL];
-                const float* vr = Vs + jj * hd;
-#pragma unroll
-                for (int d = 0; d < DL; d++) vv[d] = exact || lane + 32 * d < hd ? vr[lane + 32 * d] : 0.0f;
-#pragma unroll
-                for (int u = 0; u < ATT_TPW; u++) {
-                    if (jj >= nu[u]) continue;  // warp-uniform
-                    const float e = ew[u * ATT_KB + jj];
-                    l[u] = __fadd_rn(l[u], e);
-#pragma unroll
-                    for (int d = 0; d < DL; d++) acc[u][d] = __fmaf_rn(e, vv[d], acc[u][d]);
-                }
-            }
+            pv_run<ATT_TPW, DL, true>(l, acc, nu, ew, Vs, hd, exact, lane, nmax);
         }
         __syncwarp();
     }
