@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"bitalign/cuda"
 	"bitalign/kernels"
@@ -54,35 +55,16 @@ type dev struct {
 	ptrs []cuda.Ptr
 }
 
-func (d *dev) f32(t testing.TB, host []float32) cuda.Ptr {
-	t.Helper()
-	p, err := d.g.d.Alloc(int64(max(len(host), 1)) * 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.ptrs = append(d.ptrs, p)
-	if err := cuda.UploadTo(d.g.d, p, host); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+func (d *dev) f32(t testing.TB, host []float32) cuda.Ptr { return upload(t, d, host) }
+func (d *dev) i32(t testing.TB, host []int32) cuda.Ptr   { return upload(t, d, host) }
+func (d *dev) i64(t testing.TB, host []int64) cuda.Ptr   { return upload(t, d, host) }
 
-func (d *dev) i32(t testing.TB, host []int32) cuda.Ptr {
+// upload copies host into a new device buffer that d frees (at least one element, so empty inputs still get a
+// valid pointer).
+func upload[T cuda.Scalar](t testing.TB, d *dev, host []T) cuda.Ptr {
 	t.Helper()
-	p, err := d.g.d.Alloc(int64(max(len(host), 1)) * 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.ptrs = append(d.ptrs, p)
-	if err := cuda.UploadTo(d.g.d, p, host); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func (d *dev) i64(t testing.TB, host []int64) cuda.Ptr {
-	t.Helper()
-	p, err := d.g.d.Alloc(int64(max(len(host), 1)) * 8)
+	var zero T
+	p, err := d.g.d.Alloc(int64(max(len(host), 1)) * int64(unsafe.Sizeof(zero)))
 	if err != nil {
 		t.Fatal(err)
 	}
