@@ -438,8 +438,9 @@ func (m *Model) tensorView(l screenLayout) string {
 		left := l.right.h - sumH
 		if rs != nil && left >= 4 {
 			sides := [2]string{m.rep.A.Side, m.rep.B.Side}
-			rh := min(replay.Height(m.st, *rs, sides, l.right.w-2)+2, left)
-			col = append(col, m.st.Panel("replay", replay.View(m.st, *rs, sides, l.right.w-2, rh-2), l.right.w, rh, false))
+			integer := oplist.Integer(o.DType)
+			rh := min(replay.Height(m.st, *rs, sides, integer, l.right.w-2)+2, left)
+			col = append(col, m.st.Panel("replay", replay.View(m.st, *rs, sides, integer, l.right.w-2, rh-2), l.right.w, rh, false))
 			left -= rh
 		}
 		if left >= 3 {

@@ -366,13 +366,11 @@ func Values(n int64) string {
 }
 
 // Differ says how many integer values differ: "1 value differs", "3 values differ".
-func Differ(n int64) string { return Values(n) + " " + differ(n) }
-
-func differ(n int64) string {
+func Differ(n int64) string {
 	if n == 1 {
-		return "differs"
+		return Values(n) + " differs"
 	}
-	return "differ"
+	return Values(n) + " differ"
 }
 
 // Describe is one line about o for the status line: its execution index and name, its status and, when it
@@ -385,7 +383,7 @@ func Describe(o *state.OpStat) string {
 	s += " · " + o.Status.String()
 	if o.Mismatched > 0 {
 		if Integer(o.DType) {
-			s += fmt.Sprintf(" · %d of %d values (%s) %s", o.Mismatched, o.Elements, fmtPct(o.MismatchFrac()), differ(o.Mismatched))
+			s += fmt.Sprintf(" · %d of %d values differ (%s)", o.Mismatched, o.Elements, fmtPct(o.MismatchFrac()))
 		} else {
 			s += fmt.Sprintf(" · %s differ · max %s", fmtPct(o.MismatchFrac()), FormatULP(o.MaxULP))
 		}

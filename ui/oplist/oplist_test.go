@@ -120,7 +120,7 @@ func TestIntegerOpsCountValues(t *testing.T) {
 	if !strings.HasSuffix(floatRow, "3 ulp") {
 		t.Errorf("a float op shows its max ULP: %q", floatRow)
 	}
-	if d := Describe(&o[4]); d != "#4 layers.1.mlp.down_proj · divergent · 3 of 100 values (3.00%) differ" {
+	if d := Describe(&o[4]); d != "#4 layers.1.mlp.down_proj · divergent · 3 of 100 values differ (3.00%)" {
 		t.Errorf("Describe(integer op) = %q", d)
 	}
 	if d := Describe(&o[3]); d != "#3 layers.1.attn.q_proj · divergent · 30.00% differ · max 3 ulp" {
