@@ -387,6 +387,7 @@ func (m *Model) tensorView(l screenLayout) string {
 		return m.st.Muted.Render("no op selected")
 	}
 	k := m.curKey()
+	integer := oplist.Integer(o.DType) // tokens, ids: values that differ, never ULPs
 	seqPos := ""
 	for i, s := range o.Seqs {
 		if s == m.seq {
@@ -404,7 +405,7 @@ func (m *Model) tensorView(l screenLayout) string {
 	title := m.st.Faint.Render(fmt.Sprintf(" #%d ", o.Index)) + m.st.Title.Render(o.Op) +
 		m.st.Muted.Render(fmt.Sprintf(" · %s · step %d · seq %d%s · ", o.Role, k.Step, k.Seq, seqPos)) + stStyle.Render(o.Status.String())
 	if o.Status == state.Divergent {
-		if oplist.Integer(o.DType) {
+		if integer {
 			title += stStyle.Render(fmt.Sprintf(" %.2f%% · %s", 100*o.MismatchFrac(), oplist.Differ(o.Mismatched)))
 		} else {
 			title += stStyle.Render(fmt.Sprintf(" %.2f%% · max %s", 100*o.MismatchFrac(), oplist.FormatULP(o.MaxULP)))
@@ -438,14 +439,12 @@ func (m *Model) tensorView(l screenLayout) string {
 		left := l.right.h - sumH
 		if rs != nil && left >= 4 {
 			sides := [2]string{m.rep.A.Side, m.rep.B.Side}
-			integer := oplist.Integer(o.DType)
 			rh := min(replay.Height(m.st, *rs, sides, integer, l.right.w-2)+2, left)
 			col = append(col, m.st.Panel("replay", replay.View(m.st, *rs, sides, integer, l.right.w-2, rh-2), l.right.w, rh, false))
 			left -= rh
 		}
 		if left >= 3 {
-			hist, integer := o.Hist, oplist.Integer(o.DType)
-			label := histLabel(integer, "op")
+			hist, label := o.Hist, histLabel(integer, "op")
 			if m.data != nil {
 				hist, label = m.data.Hist, histLabel(integer, "slice")
 			}

@@ -254,3 +254,13 @@ func TestResizeRebinsInBackground(t *testing.T) {
 		t.Error("a small tensor should re-bin on the spot")
 	}
 }
+
+func TestBucketLabels(t *testing.T) {
+	// two bounds of a bucket never read the same
+	for b, want := range map[int]string{0: "equal", 1: "1", 2: "2–3", 10: "512–1023", 11: "1024–2047", 14: "8192–15k",
+		15: "16k–31k", 21: "1024k–2047k", 22: "2048k–4095k", 24: "8192k–15M", 40: "512G–1023G", 64: "8192P–15E"} {
+		if got := bucketLabel(b); got != want {
+			t.Errorf("bucketLabel(%d) = %q, want %q", b, got, want)
+		}
+	}
+}

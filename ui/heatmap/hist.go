@@ -19,18 +19,18 @@ func bucketLabel(b int) string {
 	return fmt.Sprintf("%s–%s", short(lo), short(2*lo-1))
 }
 
-// short writes a bucket bound in at most 5 cells: 512, 1023, 2k, 1023k, 16M, 8E.
+// short writes a bucket bound in at most 5 cells, in the largest unit (k, M, G, T, P, E: each 1024 of the one
+// before) that keeps 4 digits: 1023, 2047, 8191, 15k, 1023k, 2047k, 15M, 8192P.
 func short(u uint64) string {
-	if u < 1<<10 {
+	unit := -1
+	for u >= 10000 {
+		u >>= 10
+		unit++
+	}
+	if unit < 0 {
 		return fmt.Sprint(u)
 	}
-	units := "kMGTPE"
-	for i := range len(units) {
-		if v := u >> (10 * (i + 1)); v < 1<<10 || i == len(units)-1 {
-			return fmt.Sprintf("%d%c", v, units[i])
-		}
-	}
-	return "" // unreachable: the loop returns at its last unit
+	return fmt.Sprintf("%d%c", u, "kMGTPE"[unit])
 }
 
 // pctW is the width of a percentage as the histogram writes it: "100.0%".
