@@ -74,17 +74,15 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 	case keys.Replay:
 		return m.startReplay()
 	case keys.Focus, keys.Open:
-		if m.screen == tensorScreen {
-			if a == keys.Focus {
-				return m.setScreen(overviewScreen)
-			}
-			return nil
-		}
-		if m.list.Selected() < 0 { // the filter hides every op: nothing to open
+		switch {
+		case m.screen == overviewScreen && m.list.Selected() < 0: // the filter hides every op: nothing to open
 			m.setStatus(statusInfo, fmt.Sprintf("no op matches %q: esc clears the filter", m.list.Filter()))
-			return nil
+		case a == keys.Focus:
+			return m.setScreen(1 - m.screen)
+		case m.screen == overviewScreen:
+			return m.setScreen(tensorScreen)
 		}
-		return m.setScreen(tensorScreen)
+		return nil
 	case keys.Back:
 		switch {
 		case m.screen == tensorScreen:
