@@ -8,6 +8,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"bitalign/ui/keys"
+	"bitalign/ui/oplist"
 	"bitalign/ui/state"
 )
 
@@ -72,10 +73,13 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 		return m.input.Focus()
 	case keys.Replay:
 		return m.startReplay()
-	case keys.Focus:
-		return m.setScreen(1 - m.screen)
-	case keys.Open:
-		if m.screen == overviewScreen {
+	case keys.Focus, keys.Open:
+		switch {
+		case m.screen == overviewScreen && m.list.Selected() < 0: // the filter hides every op: nothing to open
+			m.setStatus(statusInfo, fmt.Sprintf("no op matches %q: esc clears the filter", m.list.Filter()))
+		case a == keys.Focus:
+			return m.setScreen(1 - m.screen)
+		case m.screen == overviewScreen:
 			return m.setScreen(tensorScreen)
 		}
 		return nil
@@ -155,11 +159,12 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 	return m.syncSelection()
 }
 
-// syncSelection follows the list's cursor.
+// syncSelection follows the list's cursor, and the status line with it.
 func (m *Model) syncSelection() tea.Cmd {
 	if i := m.list.Selected(); i >= 0 && i != m.sel {
 		m.sel = i
 		m.seq = seqOf(&m.rep.Ops[i], m.seq)
+		m.setStatus(statusInfo, oplist.Describe(&m.rep.Ops[i]))
 	}
 	return nil
 }
@@ -185,7 +190,7 @@ func (m *Model) jump(i int, keepToken bool) tea.Cmd {
 	}
 	m.sel = i
 	o := &m.rep.Ops[i]
-	m.setStatus(statusInfo, fmt.Sprintf("%s · %s", o.Op, o.Status))
+	m.setStatus(statusInfo, oplist.Describe(o))
 	m.data = nil
 	return m.ensurePair()
 }

@@ -110,8 +110,8 @@ func (m *Model) View() tea.View {
 
 // Render is the screen's content, exactly w×h cells.
 func (m *Model) Render() string {
-	if m.w < 20 || m.h < 5 {
-		return strings.Join(theme.FitLines(fmt.Sprintf("bitalign needs at least %d×%d (this is %d×%d)", MinWidth, MinHeight, m.w, m.h), m.w, m.h), "\n")
+	if m.w < MinWidth || m.h < MinHeight {
+		return m.tooSmall()
 	}
 	l := m.layout()
 	var body string
@@ -136,6 +136,26 @@ func (m *Model) Render() string {
 	}
 	lines = append(lines, m.statusView(), theme.Fit(" "+help.Short(m.st, ctx, m.w-1), m.w))
 	return strings.Join(lines, "\n")
+}
+
+// tooSmall is the whole screen when the terminal is smaller than the layout needs: what it needs and has,
+// wrapped to the width and centred, instead of a garbled layout.
+func (m *Model) tooSmall() string {
+	msg := fmt.Sprintf("terminal too small: need at least %d×%d, have %d×%d", MinWidth, MinHeight, m.w, m.h)
+	lines := strings.Split(wrapText(msg, m.w), "\n")
+	lines = append(lines, "enlarge it, or q quits")
+	var out []string
+	for range max((m.h-len(lines))/2, 0) {
+		out = append(out, "")
+	}
+	for i, l := range lines {
+		style := m.st.Warn
+		if i == len(lines)-1 {
+			style = m.st.Muted
+		}
+		out = append(out, strings.Repeat(" ", max((m.w-theme.Width(l))/2, 0))+style.Render(l))
+	}
+	return strings.Join(theme.FitLines(strings.Join(out, "\n"), m.w, m.h), "\n")
 }
 
 func (m *Model) headerView() string {
@@ -283,8 +303,9 @@ func (m *Model) detailPanel(r rect) string {
 		return m.st.Panel("op", "", r.w, r.h, false)
 	}
 	sum := m.summary(o, nil)
-	hist := heatmap.Histogram(m.st, o.Hist, r.w-2, max(r.h-2-len(sum)-2, 0))
-	body := strings.Join(sum, "\n") + "\n\n" + m.st.Muted.Render("ULP histogram (all slices)") + "\n" + hist
+	integer := oplist.Integer(o.DType)
+	hist := heatmap.Histogram(m.st, o.Hist, integer, r.w-2, max(r.h-2-len(sum)-2, 0))
+	body := strings.Join(sum, "\n") + "\n\n" + m.st.Muted.Render(histLabel(integer, "all slices")) + "\n" + hist
 	return m.st.Panel(o.Op, body, r.w, r.h, false)
 }
 
@@ -304,16 +325,27 @@ func (m *Model) summary(o *state.OpStat, d *heatmap.Data) []string {
 		kv("status", o.Status.String()),
 		kv("elements", fmt.Sprintf("%d in %d slice%s", o.Elements, len(o.Seqs), plural(len(o.Seqs)))),
 	}
+	integer := oplist.Integer(o.DType)
 	if o.Status == state.Divergent || o.Mismatched > 0 {
 		at := ""
 		if o.MaxAt != nil {
-			at = fmt.Sprintf(" @ seq %d pos %d f %d", o.MaxAt.Seq, o.MaxAt.Pos, o.MaxAt.Feature)
+			at = fmt.Sprintf("seq %d pos %d f %d", o.MaxAt.Seq, o.MaxAt.Pos, o.MaxAt.Feature)
 		}
-		lines = append(lines,
-			kv("differ", fmt.Sprintf("%d (%.2f%%)", o.Mismatched, 100*o.MismatchFrac())),
-			kv("max ULP", oplist.FormatULP(o.MaxULP)+at),
-			kv("max abs", fmt.Sprintf("%.3g · mean %.3g", o.MaxAbs, o.MeanAbs)),
-			kv("max rel", fmt.Sprintf("%.3g", o.MaxRel)))
+		if integer { // tokens and ids differ or not: counted, never measured
+			lines = append(lines, kv("differ", fmt.Sprintf("%d of %d values (%.2f%%)", o.Mismatched, o.Elements, 100*o.MismatchFrac())))
+			if at != "" {
+				lines = append(lines, kv("e.g. at", at))
+			}
+		} else {
+			if at != "" {
+				at = " @ " + at
+			}
+			lines = append(lines,
+				kv("differ", fmt.Sprintf("%d (%.2f%%)", o.Mismatched, 100*o.MismatchFrac())),
+				kv("max ULP", oplist.FormatULP(o.MaxULP)+at),
+				kv("max abs", fmt.Sprintf("%.3g · mean %.3g", o.MaxAbs, o.MeanAbs)),
+				kv("max rel", fmt.Sprintf("%.3g", o.MaxRel)))
+		}
 		if o.Cause != "" {
 			cs := m.st.Warn
 			if o.Cause == "local" {
@@ -325,10 +357,21 @@ func (m *Model) summary(o *state.OpStat, d *heatmap.Data) []string {
 	if o.NaNA+o.NaNB+o.InfA+o.InfB > 0 {
 		lines = append(lines, kv("NaN/Inf", fmt.Sprintf("A %d/%d · B %d/%d", o.NaNA, o.InfA, o.NaNB, o.InfB)))
 	}
-	if d != nil {
+	switch {
+	case d != nil && integer:
+		lines = append(lines, kv("slice", fmt.Sprintf("%d of %d values differ", d.Diff, d.Pair.Rows*d.Pair.Cols)))
+	case d != nil:
 		lines = append(lines, kv("slice", fmt.Sprintf("%d differ · max %s", d.Diff, oplist.FormatULP(d.MaxULP))))
 	}
 	return lines
+}
+
+// histLabel titles a difference histogram of what ("slice", "all slices").
+func histLabel(integer bool, what string) string {
+	if integer {
+		return "values (" + what + ")"
+	}
+	return "ULP histogram (" + what + ")"
 }
 
 func plural(n int) string {
@@ -344,6 +387,7 @@ func (m *Model) tensorView(l screenLayout) string {
 		return m.st.Muted.Render("no op selected")
 	}
 	k := m.curKey()
+	integer := oplist.Integer(o.DType) // tokens, ids: values that differ, never ULPs
 	seqPos := ""
 	for i, s := range o.Seqs {
 		if s == m.seq {
@@ -357,10 +401,15 @@ func (m *Model) tensorView(l screenLayout) string {
 	case o.Status != state.Identical:
 		stStyle = m.st.Warn
 	}
-	title := m.st.Faint.Render(fmt.Sprintf(" %d/%d ", m.sel+1, len(m.rep.Ops))) + m.st.Title.Render(o.Op) +
+	// the op's number is its execution index in the capture, as in the op list's # column
+	title := m.st.Faint.Render(fmt.Sprintf(" #%d ", o.Index)) + m.st.Title.Render(o.Op) +
 		m.st.Muted.Render(fmt.Sprintf(" · %s · step %d · seq %d%s · ", o.Role, k.Step, k.Seq, seqPos)) + stStyle.Render(o.Status.String())
 	if o.Status == state.Divergent {
-		title += stStyle.Render(fmt.Sprintf(" %.2f%% · max %s", 100*o.MismatchFrac(), oplist.FormatULP(o.MaxULP)))
+		if integer {
+			title += stStyle.Render(fmt.Sprintf(" %.2f%% · %s", 100*o.MismatchFrac(), oplist.Differ(o.Mismatched)))
+		} else {
+			title += stStyle.Render(fmt.Sprintf(" %.2f%% · max %s", 100*o.MismatchFrac(), oplist.FormatULP(o.MaxULP)))
+		}
 	}
 
 	// heatmap panel
@@ -371,7 +420,7 @@ func (m *Model) tensorView(l screenLayout) string {
 	case m.data == nil:
 		heatBody = m.st.Muted.Render("loading " + k.Op + "…")
 	default:
-		heatBody = m.heat.View() + "\n" + heatmap.Legend(m.st)
+		heatBody = m.heat.View() + "\n" + heatmap.Legend(m.st, m.data.Format.Int)
 	}
 	heatTitle := "mismatch map · tokens × features"
 	if g := m.heat.Grid(); g != nil && m.data != nil {
@@ -390,17 +439,16 @@ func (m *Model) tensorView(l screenLayout) string {
 		left := l.right.h - sumH
 		if rs != nil && left >= 4 {
 			sides := [2]string{m.rep.A.Side, m.rep.B.Side}
-			rh := min(replay.Height(m.st, *rs, sides, l.right.w-2)+2, left)
-			col = append(col, m.st.Panel("replay", replay.View(m.st, *rs, sides, l.right.w-2, rh-2), l.right.w, rh, false))
+			rh := min(replay.Height(m.st, *rs, sides, integer, l.right.w-2)+2, left)
+			col = append(col, m.st.Panel("replay", replay.View(m.st, *rs, sides, integer, l.right.w-2, rh-2), l.right.w, rh, false))
 			left -= rh
 		}
 		if left >= 3 {
-			hist := o.Hist
-			label := "ULP histogram (op)"
+			hist, label := o.Hist, histLabel(integer, "op")
 			if m.data != nil {
-				hist, label = m.data.Hist, "ULP histogram (slice)"
+				hist, label = m.data.Hist, histLabel(integer, "slice")
 			}
-			col = append(col, m.st.Panel(label, heatmap.Histogram(m.st, hist, l.right.w-2, left-2), l.right.w, left, false))
+			col = append(col, m.st.Panel(label, heatmap.Histogram(m.st, hist, integer, l.right.w-2, left-2), l.right.w, left, false))
 		} else if left > 0 {
 			col = append(col, strings.Join(theme.FitLines("", l.right.w, left), "\n"))
 		}

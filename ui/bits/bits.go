@@ -1,6 +1,7 @@
 // Package bits draws one element of a tensor pair bit by bit: each side's value in decimal and hex, its sign,
 // exponent and mantissa fields with the bits that differ from the reference highlighted (and marked with ^ on
-// the line below, which survives on terminals without colour), the ULP distance and the relative error.
+// the line below, which survives on terminals without colour), the ULP distance and the relative error (for an
+// integer: the two values and whether they differ).
 package bits
 
 import (
@@ -101,7 +102,8 @@ func carets(bits, ref string) string {
 	return b.String()
 }
 
-// summary compares the first two rows: ULP distance, absolute and relative error, and differing bits.
+// summary compares the first two rows: ULP distance, absolute and relative error, and differing bits; for
+// integers (tokens, ids), whether the two values differ and what they are: their distance means nothing.
 func summary(st theme.Styles, e Element) string {
 	where := st.Muted.Render(e.Where)
 	if len(e.Rows) < 2 {
@@ -110,8 +112,14 @@ func summary(st theme.Styles, e Element) string {
 	f := e.Format
 	a, b := e.Rows[0].Bits, e.Rows[1].Bits
 	u := f.ULP(a, b)
-	if u == 0 {
+	switch {
+	case u == 0 && f.Int:
+		return st.Good.Render("equal values") + st.Text.Render(fmt.Sprintf("  %s", f.Decimal(a))) + st.Muted.Render("  ·  ") + where
+	case u == 0:
 		return st.Good.Render("bitwise equal") + st.Muted.Render("  ·  ") + where
+	case f.Int:
+		return st.Bad.Bold(true).Render("values differ") + st.Text.Render(fmt.Sprintf("  %s ≠ %s", f.Decimal(a), f.Decimal(b))) +
+			st.Muted.Render("  ·  ") + where
 	}
 	abs := math.Abs(f.Float(a) - f.Float(b))
 	diff := 0

@@ -22,7 +22,10 @@ func TestCaretsMarkDifferingBits(t *testing.T) {
 		{"f16", 0x3C00, 0x3C03, 2, "3 ULP"},
 		{"f8e4m3", 0x38, 0x40, 4, "8 ULP"},
 		{"f8e5m2", 0x3C, 0x3C, 0, "bitwise equal"},
-		{"i32", 5, 7, 1, "2 ULP"},
+		{"i32", 5, 7, 1, "values differ  5 ≠ 7"},
+		{"i64", 0xFFFFFFFFFFFFFFFF, 3, 62, "values differ  -1 ≠ 3"},
+		{"u8", 200, 200, 0, "equal values  200"},
+		{"bool", 0, 1, 1, "values differ  0 ≠ 1"},
 	}
 	for _, tt := range tests {
 		f, _ := fp.Parse(tt.dtype)
@@ -33,6 +36,9 @@ func TestCaretsMarkDifferingBits(t *testing.T) {
 		}
 		if !strings.Contains(out, tt.summary) || !strings.Contains(out, tt.dtype) {
 			t.Errorf("%s: want %q in\n%s", tt.dtype, tt.summary, out)
+		}
+		if f.Int && strings.Contains(strings.ToLower(out), "ulp") {
+			t.Errorf("%s: an integer element has no ULPs:\n%s", tt.dtype, out)
 		}
 	}
 }

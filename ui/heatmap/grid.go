@@ -1,6 +1,6 @@
-// Package heatmap draws a tensor pair's mismatch map over tokens × features: cells coloured by log2 ULP,
-// two cells per character (half blocks), downsampled to the panel by taking each block's worst element, with a
-// cursor, axis rulers, a legend and the slice's ULP histogram.
+// Package heatmap draws a tensor pair's mismatch map over tokens × features: cells coloured by log2 ULP (an
+// integer tensor's by equal or differ), two cells per character (half blocks), downsampled to the panel by
+// taking each block's worst element, with a cursor, axis rulers, a legend and the slice's difference histogram.
 package heatmap
 
 import (

@@ -359,11 +359,12 @@ func (m Model) View() string {
 			b.WriteString(suf)
 			runLen = 0
 		}
+		integer := m.data.Format.Int
 		for x := 0; x < g.CC*sx; x++ {
 			c := x / sx
-			lt, lb := theme.Level(top[c]), 0
+			lt, lb := theme.ValueLevel(top[c], integer), 0
 			if bot != nil {
-				lb = theme.Level(bot[c])
+				lb = theme.ValueLevel(bot[c], integer)
 			}
 			var cell string
 			switch {
@@ -410,16 +411,22 @@ func (m Model) ruler() string {
 	return head + m.st.Faint.Render(string(line))
 }
 
-// Legend is a one-line key to the heat colours.
-func Legend(st theme.Styles) string {
+// Legend is a one-line key to the heat colours: ULP levels, or for an integer tensor (integer) equal and
+// differ (theme.ValueLevel).
+func Legend(st theme.Styles, integer bool) string {
+	swatch := func(l int) string {
+		if !st.Color {
+			return theme.Shade(l)
+		}
+		return st.Heat[l].Render("■")
+	}
+	if integer {
+		return st.Muted.Render("values ") + swatch(0) + st.Faint.Render("equal ") + swatch(theme.IntLevel) + st.Faint.Render("differ")
+	}
 	var b strings.Builder
 	b.WriteString(st.Muted.Render("ULP "))
 	for l := 0; l <= theme.Levels; l++ {
-		sw := "■"
-		if !st.Color {
-			sw = theme.Shade(l)
-		}
-		b.WriteString(st.Heat[l].Render(sw) + st.Faint.Render(theme.LevelLabel(l)) + " ")
+		b.WriteString(swatch(l) + st.Faint.Render(theme.LevelLabel(l)) + " ")
 	}
 	return strings.TrimRight(b.String(), " ")
 }

@@ -2,6 +2,7 @@ package heatmap
 
 import (
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -115,16 +116,72 @@ func TestCursorAndView(t *testing.T) {
 func TestHistogram(t *testing.T) {
 	var h [65]uint64
 	h[0], h[1], h[5], h[9], h[12], h[20] = 100, 10, 5, 3, 2, 1
-	out := ansi.Strip(Histogram(theme.Default(), h, 50, 4))
+	out := ansi.Strip(Histogram(theme.Default(), h, false, 50, 4))
 	lines := strings.Split(out, "\n")
 	if len(lines) != 4 || !strings.Contains(lines[0], "equal") || !strings.Contains(lines[3], "≥") {
 		t.Errorf("histogram with more buckets than rows merges the tail:\n%s", out)
 	}
-	if one := ansi.Strip(Histogram(theme.Default(), h, 50, 1)); !strings.Contains(one, "differ") || !strings.Contains(one, " 21 ") {
+	if one := ansi.Strip(Histogram(theme.Default(), h, false, 50, 1)); !strings.Contains(one, "differ") || !strings.Contains(one, " 21 ") {
 		t.Errorf("a one-row histogram counts the 21 differing elements: %q", one)
 	}
 	if !strings.Contains(lines[2], "16–31") {
 		t.Errorf("bucket 5 is 16–31:\n%s", out)
+	}
+}
+
+// TestHistogramNeverCutsPercentages: at every width from 6 cells on, each row ends in its whole percentage
+// (and its whole count, from the width that holds one); the bar and then the labels give way first.
+func TestHistogramNeverCutsPercentages(t *testing.T) {
+	var h [65]uint64
+	h[0], h[1], h[5], h[40] = 4, 1_234_567, 12, 3 // 100.0%-wide percentages need 6 cells, the count 7
+	var all [65]uint64
+	all[0] = 4 // every element equal: "100.0%"
+	for _, hist := range [][65]uint64{h, all} {
+		total := uint64(0)
+		for _, n := range hist {
+			total += n
+		}
+		for w := 6; w <= 60; w++ {
+			out := ansi.Strip(Histogram(theme.Default(), hist, false, w, 5))
+			lines := strings.Split(out, "\n")
+			row := 0
+			for b, n := range hist {
+				if n == 0 {
+					continue
+				}
+				pct := fmt.Sprintf("%.1f%%", 100*float64(n)/float64(total))
+				l := strings.TrimRight(lines[row], " ")
+				if !strings.HasSuffix(l, pct) || ansi.StringWidth(lines[row]) != w {
+					t.Fatalf("width %d, bucket %d: row %q does not end in %q (or is not %d wide)", w, b, lines[row], pct, w)
+				}
+				if f := strings.Fields(l); w >= 1+7+1+pctW && (len(f) < 2 || f[len(f)-2] != fmt.Sprint(n)) {
+					t.Fatalf("width %d, bucket %d: row %q lacks its count %d", w, b, l, n)
+				}
+				row++
+			}
+		}
+	}
+	if out := ansi.Strip(Histogram(theme.Default(), h, false, 34, 5)); !strings.Contains(out, "512G–1023G") {
+		t.Errorf("bucket 40 is 2^39 ulp and up, written in G:\n%s", out)
+	}
+}
+
+// TestIntegerHistogram: an integer tensor's histogram counts equal and differing values, without ULP buckets.
+func TestIntegerHistogram(t *testing.T) {
+	var h [65]uint64
+	h[0], h[1], h[7] = 50, 2, 1 // |Δ| of 1 and of 67: both just differ
+	out := ansi.Strip(Histogram(theme.Default(), h, true, 34, 4))
+	lines := strings.Split(out, "\n")
+	row := func(i int) string { return strings.Join(strings.Fields(lines[i]), " ") }
+	if !strings.HasPrefix(row(0), "equal") || !strings.HasSuffix(row(0), "50 94.3%") ||
+		!strings.HasPrefix(row(1), "differ") || !strings.HasSuffix(row(1), " 3 5.7%") || row(2) != "" {
+		t.Errorf("integer histogram: want an equal row and one differ row of 3:\n%s", out)
+	}
+	if l := ansi.Strip(Legend(theme.Default(), true)); strings.Contains(l, "ULP") || !strings.Contains(l, "equal") || !strings.Contains(l, "differ") {
+		t.Errorf("integer legend: %q", l)
+	}
+	if l := ansi.Strip(Legend(theme.Default(), false)); !strings.HasPrefix(l, "ULP ") {
+		t.Errorf("float legend: %q", l)
 	}
 }
 
@@ -195,5 +252,15 @@ func TestResizeRebinsInBackground(t *testing.T) {
 	m.SetSize(60, 12)
 	if m.Rebinning() || m.Regrid() != nil {
 		t.Error("a small tensor should re-bin on the spot")
+	}
+}
+
+func TestBucketLabels(t *testing.T) {
+	// two bounds of a bucket never read the same
+	for b, want := range map[int]string{0: "equal", 1: "1", 2: "2–3", 10: "512–1023", 11: "1024–2047", 14: "8192–15k",
+		15: "16k–31k", 21: "1024k–2047k", 22: "2048k–4095k", 24: "8192k–15M", 40: "512G–1023G", 64: "8192P–15E"} {
+		if got := bucketLabel(b); got != want {
+			t.Errorf("bucketLabel(%d) = %q, want %q", b, got, want)
+		}
 	}
 }

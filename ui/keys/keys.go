@@ -100,7 +100,7 @@ var Table = []Entry{
 	{StepPrev, "Debug", b([]string{"["}, "[", "step to the previous op"), 0, "everywhere"},
 	{LayerNext, "Debug", b([]string{"}"}, "}", "same op, next layer"), tv, "everywhere"},
 	{LayerPrev, "Debug", b([]string{"{"}, "{", "same op, previous layer"), 0, "everywhere"},
-	{MaxCell, "Debug", b([]string{"m"}, "m", "max ULP of the slice, again: of the op"), tv, "tensor view"},
+	{MaxCell, "Debug", b([]string{"m"}, "m", "max difference of the slice, again: of the op"), tv, "tensor view"},
 	{NextSeq, "Debug", b([]string{"."}, ".", "next captured sequence"), 0, "tensor view"},
 	{PrevSeq, "Debug", b([]string{","}, ",", "previous captured sequence"), 0, "tensor view"},
 	{Replay, "Debug", b([]string{"r"}, "r", "replay the op from each side's inputs"), tv, "everywhere"},
@@ -141,7 +141,7 @@ func (KeyMap) ShortHelp() []key.Binding { return ShortFor(Overview) }
 
 // shortDesc is the terse description the one-line help uses.
 var shortDesc = map[Action]string{Open: "open", Back: "back", First: "first diff", NextDiv: "next/prev diff",
-	StepNext: "step", LayerNext: "layer", MaxCell: "max ULP", Replay: "replay", Filter: "filter", Help: "help",
+	StepNext: "step", LayerNext: "layer", MaxCell: "max diff", Replay: "replay", Filter: "filter", Help: "help",
 	Quit: "quit"}
 
 // shortKey shows a key pair as one item of the one-line help.

@@ -171,7 +171,8 @@ func (m Model) Update(msg tea.Msg) (Model, tea.Cmd) {
 	return m, nil
 }
 
-// columns: mark(2) idx(5) name(flex) space(1) status(13) mismatch(8) maxulp(12); on wide lists also the type
+// columns: mark(2) idx(5: the op's execution index in the capture) name(flex) space(1) status(13) mismatch(8)
+// max diff(12: ULPs, or for an integer op the number of values that differ); on wide lists also the type
 // (typeW) and a bar of the fraction of elements that differ.
 const (
 	fixedCols = 2 + 5 + 1 + 13 + 8 + 12
@@ -207,7 +208,7 @@ func (m Model) View() string {
 	}
 	head += fmt.Sprintf("%-13s", "status")
 	if c.numbers {
-		head += fmt.Sprintf("%8s%12s", "differ", "max ULP")
+		head += fmt.Sprintf("%8s%12s", "differ", "max diff")
 	}
 	if c.bar > 0 {
 		head += "  " + "elements differing"
@@ -249,7 +250,7 @@ func (m Model) row(i int, selected bool, c cols) string {
 			status = "✗ first"
 		}
 		pct = fmtPct(o.MismatchFrac())
-		ulp = FormatULP(o.MaxULP)
+		ulp = Measure(o)
 		stStyle = m.st.Bad
 	case state.MissingA:
 		status = "∅ missing A"
@@ -297,10 +298,10 @@ func (m Model) row(i int, selected bool, c cols) string {
 	s := mark + m.st.Faint.Render(fmt.Sprintf("%4d ", o.Index)) + nameStyle.Render(fmt.Sprintf("%-*s", c.name, name)) +
 		" " + m.st.Faint.Render(typ) + stStyle.Render(fmt.Sprintf("%-13s", status))
 	if c.numbers {
-		s += stStyle.Render(fmt.Sprintf("%8s", pct)) + heatULP(m.st, o.MaxULP).Render(fmt.Sprintf("%12s", ulp))
+		s += stStyle.Render(fmt.Sprintf("%8s", pct)) + heat(m.st, o).Render(fmt.Sprintf("%12s", ulp))
 	}
 	if c.bar > 0 {
-		s += "  " + heatULP(m.st, o.MaxULP).Render(bar) + m.st.Faint.Render(barEmpty)
+		s += "  " + heat(m.st, o).Render(bar) + m.st.Faint.Render(barEmpty)
 	}
 	return theme.Fit(s, m.w)
 }
@@ -326,6 +327,66 @@ func FormatULP(u uint64) string {
 	return fmt.Sprintf("%.1fM ulp", float64(u)/1e6)
 }
 
-func heatULP(st theme.Styles, u uint64) lipgloss.Style {
-	return st.Heat[theme.Level(fp.Bucket(u))]
+// heat is the colour of o's largest difference (theme.ValueLevel).
+func heat(st theme.Styles, o *state.OpStat) lipgloss.Style {
+	return st.Heat[theme.ValueLevel(fp.Bucket(o.MaxULP), Integer(o.DType))]
+}
+
+// Integer reports whether dtype holds integers (tokens, sampled ids, expert ids, masks): their differences are
+// counted (values that differ), never measured in ULPs.
+func Integer(dtype string) bool {
+	f, err := fp.Parse(dtype)
+	return err == nil && f.Int
+}
+
+// Measure is o's largest difference as the op list and the tensor view write it: "30.5k ulp", or for an
+// integer op the number of values that differ, "3 values".
+func Measure(o *state.OpStat) string {
+	if Integer(o.DType) {
+		return Values(o.Mismatched)
+	}
+	return FormatULP(o.MaxULP)
+}
+
+// Values writes a count of integer values in at most 11 cells: 1 value, 12 values, 3.4k values, 56k values.
+func Values(n int64) string {
+	switch {
+	case n == 1:
+		return "1 value"
+	case n < 1000:
+		return fmt.Sprintf("%d values", n)
+	case n < 10_000:
+		return fmt.Sprintf("%.1fk values", float64(n)/1e3)
+	case n < 1_000_000:
+		return fmt.Sprintf("%dk values", n/1000)
+	case n < 10_000_000:
+		return fmt.Sprintf("%.1fM values", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%dM values", n/1_000_000)
+}
+
+// Differ says how many integer values differ: "1 value differs", "3 values differ".
+func Differ(n int64) string {
+	if n == 1 {
+		return Values(n) + " differs"
+	}
+	return Values(n) + " differ"
+}
+
+// Describe is one line about o for the status line: its execution index and name, its status and, when it
+// differs, how much ("#41 layers.2.mlp_norm · divergent · 18.99% differ · max 2 ulp").
+func Describe(o *state.OpStat) string {
+	s := fmt.Sprintf("#%d %s", o.Index, o.Op)
+	if o.Role != "" && o.Role != "out" {
+		s += " [" + o.Role + "]"
+	}
+	s += " · " + o.Status.String()
+	if o.Mismatched > 0 {
+		if Integer(o.DType) {
+			s += fmt.Sprintf(" · %d of %d values differ (%s)", o.Mismatched, o.Elements, fmtPct(o.MismatchFrac()))
+		} else {
+			s += fmt.Sprintf(" · %s differ · max %s", fmtPct(o.MismatchFrac()), FormatULP(o.MaxULP))
+		}
+	}
+	return s
 }

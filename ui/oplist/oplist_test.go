@@ -93,3 +93,46 @@ func TestWideColumns(t *testing.T) {
 		}
 	}
 }
+
+func TestIntegerOpsCountValues(t *testing.T) {
+	o := ops()
+	o[4].DType, o[4].Mismatched, o[4].MaxULP = "i32", 3, 41 // a sampled token: 3 of 100 ids differ
+	o[3].DType = "bf16"
+	m := New(theme.Default())
+	m.SetOps(o)
+	m.SetSize(80, 7)
+	lines := strings.Split(ansi.Strip(m.View()), "\n")
+	if !strings.Contains(lines[0], "max diff") || strings.Contains(lines[0], "ULP") {
+		t.Errorf("the header names a column that holds ULPs and value counts: %q", lines[0])
+	}
+	var intRow, floatRow string
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "layers.1.mlp.down_proj"):
+			intRow = l
+		case strings.Contains(l, "layers.1.attn.q_proj"):
+			floatRow = l
+		}
+	}
+	if !strings.HasSuffix(intRow, "3 values") || strings.Contains(strings.ToLower(intRow), "ulp") {
+		t.Errorf("an integer op counts the values that differ, without ULPs: %q", intRow)
+	}
+	if !strings.HasSuffix(floatRow, "3 ulp") {
+		t.Errorf("a float op shows its max ULP: %q", floatRow)
+	}
+	if d := Describe(&o[4]); d != "#4 layers.1.mlp.down_proj · divergent · 3 of 100 values differ (3.00%)" {
+		t.Errorf("Describe(integer op) = %q", d)
+	}
+	if d := Describe(&o[3]); d != "#3 layers.1.attn.q_proj · divergent · 30.00% differ · max 3 ulp" {
+		t.Errorf("Describe(float op) = %q", d)
+	}
+	if Differ(1) != "1 value differs" || Differ(2) != "2 values differ" {
+		t.Errorf("Differ(1) = %q, Differ(2) = %q", Differ(1), Differ(2))
+	}
+	for n, want := range map[int64]string{1: "1 value", 999: "999 values", 1234: "1.2k values", 999_999: "999k values",
+		1_234_567: "1.2M values", 123_456_789: "123M values"} {
+		if got := Values(n); got != want || len(got) > 11 {
+			t.Errorf("Values(%d) = %q, want %q (at most 11 cells)", n, got, want)
+		}
+	}
+}

@@ -110,14 +110,21 @@ func Verdict(st theme.Styles, r *state.Report) string {
 		return st.Warn.Bold(true).Render(fmt.Sprintf("∅ no value differs, but %d ops were not fully compared (missing or shapes differ)", problems))
 	}
 	f := r.First
+	by := "max " + oplist.FormatULP(f.MaxULP)
+	for i := range r.Ops {
+		if o := &r.Ops[i]; o.Op == f.Op && o.Role == f.Role && oplist.Integer(o.DType) {
+			by = oplist.Differ(o.Mismatched) // ids and tokens differ, they are not off by ULPs
+		}
+	}
 	return st.Bad.Bold(true).Render("✗ first divergence: ") + st.Title.Render(f.Op) +
-		st.Text.Render(fmt.Sprintf(", seq %d, pos %d, max %s", f.At.Seq, f.At.Pos, oplist.FormatULP(f.MaxULP)))
+		st.Text.Render(fmt.Sprintf(", seq %d, pos %d, %s", f.At.Seq, f.At.Pos, by))
 }
 
 var spark = []rune("▁▂▃▄▅▆▇█")
 
-// Sparkline draws divergence along the forward pass (bar height: fraction of elements differing; colour: max ULP) along the forward pass in w cells (ops are binned by
-// max when there are more ops than cells), with a marker row: ▲ under the selected op, layer starts labelled.
+// Sparkline draws divergence along the forward pass in w cells (bar height: fraction of elements differing;
+// colour: max ULP, or theme.IntLevel for an integer op; ops are binned by max when there are more ops than
+// cells), with a marker row: ▲ under the selected op, layer starts labelled.
 // It returns the two lines and, for mouse hit-testing, the op index each cell stands for.
 func Sparkline(st theme.Styles, ops []state.OpStat, selected, w int) (string, []int) {
 	n := len(ops)
@@ -176,7 +183,7 @@ func Sparkline(st theme.Styles, ops []state.OpStat, selected, w int) (string, []
 		default:
 			// height: the fraction of elements that differ; colour: the largest ULP, as in the heatmap legend
 			h := int(math.Ceil(o.MismatchFrac() * float64(len(spark))))
-			emit(theme.Level(fp.Bucket(o.MaxULP)), spark[max(1, min(h, len(spark)))-1])
+			emit(theme.ValueLevel(fp.Bucket(o.MaxULP), oplist.Integer(o.DType)), spark[max(1, min(h, len(spark)))-1])
 		}
 		if selected >= lo && selected < hi && c%per == 0 {
 			markRunes[c] = '▲'

@@ -52,3 +52,26 @@ func TestSparkline(t *testing.T) {
 		t.Errorf("verdict: %q", v)
 	}
 }
+
+// TestIntegerFirstDivergence: a first divergence in sampled tokens counts the values that differ, in the
+// verdict and in the sparkline's colour, never ULPs.
+func TestIntegerFirstDivergence(t *testing.T) {
+	st := theme.Default()
+	ops := []state.OpStat{
+		{Op: "logits", Role: "out", DType: "f32", Status: state.Identical, Elements: 10},
+		{Op: "sample", Role: "out", DType: "i32", Status: state.Divergent, Elements: 53, Mismatched: 1, MaxULP: 1},
+	}
+	r := &state.Report{Ops: ops, First: &state.Divergence{Op: "sample", Role: "out", At: state.Coord{Seq: 4, Pos: 3}, MaxULP: 67}}
+	if v := ansi.Strip(Verdict(st, r)); v != "✗ first divergence: sample, seq 4, pos 3, 1 value differs" || strings.Contains(v, "ulp") {
+		t.Errorf("integer verdict: %q", v)
+	}
+	ops[1].DType, r.First.Op = "bf16", "sample"
+	if v := ansi.Strip(Verdict(st, r)); !strings.HasSuffix(v, "max 67 ulp") {
+		t.Errorf("float verdict: %q", v)
+	}
+	ops[1].DType = "i32"
+	line, _ := Sparkline(st, ops, 0, 2)
+	if !strings.Contains(line, st.Heat[theme.IntLevel].Render("▁")) {
+		t.Errorf("a differing integer op is drawn at theme.IntLevel, whatever its |Δ|: %q", line)
+	}
+}

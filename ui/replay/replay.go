@@ -21,17 +21,18 @@ type Status struct {
 	Err     error
 }
 
-// View draws s in w×h.
-func View(st theme.Styles, s Status, sides [2]string, w, h int) string {
-	return strings.Join(theme.FitLines(strings.Join(body(st, s, sides, w), "\n"), w, h), "\n")
+// View draws s in w×h. integer: the op's output is integers (tokens, ids), whose differences are counted
+// values, not ULPs.
+func View(st theme.Styles, s Status, sides [2]string, integer bool, w, h int) string {
+	return strings.Join(theme.FitLines(strings.Join(body(st, s, sides, integer, w), "\n"), w, h), "\n")
 }
 
 // Height is the number of lines View needs for s at width w.
-func Height(st theme.Styles, s Status, sides [2]string, w int) int {
-	return len(body(st, s, sides, w))
+func Height(st theme.Styles, s Status, sides [2]string, integer bool, w int) int {
+	return len(body(st, s, sides, integer, w))
 }
 
-func body(st theme.Styles, s Status, sides [2]string, w int) []string {
+func body(st theme.Styles, s Status, sides [2]string, integer bool, w int) []string {
 	var lines []string
 	switch {
 	case s.Running:
@@ -59,18 +60,21 @@ func body(st theme.Styles, s Status, sides [2]string, w int) []string {
 			in = st.Warn.Render("differ")
 		}
 		lines = append(lines, st.Muted.Render(theme.Fit("inputs", 14))+in)
-		lines = append(lines, side(st, sides[0], r.FromA), side(st, sides[1], r.FromB))
+		lines = append(lines, side(st, sides[0], r.FromA, integer), side(st, sides[1], r.FromB, integer))
 	}
 	return lines
 }
 
-func side(st theme.Styles, name string, s state.ReplaySide) string {
+func side(st theme.Styles, name string, s state.ReplaySide, integer bool) string {
 	label := st.Muted.Render(theme.Fit("from "+name, 14))
 	if s.Err != "" {
 		return label + st.Warn.Render("not replayed: "+s.Err)
 	}
 	if s.Reproduces {
 		return label + st.Good.Render("✓ reproduced")
+	}
+	if integer {
+		return label + st.Bad.Render("✗ "+oplist.Differ(s.Mismatched))
 	}
 	return label + st.Bad.Render(fmt.Sprintf("✗ %d differ, max %s", s.Mismatched, oplist.FormatULP(s.MaxULP)))
 }

@@ -52,6 +52,19 @@ func Level(bucket uint8) int {
 	return 8
 }
 
+// IntLevel is the heat level of an integer element that differs (a token, a sampled id, an expert id): integer
+// differences are counted, not measured, so every one is drawn at the top of the ramp.
+const IntLevel = Levels
+
+// ValueLevel is the heat level of a log2 difference bucket: Level for floats, IntLevel for any integer
+// difference.
+func ValueLevel(bucket uint8, integer bool) int {
+	if integer && bucket > 0 {
+		return IntLevel
+	}
+	return Level(bucket)
+}
+
 // LevelLabel is the legend text for a heat level.
 func LevelLabel(l int) string {
 	return [...]string{"0", "1", "2", "4", "8", "16", "64", "256", "4k+"}[l]

@@ -46,3 +46,14 @@ func TestLevels(t *testing.T) {
 		t.Error("level 0 is equal, 1 is one ULP, ≥4096 ULP is the top level")
 	}
 }
+
+func TestValueLevel(t *testing.T) {
+	if ValueLevel(0, true) != 0 || ValueLevel(1, true) != IntLevel || ValueLevel(7, true) != IntLevel {
+		t.Error("an integer element is equal (level 0) or differs (IntLevel), whatever the size of the difference")
+	}
+	for b := uint8(0); b <= 64; b++ {
+		if ValueLevel(b, false) != Level(b) {
+			t.Fatalf("ValueLevel(%d, float) = %d, Level = %d", b, ValueLevel(b, false), Level(b))
+		}
+	}
+}
