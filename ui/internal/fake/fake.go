@@ -13,7 +13,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"bitalign/ui/fp"
+	"bitalign/internal/fp"
 	"bitalign/ui/state"
 )
 
@@ -222,7 +222,7 @@ func accumulate(st *state.OpStat, f fp.Format, p *state.Pair) {
 		u := f.ULP(a, b)
 		st.Elements++
 		st.Hist[fp.Bucket(u)]++
-		d := math.Abs(f.Float(a) - f.Float(b))
+		d := math.Abs(f.Value(a) - f.Value(b))
 		st.MeanAbs += d
 		if u == 0 {
 			continue
