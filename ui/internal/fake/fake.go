@@ -195,13 +195,12 @@ func gen(f fp.Format, k state.Key, rows, cols, depth, idx int) *state.Pair {
 
 // shift moves bits b by d steps in the ordered-integer image of f (staying within the same sign).
 func shift(f fp.Format, b uint64, d int64) uint64 {
-	sign := uint64(1) << (f.Size*8 - 1)
-	mag := int64(b &^ sign)
+	mag := int64(b &^ f.Sign)
 	m := mag + d
 	if m < 0 {
 		m = mag - d
 	}
-	return uint64(m) | b&sign
+	return uint64(m) | b&f.Sign
 }
 
 func put(f fp.Format, data []byte, i int, v uint64) {
