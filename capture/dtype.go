@@ -24,16 +24,20 @@ const (
 	Bool         = fp.Bool   // one byte per element, 0 or 1
 	F8E4M3       = fp.F8E4M3 // float8 e4m3fn (OCP FP8, no infinities)
 	F8E5M2       = fp.F8E5M2 // float8 e5m2 (OCP FP8)
-	numDTypes    = F8E5M2 + 1
 )
 
-// dtypeNames spells each dtype as String does (the fast index matches names without allocating).
-var dtypeNames = func() (n [numDTypes]string) {
-	for d := range n {
-		n[d] = DType(d).String()
-	}
-	return n
-}()
+// dtypeNames spells every dtype, the invalid one first, as String does (the fast index matches names without
+// allocating); numDTypes bounds the valid ones.
+var (
+	dtypeNames = func() []string {
+		n := []string{InvalidDType.String()}
+		for _, d := range fp.DTypes() {
+			n = append(n, d.String())
+		}
+		return n
+	}()
+	numDTypes = DType(len(dtypeNames))
+)
 
 // DTypes lists every valid dtype in a fixed order.
 func DTypes() []DType { return fp.DTypes() }
