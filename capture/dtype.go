@@ -1,107 +1,54 @@
 package capture
 
-import "fmt"
+import (
+	"fmt"
 
-// DType is the element type of a captured tensor. Its String form ("bf16", "f32", ...) is what the `dtype`
-// column of a capture holds; see docs/capture-format.md.
-type DType uint8
+	"bitalign/internal/fp"
+)
+
+// DType is the element type of a captured tensor (bitalign/internal/fp defines it, with every dtype's bit
+// layout, ULP and conversion rules). Its String form ("bf16", "f32", ...) is what the `dtype` column of a
+// capture holds; see docs/capture-format.md.
+type DType = fp.DType
 
 // The dtypes a capture can hold. The zero value is invalid so that a forgotten field is caught on write.
 const (
-	InvalidDType DType = iota
-	BF16               // bfloat16: 1 sign, 8 exponent, 7 mantissa bits
-	F16                // IEEE 754 binary16
-	F32                // IEEE 754 binary32
-	F64                // IEEE 754 binary64
-	I32                // two's complement int32
-	I64                // two's complement int64
-	U8                 // uint8
-	Bool               // one byte per element, 0 or 1
-	F8E4M3             // float8 e4m3fn (OCP FP8, no infinities)
-	F8E5M2             // float8 e5m2 (OCP FP8)
-	numDTypes
+	InvalidDType = fp.InvalidDType
+	BF16         = fp.BF16   // bfloat16: 1 sign, 8 exponent, 7 mantissa bits
+	F16          = fp.F16    // IEEE 754 binary16
+	F32          = fp.F32    // IEEE 754 binary32
+	F64          = fp.F64    // IEEE 754 binary64
+	I32          = fp.I32    // two's complement int32
+	I64          = fp.I64    // two's complement int64
+	U8           = fp.U8     // uint8
+	Bool         = fp.Bool   // one byte per element, 0 or 1
+	F8E4M3       = fp.F8E4M3 // float8 e4m3fn (OCP FP8, no infinities)
+	F8E5M2       = fp.F8E5M2 // float8 e5m2 (OCP FP8)
 )
 
-var dtypeNames = [numDTypes]string{
-	InvalidDType: "invalid",
-	BF16:         "bf16",
-	F16:          "f16",
-	F32:          "f32",
-	F64:          "f64",
-	I32:          "i32",
-	I64:          "i64",
-	U8:           "u8",
-	Bool:         "bool",
-	F8E4M3:       "f8e4m3",
-	F8E5M2:       "f8e5m2",
-}
-
-var dtypeSizes = [numDTypes]int{0, 2, 2, 4, 8, 4, 8, 1, 1, 1, 1}
+// dtypeNames spells every dtype, the invalid one first, as String does (the fast index matches names without
+// allocating); numDTypes bounds the valid ones.
+var (
+	dtypeNames = func() []string {
+		n := []string{InvalidDType.String()}
+		for _, d := range fp.DTypes() {
+			n = append(n, d.String())
+		}
+		return n
+	}()
+	numDTypes = DType(len(dtypeNames))
+)
 
 // DTypes lists every valid dtype in a fixed order.
-func DTypes() []DType {
-	out := make([]DType, 0, numDTypes-1)
-	for d := BF16; d < numDTypes; d++ {
-		out = append(out, d)
-	}
-	return out
-}
-
-// String returns the dtype's name in captures: "bf16", "f16", "f32", "f64", "i32", "i64", "u8", "bool",
-// "f8e4m3", "f8e5m2".
-func (d DType) String() string {
-	if d < numDTypes {
-		return dtypeNames[d]
-	}
-	return fmt.Sprintf("dtype(%d)", uint8(d))
-}
-
-// Size is the number of bytes of one element; 0 for an invalid dtype.
-func (d DType) Size() int {
-	if d < numDTypes {
-		return dtypeSizes[d]
-	}
-	return 0
-}
-
-// Valid reports whether d is one of the defined dtypes.
-func (d DType) Valid() bool { return d > InvalidDType && d < numDTypes }
-
-// IsFloat reports whether d is a floating-point type (bf16, f16, f32, f64, f8e4m3, f8e5m2).
-func (d DType) IsFloat() bool {
-	switch d {
-	case BF16, F16, F32, F64, F8E4M3, F8E5M2:
-		return true
-	}
-	return false
-}
+func DTypes() []DType { return fp.DTypes() }
 
 // ParseDType parses a dtype name as String writes it.
 func ParseDType(s string) (DType, error) {
-	for d := BF16; d < numDTypes; d++ {
-		if dtypeNames[d] == s {
-			return d, nil
-		}
-	}
-	return InvalidDType, fmt.Errorf("unknown dtype %q", truncate(s, 40))
-}
-
-// MarshalText implements encoding.TextMarshaler (dtypes appear by name in JSON).
-func (d DType) MarshalText() ([]byte, error) {
-	if !d.Valid() {
-		return nil, fmt.Errorf("capture: invalid dtype %d", uint8(d))
-	}
-	return []byte(d.String()), nil
-}
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (d *DType) UnmarshalText(b []byte) error {
-	v, err := ParseDType(string(b))
+	d, err := fp.ParseDType(s)
 	if err != nil {
-		return err
+		return InvalidDType, fmt.Errorf("unknown dtype %q", truncate(s, 40))
 	}
-	*d = v
-	return nil
+	return d, nil
 }
 
 // truncate shortens s for an error message so that hostile input cannot make errors huge.

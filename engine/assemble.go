@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"bitalign/capture"
+	"bitalign/internal/fp"
 )
 
 // seqTensor is one op's output for one sequence, assembled from capture tensors (any chunking over positions,
@@ -146,7 +147,7 @@ type Divergence struct {
 	Index    int
 	Seq, Pos int64
 	Elem     int    // feature index within the position
-	ULP      uint64 // float32 ordered distance of the differing values (float dtypes), 0 otherwise
+	ULP      uint64 // distance of the differing elements (elemULP); MaxUint64 when dtypes or widths differ
 }
 
 func (d *Divergence) String() string {
@@ -206,35 +207,14 @@ func firstDivergence(cfg Config, a, b assembly) (first *Divergence, missing int)
 	return nil, missing
 }
 
-// elemULP is the distance of two encoded float elements in units in the last place of their own dtype (the
-// difference of their positions on the ordered integer line); 0 for integer dtypes.
+// elemULP is the distance of two encoded elements of dtype dt (internal/fp's rule: ordered-integer ULP of their
+// own dtype for floats, +0 vs −0 is 1, NaN against a number fp.ULPNaNNumber; |a−b| for integers).
 func elemULP(dt capture.DType, a, b []byte) uint64 {
-	var ua, ub uint64
-	var bits uint
-	switch dt {
-	case capture.BF16, capture.F16:
-		ua, ub, bits = uint64(a[0])|uint64(a[1])<<8, uint64(b[0])|uint64(b[1])<<8, 16
-	case capture.F32:
-		ua = uint64(a[0]) | uint64(a[1])<<8 | uint64(a[2])<<16 | uint64(a[3])<<24
-		ub = uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24
-		bits = 32
-	default:
-		return 0
+	f := fp.FormatOf(dt)
+	if f == nil {
+		return fp.ULPNaNNumber
 	}
-	oa, ob := orderedBits(ua, bits), orderedBits(ub, bits)
-	if oa > ob {
-		return uint64(oa - ob)
-	}
-	return uint64(ob - oa)
-}
-
-// orderedBits maps a sign-magnitude float bit pattern of the given width onto the ordered integer line.
-func orderedBits(u uint64, bits uint) int64 {
-	sign := uint64(1) << (bits - 1)
-	if u&sign != 0 {
-		return -int64(u &^ sign)
-	}
-	return int64(u)
+	return f.ULP(f.Bits(a, 0), f.Bits(b, 0))
 }
 
 // CompareCaptures opens two captures and returns their first bitwise divergence in execution order (nil:

@@ -4,77 +4,12 @@ import (
 	"math"
 
 	"bitalign/capture"
+	"bitalign/internal/fp"
 	"bitalign/kernels"
 )
 
-// Conversions between float32 and the 16-bit storage types. They are exact bit manipulations (no arithmetic
-// whose order could vary), used for loading, saving and rounding at op boundaries.
-
-// bf16ToF32 widens a bfloat16 bit pattern (exact).
-func bf16ToF32(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
-
-// f32ToBF16 rounds to the nearest bfloat16, ties to even; NaN stays a quiet NaN.
-func f32ToBF16(x float32) uint16 {
-	u := math.Float32bits(x)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
-}
-
-// f16ToF32 widens an IEEE binary16 bit pattern (exact, subnormals included).
-func f16ToF32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h) & 0x3ff
-	switch {
-	case exp == 0x1f: // inf or NaN
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	case exp == 0:
-		if man == 0 {
-			return math.Float32frombits(sign)
-		}
-		// subnormal: value = man × 2^-24, exact in float32
-		e := uint32(127 - 15 + 1)
-		for man&0x400 == 0 {
-			man <<= 1
-			e--
-		}
-		man &= 0x3ff
-		return math.Float32frombits(sign | e<<23 | man<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
-}
-
-// f32ToF16 rounds to the nearest binary16, ties to even, overflowing to infinity; NaN stays a quiet NaN.
-func f32ToF16(x float32) uint16 {
-	u := math.Float32bits(x)
-	sign := uint16(u>>16) & 0x8000
-	a := u & 0x7fffffff
-	switch {
-	case a > 0x7f800000:
-		return sign | 0x7e00 | uint16(a>>13)&0x1ff
-	case a >= 0x477ff000: // ≥ 65520 rounds to infinity
-		return sign | 0x7c00
-	case a >= 0x38800000: // normal f16 range (≥ 2^-14)
-		r := a + 0xfff + (a>>13)&1
-		return sign | uint16((r-0x38000000)>>13)
-	case a < 0x33000000: // < 2^-25: rounds to zero
-		return sign
-	}
-	// subnormal f16: value / 2^-24 rounded to an integer, ties to even
-	e := a >> 23
-	m := a&0x7fffff | 0x800000
-	shift := 126 - e // value = m×2^(e-150); in units of 2^-24 that is m×2^(e-126); 14 ≤ shift ≤ 24 here
-	q := m >> shift
-	rem := m & (1<<shift - 1)
-	half := uint32(1) << (shift - 1)
-	if rem > half || (rem == half && q&1 == 1) {
-		q++
-	}
-	return sign | uint16(q)
-}
+// Loading and saving tensors as float32 slices. The conversions are internal/fp's (exact bit manipulations:
+// round to nearest even when narrowing, exact when widening); rounding at op boundaries is kernels.DType's.
 
 // roundTo rounds x to dtype dt as the kernels do (F32: unchanged but NaN canonicalised).
 func roundTo(dt capture.DType, x float32) float32 { return kdt(dt).Round(x) }
@@ -82,7 +17,8 @@ func roundTo(dt capture.DType, x float32) float32 { return kdt(dt).Round(x) }
 // roundSlice rounds every element of xs to dt in place.
 func roundSlice(dt capture.DType, xs []float32) { kdt(dt).RoundSlice(xs) }
 
-// encode writes xs as little-endian dt values (BF16, F16, F32; the values must already be representable).
+// encode writes xs as little-endian dt values (BF16, F16; anything else as F32). The values must already be
+// representable.
 func encode(dt capture.DType, xs []float32) []byte {
 	switch dt {
 	case capture.BF16, capture.F16:
@@ -90,9 +26,9 @@ func encode(dt capture.DType, xs []float32) []byte {
 		for i, x := range xs {
 			var b uint16
 			if dt == capture.BF16 {
-				b = f32ToBF16(x)
+				b = fp.F32ToBF16(x)
 			} else {
-				b = f32ToF16(x)
+				b = fp.F32ToF16(x)
 			}
 			out[2*i], out[2*i+1] = byte(b), byte(b>>8)
 		}
@@ -111,11 +47,11 @@ func decode(dt capture.DType, b []byte, out []float32) {
 	switch dt {
 	case capture.BF16:
 		for i := range out {
-			out[i] = bf16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
+			out[i] = fp.BF16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
 		}
 	case capture.F16:
 		for i := range out {
-			out[i] = f16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
+			out[i] = fp.F16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
 		}
 	case capture.F32:
 		for i := range out {
@@ -147,13 +83,12 @@ func decodeI32(b []byte, out []int32) {
 	}
 }
 
-// kdt is the kernels' rounding dtype for a model dtype.
+// kdt is the output rounding of a model dtype: BF16 and F16 models round to their dtype, every other model
+// (F32, F64 checkpoints) computes in float32 (kernels.F32).
 func kdt(dt capture.DType) kernels.DType {
 	switch dt {
-	case capture.BF16:
-		return kernels.BF16
-	case capture.F16:
-		return kernels.F16
+	case capture.BF16, capture.F16:
+		return dt
 	}
 	return kernels.F32
 }

@@ -11,7 +11,7 @@ import (
 
 	"charm.land/lipgloss/v2"
 
-	"bitalign/ui/fp"
+	"bitalign/internal/fp"
 	"bitalign/ui/theme"
 )
 
@@ -40,10 +40,10 @@ func View(st theme.Styles, e Element, w int) string {
 	hexW := f.Size*2 + 4
 	var lines []string
 	head := st.Faint.Render(fmt.Sprintf("%-*s%-*s%-*s", labelW, "", decW, "value", hexW, "hex"))
-	if f.Int {
+	if f.Kind != fp.KindFloat {
 		head += st.Faint.Render("bits")
 	} else {
-		head += st.Sign.Render("s") + " " + st.Exp.Render(fmt.Sprintf("%-*s", f.ExpBits+1, "exp")) +
+		head += st.Sign.Render("s") + " " + st.Exp.Render(fmt.Sprintf("%-*s", int(f.ExpBits)+1, "exp")) +
 			st.Mant.Render("mantissa")
 	}
 	head += st.Faint.Render("   " + f.Name)
@@ -58,8 +58,8 @@ func View(st theme.Styles, e Element, w int) string {
 		if ref != nil {
 			rs, re, rm = f.Fields(ref.Bits)
 		}
-		line := st.Muted.Render(theme.Fit(v.Label, labelW)) + st.Text.Render(theme.Fit(f.Decimal(v.Bits), decW)) +
-			st.Muted.Render(theme.Fit(f.Hex(v.Bits), hexW)) +
+		line := st.Muted.Render(theme.Fit(v.Label, labelW)) + st.Text.Render(theme.Fit(f.Short(v.Bits), decW)) +
+			st.Muted.Render(theme.Fit("0x"+strings.ToUpper(f.Hex(v.Bits)[2:]), hexW)) +
 			field(st, st.Sign, sign, rs) + " " + field(st, st.Exp, exp, re) + " " + field(st, st.Mant, mant, rm)
 		if v.Note != "" {
 			line += "  " + v.Note
@@ -121,7 +121,7 @@ func summary(st theme.Styles, e Element) string {
 		return st.Bad.Bold(true).Render("values differ") + st.Text.Render(fmt.Sprintf("  %s ≠ %s", f.Decimal(a), f.Decimal(b))) +
 			st.Muted.Render("  ·  ") + where
 	}
-	abs := math.Abs(f.Float(a) - f.Float(b))
+	abs := math.Abs(f.Value(a) - f.Value(b))
 	diff := 0
 	for x := a ^ b; x != 0; x &= x - 1 {
 		diff++

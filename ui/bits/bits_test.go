@@ -6,7 +6,7 @@ import (
 
 	"github.com/charmbracelet/x/ansi"
 
-	"bitalign/ui/fp"
+	"bitalign/internal/fp"
 	"bitalign/ui/theme"
 )
 

@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"sync"
 
-	"bitalign/ui/fp"
+	"bitalign/internal/fp"
 	"bitalign/ui/state"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"charm.land/lipgloss/v2"
 
-	"bitalign/ui/fp"
+	"bitalign/internal/fp"
 	"bitalign/ui/oplist"
 	"bitalign/ui/state"
 	"bitalign/ui/theme"

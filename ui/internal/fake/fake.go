@@ -13,7 +13,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"bitalign/ui/fp"
+	"bitalign/internal/fp"
 	"bitalign/ui/state"
 )
 
@@ -195,13 +195,12 @@ func gen(f fp.Format, k state.Key, rows, cols, depth, idx int) *state.Pair {
 
 // shift moves bits b by d steps in the ordered-integer image of f (staying within the same sign).
 func shift(f fp.Format, b uint64, d int64) uint64 {
-	sign := uint64(1) << (f.Size*8 - 1)
-	mag := int64(b &^ sign)
+	mag := int64(b &^ f.Sign)
 	m := mag + d
 	if m < 0 {
 		m = mag - d
 	}
-	return uint64(m) | b&sign
+	return uint64(m) | b&f.Sign
 }
 
 func put(f fp.Format, data []byte, i int, v uint64) {
@@ -222,7 +221,7 @@ func accumulate(st *state.OpStat, f fp.Format, p *state.Pair) {
 		u := f.ULP(a, b)
 		st.Elements++
 		st.Hist[fp.Bucket(u)]++
-		d := math.Abs(f.Float(a) - f.Float(b))
+		d := math.Abs(f.Value(a) - f.Value(b))
 		st.MeanAbs += d
 		if u == 0 {
 			continue
