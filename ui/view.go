@@ -420,7 +420,7 @@ func (m *Model) tensorView(l screenLayout) string {
 	case m.data == nil:
 		heatBody = m.st.Muted.Render("loading " + k.Op + "…")
 	default:
-		heatBody = m.heat.View() + "\n" + heatmap.Legend(m.st, m.data.Format.Int)
+		heatBody = m.heat.View() + "\n" + heatmap.Legend(m.st, m.data.Format.IsInt())
 	}
 	heatTitle := "mismatch map · tokens × features"
 	if g := m.heat.Grid(); g != nil && m.data != nil {

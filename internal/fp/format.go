@@ -193,3 +193,6 @@ func (f *Format) RelErr(a, b uint64) float64 {
 	}
 	return math.Abs(x-y) / math.Max(math.Abs(x), math.Abs(y))
 }
+
+// IsInt reports an integer (or boolean) dtype: elements are counted as differing values, never in ULPs.
+func (f *Format) IsInt() bool { return f.Kind != KindFloat }

@@ -113,11 +113,11 @@ func summary(st theme.Styles, e Element) string {
 	a, b := e.Rows[0].Bits, e.Rows[1].Bits
 	u := f.ULP(a, b)
 	switch {
-	case u == 0 && f.Int:
+	case u == 0 && f.IsInt():
 		return st.Good.Render("equal values") + st.Text.Render(fmt.Sprintf("  %s", f.Decimal(a))) + st.Muted.Render("  ·  ") + where
 	case u == 0:
 		return st.Good.Render("bitwise equal") + st.Muted.Render("  ·  ") + where
-	case f.Int:
+	case f.IsInt():
 		return st.Bad.Bold(true).Render("values differ") + st.Text.Render(fmt.Sprintf("  %s ≠ %s", f.Decimal(a), f.Decimal(b))) +
 			st.Muted.Render("  ·  ") + where
 	}

@@ -25,7 +25,7 @@ func TestCaretsMarkDifferingBits(t *testing.T) {
 		{"i32", 5, 7, 1, "values differ  5 ≠ 7"},
 		{"i64", 0xFFFFFFFFFFFFFFFF, 3, 62, "values differ  -1 ≠ 3"},
 		{"u8", 200, 200, 0, "equal values  200"},
-		{"bool", 0, 1, 1, "values differ  0 ≠ 1"},
+		{"bool", 0, 1, 1, "values differ  false ≠ true"},
 	}
 	for _, tt := range tests {
 		f, _ := fp.Parse(tt.dtype)
@@ -37,7 +37,7 @@ func TestCaretsMarkDifferingBits(t *testing.T) {
 		if !strings.Contains(out, tt.summary) || !strings.Contains(out, tt.dtype) {
 			t.Errorf("%s: want %q in\n%s", tt.dtype, tt.summary, out)
 		}
-		if f.Int && strings.Contains(strings.ToLower(out), "ulp") {
+		if f.IsInt() && strings.Contains(strings.ToLower(out), "ulp") {
 			t.Errorf("%s: an integer element has no ULPs:\n%s", tt.dtype, out)
 		}
 	}

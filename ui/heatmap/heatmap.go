@@ -359,7 +359,7 @@ func (m Model) View() string {
 			b.WriteString(suf)
 			runLen = 0
 		}
-		integer := m.data.Format.Int
+		integer := m.data.Format.IsInt()
 		for x := 0; x < g.CC*sx; x++ {
 			c := x / sx
 			lt, lb := theme.ValueLevel(top[c], integer), 0

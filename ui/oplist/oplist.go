@@ -336,7 +336,7 @@ func heat(st theme.Styles, o *state.OpStat) lipgloss.Style {
 // counted (values that differ), never measured in ULPs.
 func Integer(dtype string) bool {
 	f, err := fp.Parse(dtype)
-	return err == nil && f.Int
+	return err == nil && f.IsInt()
 }
 
 // Measure is o's largest difference as the op list and the tensor view write it: "30.5k ulp", or for an
