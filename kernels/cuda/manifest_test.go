@@ -2,6 +2,7 @@ package cudakernels
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"bitalign/kernels"
 )
 
 // TestManifest fails when a kernel source changed without its PTX being regenerated (`make ptx`), or when
@@ -120,14 +123,39 @@ func TestDecConfigMatchesSource(t *testing.T) {
 	}
 }
 
-func TestBounds(t *testing.T) {
-	if got := SegBounds(13, 8); got[1] != 1 || got[8] != 13 || got[4] != 6 {
-		t.Errorf("SegBounds(13, 8) = %v", got)
+// TestLaunchBounds: the launchers take the chains' bounds from package kernels (MatmulBounds, PartialBounds),
+// and segs packs them into the kernels' Segs struct (int n; int b[9]) without loss, for both profiles at
+// every batch size where the standard split changes; a TP degree the 8-segment rule rejects fails before any
+// launch with the CPU reference's own error.
+func TestLaunchBounds(t *testing.T) {
+	unpack := func(buf []byte) []int {
+		n := int(int32(binary.LittleEndian.Uint32(buf)))
+		b := make([]int, n+1)
+		for i := range b {
+			b[i] = int(int32(binary.LittleEndian.Uint32(buf[4+4*i:])))
+		}
+		return b
 	}
-	if got := ChunkBounds(5, 4); len(got) != 4 || got[1] != 2 || got[3] != 5 {
-		t.Errorf("ChunkBounds(5, 4) = %v", got)
+	for _, p := range []kernels.Profile{kernels.Canonical, kernels.Standard} {
+		for _, M := range []int{1, 7, 8, 63, 64, 4096} {
+			for _, K := range []int{0, 1, 7, 13, 4096, 18944} {
+				b, _ := kernels.MatmulBounds(p, M, K)
+				buf := segs(b)
+				if len(buf) != 40 || !reflect.DeepEqual(unpack(buf), b) {
+					t.Fatalf("%v M=%d K=%d: segs packs %v as %v", p, M, K, b, unpack(buf))
+				}
+			}
+		}
+		for _, tp := range []int{1, 2, 4, 8} {
+			b, _, err := kernels.PartialBounds(p, 1000, tp)
+			if err != nil || !reflect.DeepEqual(unpack(segs(b)), b) {
+				t.Fatalf("%v tp=%d: %v %v", p, tp, b, err)
+			}
+		}
 	}
-	if b := segs([]int{0, 3, 7}); b[0] != 2 || b[8] != 3 || b[12] != 7 || len(b) != 40 {
-		t.Errorf("segs packing: %v", b)
+	want := kernels.MatmulPartial(kernels.Canonical, nil, nil, nil, 1, 6, 1, 0, 3)
+	got := (&Kernels{}).MatmulPartial(nil, kernels.Canonical, 0, 0, 0, 1, 6, 1, 3)
+	if want == nil || got == nil || got.Error() != want.Error() {
+		t.Fatalf("tp = 3: launcher says %v, CPU reference %v", got, want)
 	}
 }
