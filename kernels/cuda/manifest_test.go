@@ -1,63 +1,27 @@
 package cudakernels
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"os"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
+	"bitalign/internal/ptx"
 	"bitalign/kernels"
 )
 
-// TestManifest fails when a kernel source changed without its PTX being regenerated (`make ptx`), or when
-// a PTX file was edited by hand.
+// TestManifest fails when a kernel source changed without its PTX being regenerated (`make ptx`), a PTX file
+// was edited by hand, or the Makefile's NVCCFLAGS are not the flags the PTX was built with.
 func TestManifest(t *testing.T) {
-	raw, err := os.ReadFile(ManifestName)
+	flags, err := ptx.MakefileFlags("../../Makefile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := parseManifest(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob("*.cu*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ptx, _ := filepath.Glob("*.ptx")
-	files = append(files, ptx...)
-	if len(files) == 0 {
-		t.Fatal("no kernel sources found")
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(b)
-		got := hex.EncodeToString(sum[:])
-		switch w, ok := want[f]; {
-		case !ok:
-			t.Errorf("%s is not in %s: run `make ptx` where nvcc exists", f, ManifestName)
-		case w != got:
-			t.Errorf("%s changed since its PTX was generated (sha256 %s, manifest %s): run `make ptx`", f, got[:12], w[:12])
-		}
-		if src, ok := strings.CutSuffix(f, ".cu"); ok {
-			if _, err := os.Stat(src + ".ptx"); err != nil {
-				t.Errorf("%s has no %s.ptx: run `make ptx`", f, src)
-			}
-		}
-	}
-	for name := range want {
-		if _, err := os.Stat(name); err != nil {
-			t.Errorf("%s lists %s, which does not exist", ManifestName, name)
-		}
+	for _, err := range ptx.Check(".", func(cu string) []string { return []string{strings.TrimSuffix(cu, ".cu") + ".ptx"} }, flags) {
+		t.Error(err)
 	}
 }
 
@@ -68,7 +32,7 @@ func TestEmbeddedPTX(t *testing.T) {
 	if len(mods) < 7 {
 		t.Fatalf("only %d embedded modules: %v", len(mods), mods)
 	}
-	t.Setenv("BITALIGN_PTX_DIR", "")
+	t.Setenv(ptx.DirEnv, "")
 	for _, m := range mods {
 		b, err := PTX(m)
 		if err != nil {
@@ -85,16 +49,6 @@ func TestEmbeddedPTX(t *testing.T) {
 		if len(entryNames(b)) == 0 {
 			t.Errorf("%s.ptx has no kernels", m)
 		}
-	}
-}
-
-func TestParseManifestRejectsGarbage(t *testing.T) {
-	if _, err := parseManifest([]byte("abc matmul.cu\n")); err == nil {
-		t.Error("a short hash was accepted")
-	}
-	m, err := parseManifest([]byte(strings.Repeat("a", 64) + "  x.cu\n\n"))
-	if err != nil || m["x.cu"] != strings.Repeat("a", 64) {
-		t.Errorf("parse: %v %v", m, err)
 	}
 }
 
