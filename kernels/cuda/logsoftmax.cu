@@ -50,7 +50,8 @@ extern "C" __global__ void __launch_bounds__(256) ls_max_part(float* pm, const f
     }
 }
 
-// ls_max_fin: one warp per row: m[t] = the max of the nb partials, NaN if any is NaN; zero_fix as in ls_max.
+// ls_max_fin: one warp per row: m[t] = the max of the nb partials, NaN if any is NaN. zero_fix: map a zero
+// max to +0 now (tp = 1; with tp > 1 the caller does it after the AllReduceMax).
 extern "C" __global__ void ls_max_fin(float* m, const float* __restrict__ pm, int T, int nb, int zero_fix) {
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= T) return;

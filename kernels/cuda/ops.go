@@ -169,7 +169,8 @@ func (k *Kernels) AttentionForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DT
 	return k.attention(c, p, false, dt, out, q, kc, vc, pos, T, S, nh, nkv, hd, scale)
 }
 
-// AttentionFastExp is canonical attention with the fast-exp fault's exponential (engine's fastExpAttention).
+// AttentionFastExp is canonical attention with the fast-exp fault's exponential (kernels.AttentionForwardExp
+// with kernels.FastExp).
 func (k *Kernels) AttentionFastExp(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos cuda.Ptr, T, S, nh, nkv, hd int, scale float32) error {
 	return k.attention(c, kernels.Canonical, true, dt, out, q, kc, vc, pos, T, S, nh, nkv, hd, scale)
 }
