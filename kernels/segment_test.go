@@ -1,6 +1,10 @@
 package kernels
 
-import "testing"
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
 
 // TestSegmentAlignment checks docs/arithmetic.md §3 exhaustively for K up to 4096: with tp in {1, 2, 4, 8}
 // dividing K, rank r's local boundaries floor(j·K/tp / G) shifted by r·K/tp are exactly the global
@@ -47,10 +51,11 @@ func TestTreeSumOrder(t *testing.T) {
 // TreeSumRows is TreeSum applied to every column of its rows (the panel matmul adds 64 outputs at once).
 func TestTreeSumRows(t *testing.T) {
 	for _, n := range []int{1, 2, 4, 8} {
-		const w = 5
+		const w = 64
+		r := rand.New(rand.NewPCG(uint64(n), 3))
 		p := make([]float32, n*w)
-		for i := range p {
-			p[i] = float32(i%7-3) * []float32{1e8, 1, 1e-3, 7}[i%4]
+		for i := range p { // mixed signs and magnitudes 1e-3 … 1e8: the order shows in the bits
+			p[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(12)-3)))
 		}
 		want := make([]float32, w)
 		col := make([]float32, n)
