@@ -5,7 +5,7 @@ BIN     := bin/bitalign
 VENV    := .venv
 PY      := $(VENV)/bin/python
 
-.PHONY: build run test test-go test-python test-torch bench fuzz ptx screenshots gpu-build clean
+.PHONY: build run test test-go test-python test-torch bench fuzz ptx print-nvccflags screenshots gpu-build clean
 
 build:
 	$(GO) build -o $(BIN) .
@@ -44,11 +44,17 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpenArrow -fuzztime 30s ./capture
 	$(GO) test -run '^$$' -fuzz FuzzOpenSafetensors -fuzztime 30s ./capture
 
-# CUDA kernels: nvcc exists only on the GPU machine (docs/gpu.md). Regenerates the PTX and its manifest.
+# CUDA kernels: nvcc exists only on the GPU machine (docs/gpu.md). `make ptx` regenerates every PTX that
+# bitalign embeds (kernels/cuda/*.cu, nvls/cuda/collectives.cu for 1, 2, 4 and 8 ranks) with NVCCFLAGS, the
+# one flag set, and writes each directory's MANIFEST.sha256 (scripts/ptx.sh); `make ptx PTX_OUT=dir` writes
+# the same tree under dir. scripts/gpu.sh and the manifest tests read NVCCFLAGS from here.
 NVCC ?= nvcc
 NVCCFLAGS := -ptx -arch=sm_90 -fmad=false -ftz=false -prec-div=true -prec-sqrt=true -O3
 ptx:
-	cd kernels/cuda && for f in *.cu; do $(NVCC) $(NVCCFLAGS) -o $${f%.cu}.ptx $$f || exit 1; done && sha256sum *.cu *.cuh *.ptx > MANIFEST.sha256
+	NVCC='$(NVCC)' NVCCFLAGS='$(NVCCFLAGS)' PTX_OUT='$(PTX_OUT)' bash scripts/ptx.sh
+
+print-nvccflags:
+	@echo '$(NVCCFLAGS)'
 
 # Test binaries to carry to the GPU machine (scripts/gpu.sh runs them there).
 # Stripped (-s -w) and gzipped (scripts/gpu.sh unpacks them there), so that all of them and the tree fit the

@@ -283,26 +283,9 @@ func (b *CUDA) Matmul(pr kernels.Profile, out, x, w, bias Buf, M, K, N int, dt k
 }
 
 func (b *CUDA) MatmulPartial(pr kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
-	if err := cudaCheckSegments("MatmulPartial", kLocal, tp); err != nil {
-		b.fail(err)
-		return
-	}
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
 		return k.MatmulPartial(c, pr, cudaPtr(out), cudaPtr(x), cudaPtr(w), M, kLocal, N, tp)
 	})
-}
-
-// cudaCheckSegments mirrors kernels' 8-segment rule checks (same errors as the CPU backend).
-func cudaCheckSegments(op string, L, tp int) error {
-	switch tp {
-	case 1, 2, 4, 8:
-	default:
-		return fmt.Errorf("kernels: %s: tensor-parallel degree %d not in {1, 2, 4, 8} (8-segment rule)", op, tp)
-	}
-	if L%tp != 0 && tp > 1 {
-		return fmt.Errorf("kernels: %s: length %d not divisible by tp %d", op, L*tp, tp)
-	}
-	return nil
 }
 
 func (b *CUDA) MatmulFinish(out, bias Buf, M, N int, dt kernels.DType) {
@@ -471,7 +454,7 @@ func (b *CUDA) LogProbs(pr kernels.Profile, out, logits Buf, targets []int32, T,
 	if comm != nil {
 		tp, rank = comm.Size(), comm.Rank()
 	}
-	if err := cudaCheckSegments("LogSoftmax", vLocal, tp); err != nil {
+	if _, err := kernels.LocalSegments("LogSoftmax", vLocal, tp); err != nil { // the CPU reference's check and error
 		b.fail(err)
 		return
 	}

@@ -40,7 +40,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer st.Close()
-					if _, has := st.entries["lm_head.weight"]; has == tied {
+					if _, has := st.tensors["lm_head.weight"]; has == tied {
 						t.Fatalf("lm_head.weight present = %v with tied = %v", has, tied)
 					}
 					if err := m.Save(dir); err == nil || !strings.Contains(err.Error(), "exists") {
@@ -186,6 +186,7 @@ func TestLoadBadCheckpoints(t *testing.T) {
 		out := binary.LittleEndian.AppendUint64(nil, uint64(len(hb)))
 		return append(append(out, hb...), orig[8+hlen:]...)
 	}
+	dupHeader := []byte(`{"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}`)
 	cases := []struct {
 		name string
 		file []byte
@@ -209,12 +210,13 @@ func TestLoadBadCheckpoints(t *testing.T) {
 		{"bad dtype", withHeader(func(h map[string]json.RawMessage) {
 			var e stEntry
 			json.Unmarshal(h["model.norm.weight"], &e)
-			e.DType = "I64"
+			e.DType, e.Shape = "U8", []int64{e.Offsets[1] - e.Offsets[0]} // valid safetensors, not a float dtype
 			h["model.norm.weight"], _ = json.Marshal(e)
-		}), nil, `dtype "I64" not supported`},
+		}), nil, `"model.norm.weight": dtype u8 not supported`},
 		{"truncated", orig[:len(orig)-100], nil, "outside the"},
 		{"header longer than the file", append(binary.LittleEndian.AppendUint64(nil, 1<<40), orig[8:]...), nil, "header length"},
-		{"empty file", nil, nil, "too short"},
+		{"empty file", nil, nil, "truncated safetensors file (0 bytes"},
+		{"duplicate key", append(binary.LittleEndian.AppendUint64(nil, uint64(len(dupHeader))), dupHeader...), nil, `duplicate key "a"`},
 		{"unknown architecture", orig, func(c map[string]any) { c["architectures"] = []string{"GPT2LMHeadModel"} }, `unsupported architecture "GPT2LMHeadModel"`},
 		{"config disagrees with weights", orig, func(c map[string]any) { c["hidden_size"] = 32; c["head_dim"] = 4 }, "has shape"},
 	}
@@ -236,6 +238,65 @@ func TestLoadBadCheckpoints(t *testing.T) {
 			}
 		})
 	}
+	// Several problems in one header: the error must be the same on every run (never map order) and name
+	// the file. capture reports the first bad entry by name, the engine the first unsupported dtype by offset.
+	t.Run("deterministic", func(t *testing.T) {
+		for _, c := range []struct {
+			name string
+			edit func(map[string]json.RawMessage)
+			want string
+		}{
+			{"bad offsets", func(h map[string]json.RawMessage) {
+				for _, name := range []string{"model.norm.weight", "model.layers.1.mlp.up_proj.weight", "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight"} {
+					var e stEntry
+					json.Unmarshal(h[name], &e)
+					e.Offsets = []int64{e.Offsets[0], e.Offsets[0] + 1<<40}
+					h[name], _ = json.Marshal(e)
+				}
+			}, `tensor "model.embed_tokens.weight": data_offsets`}, // the first by name
+			{"bad dtypes", func(h map[string]json.RawMessage) {
+				for _, name := range []string{"model.norm.weight", "model.layers.1.mlp.up_proj.weight", "model.layers.0.input_layernorm.weight"} {
+					var e stEntry
+					json.Unmarshal(h[name], &e)
+					e.DType, e.Shape = "U8", []int64{e.Offsets[1] - e.Offsets[0]}
+					h[name], _ = json.Marshal(e)
+				}
+			}, `tensor "model.layers.0.input_layernorm.weight": dtype u8 not supported`}, // the first by offset
+		} {
+			dir := t.TempDir()
+			cj, _ := os.ReadFile(filepath.Join(good, "config.json"))
+			os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644)
+			os.WriteFile(filepath.Join(dir, "model.safetensors"), withHeader(c.edit), 0o644)
+			var first error
+			for i := 0; i < 20; i++ {
+				_, err := Load(dir)
+				if err == nil {
+					t.Fatalf("%s: loaded", c.name)
+				}
+				if first == nil {
+					first = err
+					t.Logf("%s: %v", c.name, err)
+				} else if err.Error() != first.Error() {
+					t.Fatalf("%s: run %d says %q, run 0 said %q", c.name, i, err, first)
+				}
+			}
+			if !strings.Contains(first.Error(), c.want) {
+				t.Errorf("%s: %v, want it to report %s", c.name, first, c.want)
+			}
+			if !strings.HasPrefix(first.Error(), "engine: "+filepath.Join(dir, "model.safetensors")+": ") {
+				t.Errorf("%s: error does not start with the package and the file: %v", c.name, first)
+			}
+		}
+		dir := t.TempDir()
+		cj, _ := os.ReadFile(filepath.Join(good, "config.json"))
+		os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644)
+		os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map": {"z": "../z", "m": "../m", "a": "/a", "q": ".."}}`), 0o644)
+		for i := 0; i < 20; i++ {
+			if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `tensor "a": shard "/a"`) {
+				t.Fatalf("index run %d: %v", i, err)
+			}
+		}
+	})
 	t.Run("no weights", func(t *testing.T) {
 		dir := t.TempDir()
 		cj, _ := os.ReadFile(filepath.Join(good, "config.json"))

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"bitalign/capture"
@@ -120,7 +121,13 @@ func Load(dir string) (*Model, error) {
 		if len(idx.WeightMap) == 0 {
 			return nil, fmt.Errorf("engine: %s: empty weight_map", indexPath)
 		}
-		for name, file := range idx.WeightMap {
+		names := make([]string, 0, len(idx.WeightMap))
+		for name := range idx.WeightMap {
+			names = append(names, name)
+		}
+		slices.Sort(names) // the first bad entry reported must not depend on map order
+		for _, name := range names {
+			file := idx.WeightMap[name]
 			if file != filepath.Base(file) || file == "" || file == "." || file == ".." {
 				return nil, fmt.Errorf("engine: %s: tensor %q: shard %q is not a file name in the checkpoint directory", indexPath, name, file)
 			}
@@ -137,7 +144,7 @@ func Load(dir string) (*Model, error) {
 		}
 		files["model.safetensors"] = st
 		source = single
-		for name := range st.entries {
+		for name := range st.tensors {
 			where[name] = "model.safetensors"
 		}
 	} else {
@@ -156,7 +163,7 @@ func Load(dir string) (*Model, error) {
 			}
 			files[file] = st
 		}
-		e, ok := st.entries[s.name]
+		e, ok := st.tensors[s.name]
 		if !ok {
 			return nil, fmt.Errorf("engine: %s: tensor %q missing (the index names this file)", st.path, s.name)
 		}
@@ -164,7 +171,7 @@ func Load(dir string) (*Model, error) {
 			return nil, fmt.Errorf("engine: %s: tensor %q has shape %v, the config needs %v", st.path, s.name, e.Shape, s.shape)
 		}
 		if i == 0 && cfg.DType == capture.InvalidDType { // config.json names no dtype: the embedding's
-			cfg.DType = stDTypes[e.DType]
+			cfg.DType = e.DType
 			m.Config.DType = cfg.DType
 		}
 		buf := make([]float32, numel(s.shape))

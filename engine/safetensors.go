@@ -12,26 +12,29 @@ import (
 	"bitalign/internal/atomicfile"
 )
 
-// A minimal safetensors reader and writer: an 8-byte little-endian header length, a JSON header
+// Checkpoints are read through capture's safetensors header parser (the one captures use: bounded, duplicate
+// keys, overlaps and out-of-range offsets rejected, entries checked in a fixed order), and written by
+// writeSafetensors below: an 8-byte little-endian header length, a JSON header
 // {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data.
 
-const maxSafetensorsHeader = 100 << 20 // the format's own limit
-
+// stEntry is one tensor's header entry as writeSafetensors writes it.
 type stEntry struct {
 	DType   string  `json:"dtype"`
 	Shape   []int64 `json:"shape"`
 	Offsets []int64 `json:"data_offsets"`
 }
 
-// stFile is an open safetensors file: its header and where its data starts.
+// stFile is an open safetensors file and its validated header, tensors by name.
 type stFile struct {
 	path    string
 	f       *os.File
-	size    int64
-	dataOff int64
-	entries map[string]stEntry
+	tensors map[string]capture.SafetensorsTensor
 }
 
+// openSafetensors opens path and validates its header with capture.ParseSafetensorsHeader on the same open
+// file (so the header and the data read later come from one file). Every error names the file; with several
+// problems in one header the one reported is always the same: capture checks the entries by name and the
+// overlaps by offset, and the dtype check below walks the tensors by offset.
 func openSafetensors(path string) (*stFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -50,75 +53,35 @@ func readSafetensorsHeader(path string, f *os.File) (*stFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %v", err)
 	}
-	size := fi.Size()
-	var lenb [8]byte
-	if _, err := io.ReadFull(f, lenb[:]); err != nil {
-		return nil, fmt.Errorf("engine: %s: not a safetensors file: %d bytes, too short for a header", path, size)
+	h, err := capture.ParseSafetensorsHeader(f, fi.Size())
+	if err != nil {
+		return nil, fmt.Errorf("engine: %s: %v", path, err)
 	}
-	n := binary.LittleEndian.Uint64(lenb[:])
-	if n > maxSafetensorsHeader || int64(n) > size-8 {
-		return nil, fmt.Errorf("engine: %s: safetensors header length %d exceeds the file (%d bytes)", path, n, size)
-	}
-	hdr := make([]byte, n)
-	if _, err := io.ReadFull(f, hdr); err != nil {
-		return nil, fmt.Errorf("engine: %s: reading header: %v", path, err)
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(hdr, &raw); err != nil {
-		return nil, fmt.Errorf("engine: %s: safetensors header: %v", path, err)
-	}
-	st := &stFile{path: path, f: f, size: size, dataOff: 8 + int64(n), entries: map[string]stEntry{}}
-	dataLen := size - st.dataOff
-	for name, v := range raw {
-		if name == "__metadata__" {
-			continue
+	st := &stFile{path: path, f: f, tensors: make(map[string]capture.SafetensorsTensor, len(h.Tensors))}
+	for _, t := range h.Tensors { // ordered by offset
+		switch t.DType {
+		case capture.BF16, capture.F16, capture.F32:
+		default:
+			return nil, fmt.Errorf("engine: %s: tensor %q: dtype %s not supported (bf16, f16, f32)", path, t.Name, t.DType)
 		}
-		var e stEntry
-		if err := json.Unmarshal(v, &e); err != nil {
-			return nil, fmt.Errorf("engine: %s: tensor %q: %v", path, name, err)
-		}
-		dt, ok := stDTypes[e.DType]
-		if !ok {
-			return nil, fmt.Errorf("engine: %s: tensor %q: dtype %q not supported (BF16, F16, F32)", path, name, e.DType)
-		}
-		if len(e.Offsets) != 2 || e.Offsets[0] < 0 || e.Offsets[1] < e.Offsets[0] || e.Offsets[1] > dataLen {
-			return nil, fmt.Errorf("engine: %s: tensor %q: data_offsets %v outside the %d data bytes", path, name, e.Offsets, dataLen)
-		}
-		if len(e.Shape) > capture.MaxDims {
-			return nil, fmt.Errorf("engine: %s: tensor %q: %d dimensions", path, name, len(e.Shape))
-		}
-		elems := int64(1)
-		for _, d := range e.Shape {
-			if d < 0 || (d > 0 && elems > dataLen/d) {
-				return nil, fmt.Errorf("engine: %s: tensor %q: shape %v does not fit the file", path, name, e.Shape)
-			}
-			elems *= d
-		}
-		if want := elems * int64(dt.Size()); want != e.Offsets[1]-e.Offsets[0] {
-			return nil, fmt.Errorf("engine: %s: tensor %q: shape %v × %s needs %d bytes, data_offsets give %d",
-				path, name, e.Shape, e.DType, want, e.Offsets[1]-e.Offsets[0])
-		}
-		st.entries[name] = e
+		st.tensors[t.Name] = t
 	}
 	return st, nil
 }
-
-var stDTypes = map[string]capture.DType{"BF16": capture.BF16, "F16": capture.F16, "F32": capture.F32}
 
 var stNames = map[capture.DType]string{capture.BF16: "BF16", capture.F16: "F16", capture.F32: "F32"}
 
 // read loads tensor name into out (len(out) must equal its element count).
 func (st *stFile) read(name string, out []float32) error {
-	e := st.entries[name]
-	dt := stDTypes[e.DType]
-	buf := make([]byte, e.Offsets[1]-e.Offsets[0])
-	if _, err := st.f.ReadAt(buf, st.dataOff+e.Offsets[0]); err != nil {
+	t := st.tensors[name]
+	buf := make([]byte, t.End-t.Begin)
+	if _, err := st.f.ReadAt(buf, t.Begin); err != nil {
 		return fmt.Errorf("engine: %s: tensor %q: %v", st.path, name, err)
 	}
-	if len(buf) != len(out)*dt.Size() {
+	if len(buf) != len(out)*t.DType.Size() {
 		return fmt.Errorf("engine: %s: tensor %q: %d bytes for %d elements", st.path, name, len(buf), len(out))
 	}
-	decode(dt, buf, out)
+	decode(t.DType, buf, out)
 	return nil
 }
 

@@ -17,22 +17,7 @@ func MatmulForward(p Profile, dt DType, out, x, w, bias []float32, M, K, N int) 
 	if bias != nil {
 		checkLen("MatmulForward", "bias", bias, N)
 	}
-	var bounds []int
-	tree := true
-	if p == Standard {
-		// vendor-style split-K: the number of splits depends on the batch size M
-		splits := 1
-		switch {
-		case M < 8:
-			splits = 4
-		case M < 64:
-			splits = 2
-		}
-		bounds = chunkBounds(K, splits)
-		tree = false
-	} else {
-		bounds = segBounds(K, Segments) // fixed 8-segment split: the order never depends on M
-	}
+	bounds, tree := MatmulBounds(p, M, K)
 	matmulCore(out, x, w, M, K, N, bounds, tree, epilogue{bias: bias, dt: dt})
 }
 
@@ -42,7 +27,7 @@ func MatmulForward(p Profile, dt DType, out, x, w, bias []float32, M, K, N int) 
 // without bias. An nvls AllReduce (tree order) then MatmulFinish gives the bits of MatmulForward for every tp
 // in {1, 2, 4, 8}. Standard: one sequential FMA chain over the local K.
 func MatmulPartial(p Profile, out, x, w []float32, M, kLocal, N, rank, tp int) error {
-	G, err := localSegments("MatmulPartial", kLocal, tp)
+	bounds, tree, err := PartialBounds(p, kLocal, tp)
 	if err != nil {
 		return err
 	}
@@ -50,10 +35,6 @@ func MatmulPartial(p Profile, out, x, w []float32, M, kLocal, N, rank, tp int) e
 	checkLen("MatmulPartial", "x", x, M*kLocal)
 	checkLen("MatmulPartial", "w", w, N*kLocal)
 	checkLen("MatmulPartial", "out", out, M*N)
-	bounds, tree := segBounds(kLocal, G), true
-	if p == Standard {
-		bounds, tree = []int{0, kLocal}, false
-	}
 	matmulCore(out, x, w, M, kLocal, N, bounds, tree, epilogue{raw: true})
 	return nil
 }
@@ -91,16 +72,6 @@ func (e epilogue) apply(n int, y float32) float32 {
 	return e.dt.Round(y)
 }
 
-// chunkBounds splits L into n contiguous chunks of ceil(L/n) (standard split-K).
-func chunkBounds(L, n int) []int {
-	c := (L + n - 1) / n
-	b := []int{0}
-	for lo := c; lo < L; lo += c {
-		b = append(b, lo)
-	}
-	return append(b, L)
-}
-
 // exactProducts reports whether every product of an element of a with an element of b is exactly representable
 // in float32: all values are bf16 (8 significant bits, so a product has at most 16) with magnitudes 0 or in
 // [2^-60, 2^60] (no underflow or overflow). Then fma(a, b, c) = RN(RN(a·b) + c) bit for bit, and the FMA
@@ -120,7 +91,7 @@ func exactProducts(v []float32) bool {
 func matmulCore(out, x, w []float32, M, K, N int, bounds []int, tree bool, post epilogue) {
 	combine := seqSum
 	if tree {
-		combine = treeSum
+		combine = TreeSum
 	}
 	tree8 := tree && len(bounds) == Segments+1
 	const nb = 4 // columns per micro-tile

@@ -11,7 +11,7 @@ const panelMinRows = 1
 // kernels: each lane of a vector is one output column, and each output's chains run over the same segments,
 // in ascending k, from +0, with one fused multiply-add per step: the same bits as the scalar path. The panel
 // of 16 weight rows is packed k-major once and reused for every row of x.
-// tree8 says combine is treeSum over 8 segments (canonical MatmulForward), which is then inlined.
+// tree8 says combine is TreeSum over 8 segments (canonical MatmulForward), which then runs on whole rows of partials.
 func matmulPanels(out, x, w []float32, M, K, N, n0, n1 int, bounds []int, combine func([]float32) float32, tree8 bool, post epilogue) {
 	S := len(bounds) - 1
 	packed := make([]float32, K*panelWidth+panelWidth) // +16: a valid pointer when K = 0
@@ -35,12 +35,10 @@ func matmulPanels(out, x, w []float32, M, K, N, n0, n1 int, bounds []int, combin
 				fmaPanel4x16(xp, K, &packed[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
 			}
 			if tree8 {
-				// the canonical tree, written out: ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) per output
+				// the canonical tree over the 8 segment rows of 4×16 partials, all 64 outputs at once
 				const L = 4 * panelWidth
-				p := part[:8*L]
-				for i := 0; i < L; i++ {
-					y := float32(float32(float32(p[i]+p[L+i])+float32(p[2*L+i]+p[3*L+i])) +
-						float32(float32(p[4*L+i]+p[5*L+i])+float32(p[6*L+i]+p[7*L+i])))
+				TreeSumRows(part[:Segments*L], Segments, L)
+				for i, y := range part[:L] {
 					r, j := i/panelWidth, i%panelWidth
 					out[(m+r)*N+n+j] = post.apply(n+j, y)
 				}

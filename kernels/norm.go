@@ -8,7 +8,7 @@ func RMSNormForward(p Profile, dt DType, out, x, w []float32, rows, C int, eps f
 	checkLen("RMSNormForward", "x", x, rows*C)
 	checkLen("RMSNormForward", "w", w, C)
 	checkLen("RMSNormForward", "out", out, rows*C)
-	bounds := segBounds(C, Segments)
+	bounds := SegBounds(C, Segments)
 	var part [Segments]float32
 	for r := 0; r < rows; r++ {
 		xr := x[r*C : (r+1)*C]
@@ -34,7 +34,7 @@ func RMSNormForward(p Profile, dt DType, out, x, w []float32, rows, C int, eps f
 				}
 				part[s] = acc
 			}
-			ss = treeSum(part[:])
+			ss = TreeSum(part[:])
 		}
 		mean := ss / float32(C)
 		rs := Rsqrt(float32(mean + eps))

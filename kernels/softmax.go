@@ -36,7 +36,7 @@ func logSoftmaxStats(p Profile, logits []float32, T, vLocal int, c Reducer) (m, 
 	if c != nil {
 		tp, rank = c.Size(), c.Rank()
 	}
-	G, err := localSegments("LogSoftmax", vLocal, tp)
+	G, err := LocalSegments("LogSoftmax", vLocal, tp)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -55,7 +55,7 @@ func logSoftmaxStats(p Profile, logits []float32, T, vLocal int, c Reducer) (m, 
 			m[t] = 0 // +0: the sign of a zero max must not depend on which rank held it
 		}
 	}
-	bounds := segBounds(vLocal, G)
+	bounds := SegBounds(vLocal, G)
 	if p == Standard {
 		bounds = []int{0, vLocal}
 	}
@@ -73,7 +73,7 @@ func logSoftmaxStats(p Profile, logits []float32, T, vLocal int, c Reducer) (m, 
 		if p == Standard {
 			sum[t] = part[0]
 		} else {
-			sum[t] = treeSum(part) // the rank's subtree; the all-reduce finishes the same tree
+			sum[t] = TreeSum(part) // the rank's subtree; the all-reduce finishes the same tree
 		}
 	}
 	if c != nil {

@@ -91,27 +91,6 @@ func checkSize(n int) error {
 	return nil
 }
 
-// TreeSum is the canonical sum of the ranks' values v[0..n-1] (n a power of two): T(lo,hi) = T(lo,mid) +
-// T(mid,hi). Exposed for tests and for transports that gather first and reduce locally.
-func TreeSum(v []float32) float32 {
-	n := len(v)
-	if n == 1 {
-		return v[0]
-	}
-	return float32(TreeSum(v[:n/2]) + TreeSum(v[n/2:]))
-}
-
-// treeSumInPlace is TreeSum computed level by level in v (which it overwrites): adjacent pairs first, which
-// is the same tree.
-func treeSumInPlace(v []float32) float32 {
-	for n := len(v); n > 1; n /= 2 {
-		for i := 0; i < n/2; i++ {
-			v[i] = float32(v[2*i] + v[2*i+1])
-		}
-	}
-	return v[0]
-}
-
 // ringSum is the ring order for an element of chunk c: ranks (c+1) mod n, (c+2) mod n, ..., c.
 func ringSum(v []float32, c int) float32 {
 	n := len(v)

@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"bitalign/kernels"
 )
 
 // NewCPUGroup returns n Comms (n a power of two, 1..64) sharing memory in this process, one per rank; each is
@@ -168,7 +170,7 @@ func (c *cpuComm) sum(vals []float32, ch int) float32 {
 	if c.g.opt.order == Ring {
 		return ringSum(vals, ch)
 	}
-	return treeSumInPlace(vals) // vals is scratch
+	return kernels.TreeSum(vals) // the canonical tree over ranks (docs/arithmetic.md §12); vals is scratch
 }
 
 // AllReduce implements Comm.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"bitalign/kernels"
 )
 
 // runRanks runs f on every rank concurrently and returns the ranks' errors.
@@ -53,17 +55,21 @@ func treeRef(v []float32) float32 {
 	return float32(treeRef(v[:h]) + treeRef(v[h:]))
 }
 
+// The transports add ranks with kernels.TreeSum: it must be T(0, n) for every group size nvls allows.
 func TestTreeOrderExplicit(t *testing.T) {
 	v := []float32{1e8, 1, -1e8, 1, 3, 1e-3, 7, -5}
 	want := float32(float32(float32(v[0]+v[1])+float32(v[2]+v[3])) + float32(float32(v[4]+v[5])+float32(v[6]+v[7])))
-	if got := TreeSum(v); math.Float32bits(got) != math.Float32bits(want) {
-		t.Fatalf("TreeSum = %g, want %g", got, want)
+	if got := kernels.TreeSum(append([]float32(nil), v...)); math.Float32bits(got) != math.Float32bits(want) {
+		t.Fatalf("kernels.TreeSum = %g, want %g", got, want)
 	}
-	if got := treeSumInPlace(append([]float32(nil), v...)); math.Float32bits(got) != math.Float32bits(want) {
-		t.Fatalf("treeSumInPlace = %g, want %g", got, want)
-	}
-	if TreeSum(v) == float32(((((((v[0]+v[1])+v[2])+v[3])+v[4])+v[5])+v[6])+v[7]) {
+	if want == float32(((((((v[0]+v[1])+v[2])+v[3])+v[4])+v[5])+v[6])+v[7]) {
 		t.Fatalf("test values do not distinguish tree from sequential order")
+	}
+	for n := 1; n <= 64; n *= 2 {
+		v := inputs(1, n, uint64(n))[0]
+		if got, want := kernels.TreeSum(append([]float32(nil), v...)), treeRef(v); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("n = %d: kernels.TreeSum = %g, T(0, n) = %g", n, got, want)
+		}
 	}
 }
 

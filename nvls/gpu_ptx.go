@@ -2,45 +2,33 @@ package nvls
 
 import (
 	"embed"
-	"encoding/json"
 	"fmt"
+	"slices"
+
+	"bitalign/internal/ptx"
 )
 
-// The GPU transport's kernels: nvls/cuda/collectives.cu compiled by nvls/cuda/gen.sh into one PTX module per
-// rank count. manifest.json records the source's sha256 (TestPTXManifest fails when the .cu changed without
-// regenerating) and each PTX file's.
+// The GPU transport's kernels: `make ptx` compiles nvls/cuda/collectives.cu into one PTX module per rank count
+// (-DNVLS_NR=n, n in ptxRanks) and writes nvls/cuda/MANIFEST.sha256 (internal/ptx; TestPTXManifest checks it).
 //
 //go:embed cuda/collectives_nr1.ptx cuda/collectives_nr2.ptx cuda/collectives_nr4.ptx cuda/collectives_nr8.ptx
-//go:embed cuda/manifest.json
 var ptxFS embed.FS
 
-// ptxManifest is nvls/cuda/manifest.json.
-type ptxManifest struct {
-	Source       string            `json:"source"`
-	SourceSHA256 string            `json:"source_sha256"`
-	NVCC         string            `json:"nvcc"`
-	Flags        string            `json:"flags"`
-	PTX          map[string]string `json:"ptx"` // file name → sha256
-}
+// ptxRanks are the rank counts collectives.cu is compiled for (scripts/ptx.sh's NVLS_RANKS).
+var ptxRanks = []int{1, 2, 4, 8}
 
-func readPTXManifest() (ptxManifest, error) {
-	var m ptxManifest
-	b, err := ptxFS.ReadFile("cuda/manifest.json")
-	if err != nil {
-		return m, fmt.Errorf("nvls: cuda/manifest.json: %w", err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("nvls: cuda/manifest.json: %w", err)
-	}
-	return m, nil
-}
+// ptxName is the PTX module of collectives.cu for n ranks.
+func ptxName(n int) string { return fmt.Sprintf("collectives_nr%d.ptx", n) }
 
-// ptxFor returns the PTX module for n ranks (1, 2, 4 or 8).
+// ptxFor returns the PTX module for n ranks (1, 2, 4 or 8): from $BITALIGN_PTX_DIR/nvls/cuda when set
+// (ptx.DirEnv), else the embedded copy.
 func ptxFor(n int) ([]byte, error) {
-	switch n {
-	case 1, 2, 4, 8:
-	default:
+	if !slices.Contains(ptxRanks, n) {
 		return nil, fmt.Errorf("nvls: the GPU transport supports 1, 2, 4 or 8 ranks, not %d", n)
 	}
-	return ptxFS.ReadFile(fmt.Sprintf("cuda/collectives_nr%d.ptx", n))
+	b, err := ptx.Load("nvls/cuda", ptxName(n), func(name string) ([]byte, error) { return ptxFS.ReadFile("cuda/" + name) })
+	if err != nil {
+		return nil, fmt.Errorf("nvls: %w", err)
+	}
+	return b, nil
 }

@@ -1,59 +1,57 @@
 package nvls
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"strings"
 	"testing"
+
+	"bitalign/internal/ptx"
 )
 
-// The embedded PTX must be what nvls/cuda/gen.sh makes of the current collectives.cu: a changed .cu without
-// regenerated PTX (or a hand-edited PTX) fails here, on CI, without a GPU.
+// The embedded PTX must be what `make ptx` makes of the current collectives.cu with the Makefile's flags: a
+// changed .cu without regenerated PTX (or a hand-edited PTX) fails here, without a GPU.
 func TestPTXManifest(t *testing.T) {
-	m, err := readPTXManifest()
+	flags, err := ptx.MakefileFlags("../Makefile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("cuda/" + m.Source)
-	if err != nil {
-		t.Fatal(err)
+	modules := func(cu string) []string {
+		if cu != "collectives.cu" {
+			return nil
+		}
+		var names []string
+		for _, n := range ptxRanks {
+			names = append(names, ptxName(n))
+		}
+		return names
 	}
-	if got := sha256Hex(src); got != m.SourceSHA256 {
-		t.Errorf("cuda/%s has sha256 %s but the PTX was generated from %s: run `sh nvls/cuda/gen.sh` with nvcc 13.0 (on the GPU machine)",
-			m.Source, got, m.SourceSHA256)
+	for _, err := range ptx.Check("cuda", modules, flags) {
+		t.Error(err)
 	}
-	if !strings.Contains(m.Flags, "-fmad=false") || !strings.Contains(m.Flags, "sm_90") {
-		t.Errorf("manifest flags %q: want -arch=sm_90 -fmad=false", m.Flags)
-	}
-	for _, n := range []int{1, 2, 4, 8} {
-		ptx, err := ptxFor(n)
+	t.Setenv(ptx.DirEnv, "")
+	for _, n := range ptxRanks {
+		src, err := ptxFor(n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		name := "collectives_nr" + string(rune('0'+n)) + ".ptx"
-		if want, ok := m.PTX[name]; !ok || sha256Hex(ptx) != want {
-			t.Errorf("%s: sha256 %s, manifest says %q", name, sha256Hex(ptx), want)
+		name := ptxName(n)
+		if disk, err := os.ReadFile("cuda/" + name); err != nil || string(disk) != string(src) {
+			t.Errorf("%s: the embedded copy differs from the file (%v)", name, err)
 		}
 		// every kernel the transport launches is in the module
 		for _, k := range kernelNames(n) {
-			if !strings.Contains(string(ptx), ".entry "+k+"(") {
+			if !strings.Contains(string(src), ".entry "+k+"(") {
 				t.Errorf("%s has no kernel %s", name, k)
 			}
 		}
 		// NVLink multicast must never be used on these machines.
-		if strings.Contains(string(ptx), "multimem") {
+		if strings.Contains(string(src), "multimem") {
 			t.Errorf("%s uses multimem instructions", name)
 		}
 	}
 	if _, err := ptxFor(3); err == nil {
 		t.Error("ptxFor(3) succeeded: rank counts are powers of two")
 	}
-}
-
-func sha256Hex(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
 }
 
 func kernelNames(ranks int) []string {

@@ -283,7 +283,7 @@ func TestGPUAllReduceBF16(t *testing.T) {
 			for r := range vals {
 				vals[r] = kernels.FromBF16Bits(bufs[r][i])
 			}
-			want[i] = kernels.ToBF16Bits(TreeSum(vals))
+			want[i] = kernels.ToBF16Bits(treeRef(vals))
 		}
 		noErrors(t, "AllReduceBF16", eachRank(n, func(r int) error { return g.Comm(r).AllReduceBF16(bufs[r]) }))
 		for r := 0; r < n; r++ {

@@ -2,8 +2,10 @@
 # scripts/gpu.sh — build-check-time on the GPU machine in one call (see docs/gpu.md).
 # Here (no GPU):   make gpu-build            # CGO_ENABLED=0 test binaries into .gpu/
 # There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [ui] [bench]   (default: all), with .gpu carried.
-#   ptx   compiles kernels/cuda/*.cu with the machine's nvcc into $OUT/ptx.tar and diffs it with the committed
-#         PTX; the tests then load the fresh PTX (BITALIGN_PTX_DIR) so one call checks new kernel sources.
+#   ptx   runs `make ptx` (every PTX: kernels/cuda and nvls/cuda, the Makefile's NVCCFLAGS) into a fresh tree,
+#         says which PTX differ from the committed ones and leaves the tree in $OUT/ptx.tar (PTX and both
+#         manifests; `tar -xf ptx.tar` at the repository root puts them in place); the tests then load the
+#         fresh PTX (BITALIGN_PTX_DIR) so one call checks new kernel sources.
 #   test  runs the cuda/ and kernels/cuda/ tests with BITALIGN_REQUIRE_GPU=1 (a skip becomes a failure).
 #   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's).
 #   ui    runs the debugger's real-session test with replay on the GPU (verdicts as on the CPU).
@@ -17,27 +19,32 @@ OUT="${OUT:-/tmp/gpu-out}"
 mkdir -p "$OUT"
 steps="${*:-ptx test engine ui bench}"
 NVCC="${NVCC:-nvcc}"
-NVCCFLAGS="-ptx -arch=sm_90 -fmad=false -ftz=false -prec-div=true -prec-sqrt=true -O3"
 rc=0
 for f in .gpu/*.gz; do [[ -e "$f" ]] && gunzip -f "$f" && chmod +x "${f%.gz}"; done  # make gpu-build gzips them
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 "$NVCC" --version | tail -2
 
 if [[ " $steps " == *" ptx "* ]]; then
-  echo "== ptx: $NVCC $NVCCFLAGS"
   fresh=$(mktemp -d)
-  cp kernels/cuda/*.cu kernels/cuda/*.cuh "$fresh"/
-  (cd "$fresh" && for f in *.cu; do "$NVCC" $NVCCFLAGS -o "${f%.cu}.ptx" "$f" || exit 1; done &&
-     sha256sum *.cu *.cuh *.ptx > MANIFEST.sha256) || { echo "ptx: nvcc FAILED"; rc=1; }
-  for f in "$fresh"/*.ptx; do
-    cmp -s "$f" "kernels/cuda/$(basename "$f")" && echo "ptx: $(basename "$f") identical to the committed one" ||
-      echo "ptx: $(basename "$f") DIFFERS from the committed one"
+  if command -v make >/dev/null; then # the one pipeline and flag set: make ptx (scripts/ptx.sh)
+    echo "== ptx: $NVCC $(make -s print-nvccflags)"
+    make -s ptx NVCC="$NVCC" PTX_OUT="$fresh" || { echo "ptx: nvcc FAILED"; rc=1; }
+  else # no make here: the same script, with NVCCFLAGS read from the Makefile
+    flags=$(sed -n 's/^NVCCFLAGS *:= *//p' Makefile)
+    echo "== ptx (no make): $NVCC $flags"
+    NVCC="$NVCC" NVCCFLAGS="$flags" PTX_OUT="$fresh" bash scripts/ptx.sh || { echo "ptx: nvcc FAILED"; rc=1; }
+  fi
+  for d in kernels/cuda nvls/cuda; do
+    for f in "$fresh/$d"/*.ptx; do
+      cmp -s "$f" "$d/$(basename "$f")" && echo "ptx: $d/$(basename "$f") identical to the committed one" ||
+        echo "ptx: $d/$(basename "$f") DIFFERS from the committed one"
+    done
   done
   # registers and spills of the matmul kernels (ptxas as the driver's JIT would run it)
-  ptxas -arch=sm_90 -v "$fresh/matmul.ptx" -o /dev/null 2>&1 | grep -E "entry function|spill|Used" |
+  ptxas -arch=sm_90 -v "$fresh/kernels/cuda/matmul.ptx" -o /dev/null 2>&1 | grep -E "entry function|spill|Used" |
     sed -e "s/ptxas info *: //" | paste - - - | grep -E "matmul_(t|dec)" | sed -e "s/Compiling entry function//"
-  tar -C "$fresh" -cf "$OUT/ptx.tar" $(cd "$fresh" && ls *.ptx MANIFEST.sha256)
-  export BITALIGN_PTX_DIR="$fresh"
+  tar -C "$fresh" -cf "$OUT/ptx.tar" kernels/cuda nvls/cuda
+  export BITALIGN_PTX_DIR="$fresh" # kernels/cuda and nvls load $fresh/<their directory>/*.ptx
 fi
 
 if [[ " $steps " == *" test "* ]]; then

@@ -14,9 +14,9 @@
 #define MODE_CANONICAL 0  // 64-key blocks, online softmax
 #define MODE_TWO_PASS 1   // standard prefill: global max, then 128-key tiles
 #define MODE_SPLIT_KV 2   // standard decode: 256-key splits merged left to right
-#define MODE_FAST_EXP 3   // canonical with the fast-exp fault's exponential (engine.fastExp)
+#define MODE_FAST_EXP 3   // canonical with the fast-exp fault's exponential (kernels.FastExp)
 
-// fast_exp: the fast-exp fault's approximation, twin of engine's fastExp (2^(x·log2 e), cubic fraction).
+// fast_exp: the fast-exp fault's approximation, twin of kernels.FastExp (2^(x·log2 e), cubic fraction).
 __device__ __forceinline__ float fast_exp(float x) {
     if (x != x) return x;
     if (x < -87.0f) return 0.0f;

@@ -97,26 +97,22 @@ func BenchmarkMatmul(b *testing.B) {
 	x := d.f32(b, randn(r, Mmax*K, true))
 	out := d.poisoned(b, Mmax*N)
 	type variant struct {
-		name  string
-		noDec bool
-		tile  tileConfig
+		name string
+		tile tileConfig
 	}
 	for _, M := range []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096} {
 		vs := []variant{{name: "default"}}
-		if M <= decM {
-			vs = append(vs, variant{name: "nodec", noDec: true})
-		}
-		if M >= 32 && *tileSweep {
+		if M > decM && *tileSweep {
 			for _, tc := range tileConfigs() {
-				vs = append(vs, variant{fmt.Sprintf("t%d-g%d", tc.bm, tc.g), true, tc})
+				vs = append(vs, variant{fmt.Sprintf("t%d-g%d", tc.bm, tc.g), tc})
 			}
 		}
 		for _, v := range vs {
 			p := kernels.Canonical
 			b.Run(fmt.Sprintf("%v/M=%d/%s", p, M, v.name), func(b *testing.B) {
 				ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, i int) error {
-					g.k.tile, g.k.noDec = v.tile, v.noDec
-					defer func() { g.k.tile, g.k.noDec = tileConfig{}, false }()
+					g.k.tile = v.tile
+					defer func() { g.k.tile = tileConfig{} }()
 					return g.k.MatmulForward(c, p, dtCode(kernels.BF16), out, x, ws[i%copies], 0, M, K, N)
 				})
 				bytes := 4 * float64(M*K+N*K+M*N)
@@ -154,37 +150,41 @@ func BenchmarkOps(b *testing.B) {
 		b.ReportMetric(bytes/(ms*1e-3)/1e9, "GB/s")
 	}
 	ops := []struct {
-		name  string
-		n     int
-		bytes float64
-		f     func(c *cuda.Ctx) error
+		name    string
+		n       int
+		bytes   float64
+		general bool // also time the general kernel (k.general) that production runs where the fast one cannot
+		f       func(c *cuda.Ctx) error
 	}{
-		{"rmsnorm/T=512", 10, 8 * T * H, func(c *cuda.Ctx) error {
+		{"rmsnorm/T=512", 10, 8 * T * H, true, func(c *cuda.Ctx) error {
 			return g.k.RMSNormForward(c, kernels.Canonical, kernels.BF16, out, x, w, T, H, 1e-6)
 		}},
-		{"attention-prefill/T=512", 5, 4 * float64(2*T*nh*hd+2*T*nkv*hd), func(c *cuda.Ctx) error {
+		{"attention-prefill/T=512", 5, 4 * float64(2*T*nh*hd+2*T*nkv*hd), true, func(c *cuda.Ctx) error {
 			return g.k.AttentionForward(c, kernels.Canonical, kernels.BF16, out, q, kc, vc, dp, T, T, nh, nkv, hd, 0.088)
 		}},
-		{"attention-decode/S=512", 10, 4 * float64(2*nh*hd+2*T*nkv*hd), func(c *cuda.Ctx) error {
+		{"attention-decode/S=512", 10, 4 * float64(2*nh*hd+2*T*nkv*hd), true, func(c *cuda.Ctx) error {
 			return g.k.AttentionForward(c, kernels.Canonical, kernels.BF16, out, q.Add(4*(T-1)*nh*hd), kc, vc, dp.Add(4*(T-1)), 1, T, nh, nkv, hd, 0.088)
 		}},
-		{"logsoftmax/T=8,V=152064", 10, 8 * 8 * V, func(c *cuda.Ctx) error {
+		{"logsoftmax/T=8,V=152064", 10, 8 * 8 * V, false, func(c *cuda.Ctx) error {
 			return g.k.LogSoftmaxForward(c, kernels.Canonical, out, logits, 8, V)
 		}},
-		{"logprobs/T=8,V=152064", 10, 4 * 8 * V, func(c *cuda.Ctx) error {
+		{"logprobs/T=8,V=152064", 10, 4 * 8 * V, false, func(c *cuda.Ctx) error {
 			return g.k.LogProbs(c, kernels.Canonical, out.Add(4*8*V), logits, dp, 8, V)
 		}},
 	}
 	for _, op := range ops {
-		for _, old := range []bool{false, true} {
+		for _, general := range []bool{false, true} {
+			if general && !op.general {
+				continue
+			}
 			name := op.name
-			if old {
-				name += "/session1" // the one-warp (or block) per row kernels
+			if general {
+				name += "/general" // rmsnorm (a warp per row), attention (a warp per (query, head))
 			}
 			b.Run(name, func(b *testing.B) {
 				ms := timeGPU(b, g, max(b.N, op.n), func(c *cuda.Ctx, _ int) error {
-					g.k.oneBlockPerRow = old
-					defer func() { g.k.oneBlockPerRow = false }()
+					g.k.general = general
+					defer func() { g.k.general = false }()
 					return op.f(c)
 				})
 				report(b, ms, op.bytes)

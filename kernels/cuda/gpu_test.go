@@ -288,19 +288,19 @@ func TestRMSNormBitwise(t *testing.T) {
 				kernels.RMSNormForward(p, dt, want, x, w, s.rows, s.C, 1e-6)
 				d := &dev{g: g}
 				out, dx, dw := d.poisoned(t, len(x)), d.f32(t, x), d.f32(t, w)
-				for _, old := range []bool{false, true} { // rmsnorm_row, and the warp-per-row kernel
-					name := fmt.Sprintf("%v %v rows=%d C=%d oneWarpPerRow=%v", p, dt, s.rows, s.C, old)
+				for _, general := range []bool{false, true} { // rmsnorm_row, and the warp-per-row kernel rmsnorm
+					name := fmt.Sprintf("%v %v rows=%d C=%d general=%v", p, dt, s.rows, s.C, general)
 					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-						k.oneBlockPerRow = old
-						defer func() { k.oneBlockPerRow = false }()
+						k.general = general
+						defer func() { k.general = false }()
 						return k.RMSNormForward(c, p, dt, out, dx, dw, s.rows, s.C, 1e-6)
 					})
 					same(t, name, d.get(t, out, len(x)), want)
 					// in place (out aliases x), as the engine may run it
 					in := d.f32(t, x)
 					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-						k.oneBlockPerRow = old
-						defer func() { k.oneBlockPerRow = false }()
+						k.general = general
+						defer func() { k.general = false }()
 						return k.RMSNormForward(c, p, dt, in, in, dw, s.rows, s.C, 1e-6)
 					})
 					same(t, name+" in place", d.get(t, in, len(x)), want)
@@ -367,14 +367,14 @@ func TestAttentionBitwise(t *testing.T) {
 			}
 			d := &dev{g: g}
 			out, dq, dk, dv, dp := d.poisoned(t, len(q)), d.f32(t, q), d.f32(t, kc), d.f32(t, vc), d.i32(t, pos)
-			for _, old := range []bool{false, true} { // attention_blk, and the warp-per-task kernel
+			for _, general := range []bool{false, true} { // attention_blk, and the warp-per-task kernel attention
 				d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-					k.oneBlockPerRow = old
-					defer func() { k.oneBlockPerRow = false }()
+					k.general = general
+					defer func() { k.general = false }()
 					return k.AttentionForward(c, p, kernels.BF16, out, dq, dk, dv, dp, s.T, s.S, s.nh, s.nkv, s.hd, scale)
 				})
-				same(t, fmt.Sprintf("%v T=%d S=%d nh=%d nkv=%d hd=%d special=%v oneWarpPerTask=%v", p, s.T, s.S, s.nh, s.nkv,
-					s.hd, special, old), d.get(t, out, len(q)), want)
+				same(t, fmt.Sprintf("%v T=%d S=%d nh=%d nkv=%d hd=%d special=%v general=%v", p, s.T, s.S, s.nh, s.nkv,
+					s.hd, special, general), d.get(t, out, len(q)), want)
 			}
 			d.free()
 		}
@@ -532,19 +532,10 @@ func TestLogSoftmaxBitwise(t *testing.T) {
 			}
 			d := &dev{g: g}
 			out, dx, dtg, lp := d.poisoned(t, len(x)), d.f32(t, x), d.i32(t, tg), d.poisoned(t, s.T)
-			for _, old := range []bool{false, true} { // the split kernels, and one block per row
-				set := func(k *Kernels) func() { k.oneBlockPerRow = old; return func() { k.oneBlockPerRow = false } }
-				d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-					defer set(k)()
-					return k.LogSoftmaxForward(c, p, out, dx, s.T, s.V)
-				})
-				same(t, fmt.Sprintf("logsoftmax %v T=%d V=%d oneBlockPerRow=%v", p, s.T, s.V, old), d.get(t, out, len(x)), want)
-				d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-					defer set(k)()
-					return k.LogProbs(c, p, lp, dx, dtg, s.T, s.V)
-				})
-				same(t, fmt.Sprintf("logprobs %v T=%d V=%d oneBlockPerRow=%v", p, s.T, s.V, old), d.get(t, lp, s.T), wantLP)
-			}
+			d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.LogSoftmaxForward(c, p, out, dx, s.T, s.V) })
+			same(t, fmt.Sprintf("logsoftmax %v T=%d V=%d", p, s.T, s.V), d.get(t, out, len(x)), want)
+			d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.LogProbs(c, p, lp, dx, dtg, s.T, s.V) })
+			same(t, fmt.Sprintf("logprobs %v T=%d V=%d", p, s.T, s.V), d.get(t, lp, s.T), wantLP)
 			d.free()
 		}
 	}

@@ -17,16 +17,18 @@ const NoRound = -1
 // partials, log-softmax statistics). Use it from the device thread only (inside cuda.Device.Do); everything
 // is enqueued on the default stream, in order.
 type Kernels struct {
-	dev            *cuda.Device
-	fn             map[string]*cuda.Function
-	scratch        cuda.Ptr
-	scratchBytes   int64
-	tile           tileConfig // tests and benchmarks: force the tiled matmul's shape (zero fields: automatic)
-	rowSmem        int        // dynamic shared memory the bigSmem kernels may use (bytes)
-	aux            cuda.Ptr   // small per-row statistics (log-softmax partials), separate from scratch
-	oneBlockPerRow bool       // tests and benchmarks: session 1's ls_max and ls_sum (one block per row)
-	auxBytes       int64
-	noDec          bool // benchmarks: skip matmul_dec (small M then runs matmul_small or the tiled kernel)
+	dev          *cuda.Device
+	fn           map[string]*cuda.Function
+	scratch      cuda.Ptr
+	scratchBytes int64
+	tile         tileConfig // tests and benchmarks: force the tiled matmul's shape (zero fields: automatic)
+	rowSmem      int        // dynamic shared memory the bigSmem kernels may use (bytes)
+	aux          cuda.Ptr   // small per-row statistics (log-softmax partials), separate from scratch
+	auxBytes     int64
+	// general (tests and benchmarks) makes canonical RMSNorm and attention run rmsnorm and attention, the
+	// kernels that production runs for the standard profile and for rows or head groups the per-row and
+	// per-tile kernels cannot hold, so that the tests cover them at every shape.
+	general bool
 }
 
 // Load loads every PTX module on c's device and looks up its kernels. Errors wrap the driver's (an unusable
@@ -175,23 +177,4 @@ func segs(b []int) []byte {
 		binary.LittleEndian.PutUint32(buf[4+4*i:], uint32(int32(v)))
 	}
 	return buf
-}
-
-// SegBounds returns the G+1 boundaries floor(j·L/G) of the canonical segments (docs/arithmetic.md §3).
-func SegBounds(L, G int) []int {
-	b := make([]int, G+1)
-	for j := 0; j <= G; j++ {
-		b[j] = int(int64(j) * int64(L) / int64(G))
-	}
-	return b
-}
-
-// ChunkBounds splits L into contiguous chunks of ceil(L/n) (the standard profile's split-K, §13).
-func ChunkBounds(L, n int) []int {
-	c := (L + n - 1) / n
-	b := []int{0}
-	for lo := c; lo < L; lo += c {
-		b = append(b, lo)
-	}
-	return append(b, L)
 }

@@ -1,60 +1,27 @@
 package cudakernels
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/binary"
 	"os"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"bitalign/internal/ptx"
+	"bitalign/kernels"
 )
 
-// TestManifest fails when a kernel source changed without its PTX being regenerated (`make ptx`), or when
-// a PTX file was edited by hand.
+// TestManifest fails when a kernel source changed without its PTX being regenerated (`make ptx`), a PTX file
+// was edited by hand, or the Makefile's NVCCFLAGS are not the flags the PTX was built with.
 func TestManifest(t *testing.T) {
-	raw, err := os.ReadFile(ManifestName)
+	flags, err := ptx.MakefileFlags("../../Makefile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := parseManifest(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob("*.cu*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ptx, _ := filepath.Glob("*.ptx")
-	files = append(files, ptx...)
-	if len(files) == 0 {
-		t.Fatal("no kernel sources found")
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(b)
-		got := hex.EncodeToString(sum[:])
-		switch w, ok := want[f]; {
-		case !ok:
-			t.Errorf("%s is not in %s: run `make ptx` where nvcc exists", f, ManifestName)
-		case w != got:
-			t.Errorf("%s changed since its PTX was generated (sha256 %s, manifest %s): run `make ptx`", f, got[:12], w[:12])
-		}
-		if src, ok := strings.CutSuffix(f, ".cu"); ok {
-			if _, err := os.Stat(src + ".ptx"); err != nil {
-				t.Errorf("%s has no %s.ptx: run `make ptx`", f, src)
-			}
-		}
-	}
-	for name := range want {
-		if _, err := os.Stat(name); err != nil {
-			t.Errorf("%s lists %s, which does not exist", ManifestName, name)
-		}
+	for _, err := range ptx.Check(".", func(cu string) []string { return []string{strings.TrimSuffix(cu, ".cu") + ".ptx"} }, flags) {
+		t.Error(err)
 	}
 }
 
@@ -65,7 +32,7 @@ func TestEmbeddedPTX(t *testing.T) {
 	if len(mods) < 7 {
 		t.Fatalf("only %d embedded modules: %v", len(mods), mods)
 	}
-	t.Setenv("BITALIGN_PTX_DIR", "")
+	t.Setenv(ptx.DirEnv, "")
 	for _, m := range mods {
 		b, err := PTX(m)
 		if err != nil {
@@ -82,16 +49,6 @@ func TestEmbeddedPTX(t *testing.T) {
 		if len(entryNames(b)) == 0 {
 			t.Errorf("%s.ptx has no kernels", m)
 		}
-	}
-}
-
-func TestParseManifestRejectsGarbage(t *testing.T) {
-	if _, err := parseManifest([]byte("abc matmul.cu\n")); err == nil {
-		t.Error("a short hash was accepted")
-	}
-	m, err := parseManifest([]byte(strings.Repeat("a", 64) + "  x.cu\n\n"))
-	if err != nil || m["x.cu"] != strings.Repeat("a", 64) {
-		t.Errorf("parse: %v %v", m, err)
 	}
 }
 
@@ -120,14 +77,39 @@ func TestDecConfigMatchesSource(t *testing.T) {
 	}
 }
 
-func TestBounds(t *testing.T) {
-	if got := SegBounds(13, 8); got[1] != 1 || got[8] != 13 || got[4] != 6 {
-		t.Errorf("SegBounds(13, 8) = %v", got)
+// TestLaunchBounds: the launchers take the chains' bounds from package kernels (MatmulBounds, PartialBounds),
+// and segs packs them into the kernels' Segs struct (int n; int b[9]) without loss, for both profiles at
+// every batch size where the standard split changes; a TP degree the 8-segment rule rejects fails before any
+// launch with the CPU reference's own error.
+func TestLaunchBounds(t *testing.T) {
+	unpack := func(buf []byte) []int {
+		n := int(int32(binary.LittleEndian.Uint32(buf)))
+		b := make([]int, n+1)
+		for i := range b {
+			b[i] = int(int32(binary.LittleEndian.Uint32(buf[4+4*i:])))
+		}
+		return b
 	}
-	if got := ChunkBounds(5, 4); len(got) != 4 || got[1] != 2 || got[3] != 5 {
-		t.Errorf("ChunkBounds(5, 4) = %v", got)
+	for _, p := range []kernels.Profile{kernels.Canonical, kernels.Standard} {
+		for _, M := range []int{1, 7, 8, 63, 64, 4096} {
+			for _, K := range []int{0, 1, 7, 13, 4096, 18944} {
+				b, _ := kernels.MatmulBounds(p, M, K)
+				buf := segs(b)
+				if len(buf) != 40 || !reflect.DeepEqual(unpack(buf), b) {
+					t.Fatalf("%v M=%d K=%d: segs packs %v as %v", p, M, K, b, unpack(buf))
+				}
+			}
+		}
+		for _, tp := range []int{1, 2, 4, 8} {
+			b, _, err := kernels.PartialBounds(p, 1000, tp)
+			if err != nil || !reflect.DeepEqual(unpack(segs(b)), b) {
+				t.Fatalf("%v tp=%d: %v %v", p, tp, b, err)
+			}
+		}
 	}
-	if b := segs([]int{0, 3, 7}); b[0] != 2 || b[8] != 3 || b[12] != 7 || len(b) != 40 {
-		t.Errorf("segs packing: %v", b)
+	want := kernels.MatmulPartial(kernels.Canonical, nil, nil, nil, 1, 6, 1, 0, 3)
+	got := (&Kernels{}).MatmulPartial(nil, kernels.Canonical, 0, 0, 0, 1, 6, 1, 3)
+	if want == nil || got == nil || got.Error() != want.Error() {
+		t.Fatalf("tp = 3: launcher says %v, CPU reference %v", got, want)
 	}
 }

@@ -1,10 +1,11 @@
 // matmul.cu: twin of kernels.MatmulForward and kernels.MatmulPartial (docs/arithmetic.md, "Matmul").
 // x is (M, K), w is (N, K), out is (M, N): out = x·wᵀ in float32, not rounded.
 //
-// Canonical order: K is cut into fixed segments (Segs, computed on the host exactly as the Go kernel cuts
-// them); each output's segment partial is ONE sequential FMA chain over its k in ascending order, starting
-// from +0; the partials are then added in a fixed pairwise tree. So the kernels parallelise across outputs and
-// segments only, never inside a segment's chain, and the order never depends on M, the tile or the launch.
+// Canonical order: K is cut into fixed segments (Segs, computed on the host by kernels.MatmulBounds or
+// kernels.PartialBounds, the Go reference's own functions); each output's segment partial is ONE sequential
+// FMA chain over its k in ascending order, starting from +0; the partials are then added in a fixed pairwise
+// tree. So the kernels parallelise across outputs and segments only, never inside a segment's chain, and the
+// order never depends on M, the tile or the launch.
 #include "common.cuh"
 
 // ---------------------------------------------------------------------------------------------------------
@@ -270,40 +271,12 @@ extern "C" __global__ void matmul_reduce(float* __restrict__ out, const float* _
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Small M (decode, M ≤ 16): one thread per (output column n, segment s) holds the chains of all M rows; the 8
-// segment threads of one n are 8 adjacent lanes, so the tree is three shuffle steps (xor 1, 2, 4), which add
-// exactly the pairs of the tree (a+b and b+a are the same bits). Grid ceil(N/ROWS), block ROWS·8 threads.
-// No shared memory and no block barrier: each thread streams its own slice of w (16-byte loads, the next
-// SCH floats prefetched into registers while the current ones are used) and reads x through L1 (the 4
-// columns of a warp share each x load).
-#define SCH 32
-
-template <int MT>
-__device__ __forceinline__ void small_chunk(float (&acc)[MT], const float (&wv)[SCH], const float* __restrict__ x,
-                                            int K, int M, int k0) {
-#pragma unroll
-    for (int j = 0; j < SCH; j += 4) {
-#pragma unroll
-        for (int m = 0; m < MT; m++) {
-            const int mm = m < M ? m : 0;  // rows past M compute garbage that is never stored
-            const float4 xv = __ldg(reinterpret_cast<const float4*>(x + (size_t)mm * K + k0 + j));
-            acc[m] = __fmaf_rn(xv.x, wv[j], acc[m]);
-            acc[m] = __fmaf_rn(xv.y, wv[j + 1], acc[m]);
-            acc[m] = __fmaf_rn(xv.z, wv[j + 2], acc[m]);
-            acc[m] = __fmaf_rn(xv.w, wv[j + 3], acc[m]);
-        }
-    }
-}
-
-__device__ __forceinline__ void small_load(float (&wv)[SCH], const float* __restrict__ p) {
-#pragma unroll
-    for (int j = 0; j < SCH; j += 4) {
-        const float4 t = __ldcs(reinterpret_cast<const float4*>(p + j));  // streamed once: evict first
-        wv[j] = t.x, wv[j + 1] = t.y, wv[j + 2] = t.z, wv[j + 3] = t.w;
-    }
-}
-
-template <int MT, int ROWS, bool VEC>
+// Small M, unaligned (M ≤ 16 where K or a segment start is not a multiple of 4, so matmul_dec cannot run): one
+// thread per (output column n, segment s) holds the chains of all M rows; the 8 segment threads of one n are 8
+// adjacent lanes, so the tree is three shuffle steps (xor 1, 2, 4), which add exactly the pairs of the tree
+// (a+b and b+a are the same bits). Grid ceil(N/ROWS), block ROWS·8 threads. No shared memory and no block
+// barrier: each thread reads its own slice of w and x through L1.
+template <int MT, int ROWS>
 __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const float* __restrict__ x,
                                                   const float* __restrict__ w, const float* __restrict__ bias,
                                                   int M, int K, int N, Segs segs, int seq, int dt) {
@@ -319,27 +292,7 @@ __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const
     if (active) {
         const int kb = segs.b[lane_s], ke = segs.b[lane_s + 1];
         const float* wr = w + (size_t)n * K;
-        int k = kb;
-        if (VEC) {
-            const int kfull = kb + (ke - kb) / SCH * SCH;  // whole chunks, then the tail
-            if (k < kfull) {
-                float wa[SCH], wb[SCH];
-                small_load(wa, wr + k);
-                for (;;) {
-                    const bool more = k + SCH < kfull;
-                    if (more) small_load(wb, wr + k + SCH);  // in flight while wa is used
-                    small_chunk<MT>(acc, wa, x, K, M, k);
-                    k += SCH;
-                    if (!more) break;
-                    const bool more2 = k + SCH < kfull;
-                    if (more2) small_load(wa, wr + k + SCH);
-                    small_chunk<MT>(acc, wb, x, K, M, k);
-                    k += SCH;
-                    if (!more2) break;
-                }
-            }
-        }
-        for (; k < ke; k++) {  // the segment's tail (or all of it when unaligned): exactly its k, in order
+        for (int k = kb; k < ke; k++) {  // exactly the segment's k, in order
             const float wk = __ldg(wr + k);
 #pragma unroll
             for (int m = 0; m < MT; m++)
@@ -376,15 +329,10 @@ __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const
 }
 
 #define SMALL(MT, ROWS)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(ROWS * 8) matmul_small##MT##_vec(                               \
-        float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ w,                        \
-        const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
-        matmul_small_body<MT, ROWS, true>(out, x, w, bias, M, K, N, segs, seq, dt);                               \
-    }                                                                                                             \
     extern "C" __global__ void __launch_bounds__(ROWS * 8) matmul_small##MT(                                     \
         float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ w,                        \
         const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
-        matmul_small_body<MT, ROWS, false>(out, x, w, bias, M, K, N, segs, seq, dt);                              \
+        matmul_small_body<MT, ROWS>(out, x, w, bias, M, K, N, segs, seq, dt);                                     \
     }
 SMALL(1, 8)
 SMALL(2, 8)

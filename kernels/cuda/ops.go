@@ -33,46 +33,36 @@ func decSharedBytes(mt int) int {
 // MatmulForward: x is (M, K), w is (N, K), bias is (N) or 0, out is (M, N) = round_dt(x·wᵀ + bias)
 // (kernels.MatmulForward). dt NoRound skips the final rounding.
 func (k *Kernels) MatmulForward(c *cuda.Ctx, p kernels.Profile, dt int, out, x, w, bias cuda.Ptr, M, K, N int) error {
-	b := SegBounds(K, kernels.Segments) // fixed 8-segment split: the order never depends on M
-	seq := 0
-	if p == kernels.Standard {
-		splits := 1 // vendor-style split-K chosen from M
-		switch {
-		case M < 8:
-			splits = 4
-		case M < 64:
-			splits = 2
-		}
-		b, seq = ChunkBounds(K, splits), 1
-	}
-	return k.matmul(c, out, x, w, bias, M, K, N, b, seq, dt)
+	b, tree := kernels.MatmulBounds(p, M, K) // the CPU reference's bounds and combine order, from the same function
+	return k.matmul(c, out, x, w, bias, M, K, N, b, tree, dt)
 }
 
 // MatmulPartial: this rank's share of a row-parallel matmul (kernels.MatmulPartial): x is (M, kLocal), w is
 // (N, kLocal), out (M, N) gets the rank's float32 subtree of G = 8/tp local segments, unrounded, no bias.
 func (k *Kernels) MatmulPartial(c *cuda.Ctx, p kernels.Profile, out, x, w cuda.Ptr, M, kLocal, N, tp int) error {
-	switch tp {
-	case 1, 2, 4, 8:
-	default:
-		return fmt.Errorf("cudakernels: MatmulPartial: tensor-parallel degree %d not in {1, 2, 4, 8}", tp)
+	b, tree, err := kernels.PartialBounds(p, kLocal, tp)
+	if err != nil {
+		return err
 	}
-	b, seq := SegBounds(kLocal, kernels.Segments/tp), 0
-	if p == kernels.Standard {
-		b, seq = []int{0, kLocal}, 1
-	}
-	return k.matmul(c, out, x, w, 0, M, kLocal, N, b, seq, NoRound)
+	return k.matmul(c, out, x, w, 0, M, kLocal, N, b, tree, NoRound)
 }
 
-func (k *Kernels) matmul(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b []int, seq, dt int) error {
+// matmul launches the kernel for M: b are the chains' K-ranges, tree says whether their partials are added
+// by the tree (else left to right, the kernels' seq = 1).
+func (k *Kernels) matmul(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b []int, tree bool, dt int) error {
 	if M <= 0 || N <= 0 {
 		return nil
+	}
+	seq := 0
+	if !tree {
+		seq = 1
 	}
 	vec := K%4 == 0
 	for _, v := range b {
 		vec = vec && v%4 == 0
 	}
 	sg := segs(b)
-	if vec && M <= decM && !k.noDec {
+	if vec && M <= decM {
 		mt := 1
 		for mt < M {
 			mt *= 2
@@ -86,11 +76,7 @@ func (k *Kernels) matmul(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b [
 			mt *= 2
 		}
 		const rows = 8 // columns per block (64 threads): ~4 blocks per SM at N = 4096 balance the waves
-		name := fmt.Sprintf("matmul_small%d", mt)
-		if vec {
-			name += "_vec"
-		}
-		return k.launch(c, name, blocks(int64(N), rows), cuda.Dim3{X: rows * 8}, 0, out, x, w, bias, M, K, N, sg, seq, dt)
+		return k.launch(c, fmt.Sprintf("matmul_small%d", mt), blocks(int64(N), rows), cuda.Dim3{X: rows * 8}, 0, out, x, w, bias, M, K, N, sg, seq, dt)
 	}
 	nseg := len(b) - 1
 	tc := k.tileFor(M, N, nseg, seq == 1)
@@ -157,7 +143,7 @@ func (k *Kernels) RMSNormForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DTyp
 		return nil
 	}
 	stride := ((C+7)/8+31)/32*32 + 1 // rmsnorm_row's per-segment stride in shared memory
-	if smem := 4 * 8 * stride; p == kernels.Canonical && smem <= k.rowSmem && !k.oneBlockPerRow {
+	if smem := 4 * 8 * stride; p == kernels.Canonical && smem <= k.rowSmem && !k.general {
 		vec := 0
 		if C%4 == 0 && (out|x|w)%16 == 0 {
 			vec = 1
@@ -183,7 +169,8 @@ func (k *Kernels) AttentionForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DT
 	return k.attention(c, p, false, dt, out, q, kc, vc, pos, T, S, nh, nkv, hd, scale)
 }
 
-// AttentionFastExp is canonical attention with the fast-exp fault's exponential (engine's fastExpAttention).
+// AttentionFastExp is canonical attention with the fast-exp fault's exponential (kernels.AttentionForwardExp
+// with kernels.FastExp).
 func (k *Kernels) AttentionFastExp(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos cuda.Ptr, T, S, nh, nkv, hd int, scale float32) error {
 	return k.attention(c, kernels.Canonical, true, dt, out, q, kc, vc, pos, T, S, nh, nkv, hd, scale)
 }
@@ -198,7 +185,7 @@ func (k *Kernels) attention(c *cuda.Ctx, p kernels.Profile, fast bool, dt kernel
 	if T <= 0 {
 		return nil
 	}
-	if p == kernels.Canonical && !k.oneBlockPerRow {
+	if p == kernels.Canonical && !k.general {
 		grp := nh / nkv
 		tq := min(T, max(1, attTasks/grp))
 		smem := 4 * (attKB*(hd+4) + attKB*hd + attTasks*attKB + attTasks*hd)
@@ -296,9 +283,6 @@ func (k *Kernels) LogSoftmaxMax(c *cuda.Ctx, m, logits cuda.Ptr, T, vLocal int, 
 	if T <= 0 {
 		return nil
 	}
-	if k.oneBlockPerRow {
-		return k.launch(c, "ls_max", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, m, logits, T, vLocal, z)
-	}
 	nb := (vLocal + lsChunk - 1) / lsChunk
 	pm, err := k.auxBuf(c, int64(T)*int64(nb)*4)
 	if err != nil {
@@ -319,10 +303,10 @@ func (k *Kernels) LogSoftmaxSum(c *cuda.Ctx, p kernels.Profile, S, logits, m cud
 	if T <= 0 {
 		return nil
 	}
-	if k.oneBlockPerRow {
-		return k.launch(c, "ls_sum", cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0, S, logits, m, T, vLocal, kernels.Segments/tp, profCode(p))
+	nseg, err := kernels.LocalSegments("LogSoftmax", vLocal, tp)
+	if err != nil {
+		return err
 	}
-	nseg := kernels.Segments / tp
 	if p == kernels.Standard {
 		nseg = 1 // one chain over the row
 	}

@@ -1,21 +1,22 @@
 package cudakernels
 
 import (
-	"bufio"
-	"bytes"
 	"embed"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
+
+	"bitalign/internal/ptx"
 )
 
-//go:embed *.ptx MANIFEST.sha256
+// The kernels' PTX: `make ptx` compiles each .cu here into one .ptx and writes MANIFEST.sha256
+// (internal/ptx; TestManifest checks it).
+//
+//go:embed *.ptx
 var embedded embed.FS
 
-// ManifestName is the file listing "sha256  name" for every .cu, .cuh and .ptx file (sha256sum's format).
-const ManifestName = "MANIFEST.sha256"
+// pkgDir is this package's directory in the repository (where a PTX tree in ptx.DirEnv keeps its PTX).
+const pkgDir = "kernels/cuda"
 
 // Modules returns the PTX module names (one per .cu source, e.g. "matmul"), sorted.
 func Modules() []string {
@@ -30,35 +31,18 @@ func Modules() []string {
 	return names
 }
 
-// PTX returns module name's PTX: from $BITALIGN_PTX_DIR when set, else the embedded copy.
+// PTX returns module name's PTX: from $BITALIGN_PTX_DIR/kernels/cuda when set (ptx.DirEnv), else the
+// embedded copy.
 func PTX(name string) ([]byte, error) {
-	if dir := os.Getenv("BITALIGN_PTX_DIR"); dir != "" {
-		b, err := os.ReadFile(filepath.Join(dir, name+".ptx"))
+	b, err := ptx.Load(pkgDir, name+".ptx", func(file string) ([]byte, error) {
+		b, err := embedded.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("cudakernels: BITALIGN_PTX_DIR: %w", err)
+			return nil, fmt.Errorf("no embedded PTX for %q", name)
 		}
 		return b, nil
-	}
-	b, err := embedded.ReadFile(name + ".ptx")
+	})
 	if err != nil {
-		return nil, fmt.Errorf("cudakernels: no embedded PTX for %q", name)
+		return nil, fmt.Errorf("cudakernels: %w", err)
 	}
 	return b, nil
-}
-
-// parseManifest reads sha256sum output: "<64 hex>  <name>" per line.
-func parseManifest(b []byte) (map[string]string, error) {
-	m := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for line := 1; sc.Scan(); line++ {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		if len(f) != 2 || len(f[0]) != 64 {
-			return nil, fmt.Errorf("cudakernels: %s:%d: want \"<sha256>  <file>\", got %q", ManifestName, line, sc.Text())
-		}
-		m[strings.TrimPrefix(f[1], "*")] = f[0]
-	}
-	return m, sc.Err()
 }
