@@ -7,8 +7,8 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/session/view"
 	"bitalign/ui/keys"
-	"bitalign/ui/state"
 )
 
 // handleKey: ctrl+c always quits; an open prompt takes every other key; then global actions, then the
@@ -101,7 +101,7 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 			d = -1
 		}
 		for i := m.sel + d; i >= 0 && i < len(m.rep.Ops); i += d {
-			if m.rep.Ops[i].Status == state.Divergent {
+			if m.rep.Ops[i].Status == view.Divergent {
 				return m.jump(i, false)
 			}
 		}
@@ -181,7 +181,7 @@ func (m *Model) jump(i int, keepToken bool) tea.Cmd {
 		}
 		m.seq = seqOf(&m.rep.Ops[i], m.seq)
 	} else {
-		m.seq = seqOf(&m.rep.Ops[i], state.SeqKey{Step: -1})
+		m.seq = seqOf(&m.rep.Ops[i], view.SeqKey{Step: -1})
 	}
 	m.sel = i
 	o := &m.rep.Ops[i]

@@ -12,8 +12,8 @@ import (
 	"github.com/charmbracelet/colorprofile"
 	"github.com/charmbracelet/x/ansi"
 
+	"bitalign/session/view"
 	"bitalign/ui/internal/fake"
-	"bitalign/ui/state"
 )
 
 // checkFrame fails when the frame is not exactly w×h cells: the layout must never wrap or garble.
@@ -441,12 +441,12 @@ func TestKeysWhileLoading(t *testing.T) {
 func TestFakeReportConsistent(t *testing.T) {
 	src := fake.New(fake.Default())
 	for _, o := range src.Report().Ops {
-		if o.Status == state.MissingB {
+		if o.Status == view.MissingB {
 			continue
 		}
 		var mism int64
 		for _, s := range o.Seqs {
-			p, err := src.Pair(context.Background(), state.Key{Op: o.Op, Role: o.Role, Step: s.Step, Seq: s.Seq})
+			p, err := src.Pair(context.Background(), view.Key{Op: o.Op, Role: o.Role, Step: s.Step, Seq: s.Seq})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -465,8 +465,8 @@ func TestFakeReportConsistent(t *testing.T) {
 // emptySource is a session with no ops at all.
 type emptySource struct{ *fake.Source }
 
-func (emptySource) Report() *state.Report {
-	return &state.Report{A: state.CaptureInfo{Side: "trainer"}, B: state.CaptureInfo{Side: "sampler"}, Identical: true}
+func (emptySource) Report() *view.Report {
+	return &view.Report{A: view.CaptureInfo{Side: "trainer"}, B: view.CaptureInfo{Side: "sampler"}, Identical: true}
 }
 
 func TestEmptyReport(t *testing.T) {

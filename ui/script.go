@@ -7,9 +7,9 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/session/view"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/internal/fake"
-	"bitalign/ui/state"
 )
 
 // FakeLoader loads the UI's built-in synthetic session (a small llama-like forward pass whose sampler
@@ -80,4 +80,4 @@ func keyPress(n string) tea.KeyPressMsg {
 	return tea.KeyPressMsg{Code: r[0], Text: n}
 }
 
-var _ state.Source = (*fake.Source)(nil)
+var _ view.Source = (*fake.Source)(nil)

@@ -10,7 +10,7 @@ import (
 
 	"bitalign/engine"
 	"bitalign/session"
-	"bitalign/ui/state"
+	"bitalign/session/view"
 )
 
 // sessionSource adapts a *session.Session to the UI's Source.
@@ -18,7 +18,7 @@ type sessionSource struct {
 	s      *session.Session
 	model  *engine.Model // nil: no checkpoint, no replay
 	device string        // engine.SelectBackend's device: "auto", "cpu", "cuda"
-	report state.Report
+	report view.Report
 
 	mu          sync.Mutex
 	backend     engine.Backend // chosen at the first replay
@@ -34,33 +34,33 @@ func FromSession(s *session.Session, model *engine.Model, device string) Source 
 	return &sessionSource{s: s, model: model, device: device, report: convertReport(s)}
 }
 
-func convertInfo(c session.CaptureInfo) state.CaptureInfo {
-	return state.CaptureInfo{Path: c.Path, Side: c.Side, Producer: c.Producer, Model: c.Architecture,
+func convertInfo(c session.CaptureInfo) view.CaptureInfo {
+	return view.CaptureInfo{Path: c.Path, Side: c.Side, Producer: c.Producer, Model: c.Architecture,
 		BatchSize: c.BatchSize, TP: c.TP, PP: c.PP, DP: c.DP, Ranks: max(c.TP, 1) * max(c.PP, 1) * max(c.DP, 1),
 		KernelProfile: c.KernelProfile, Step: c.Step, Seed: c.Seed, Tensors: c.Tensors, Bytes: c.Bytes}
 }
 
-func convertStatus(s session.Status) state.Status {
+func convertStatus(s session.Status) view.Status {
 	switch s {
 	case session.StatusDivergent:
-		return state.Divergent
+		return view.Divergent
 	case session.StatusMissingA:
-		return state.MissingA
+		return view.MissingA
 	case session.StatusMissingB:
-		return state.MissingB
+		return view.MissingB
 	case session.StatusIncomplete:
-		return state.Incomplete
+		return view.Incomplete
 	case session.StatusShapeMismatch:
-		return state.ShapeMismatch
+		return view.ShapeMismatch
 	}
-	return state.Identical
+	return view.Identical
 }
 
-func convertCoord(c *session.Coord) *state.Coord {
+func convertCoord(c *session.Coord) *view.Coord {
 	if c == nil {
 		return nil
 	}
-	return &state.Coord{Step: c.Step, Seq: c.Seq, Pos: c.Pos, Feature: c.Col}
+	return &view.Coord{Step: c.Step, Seq: c.Seq, Pos: c.Pos, Feature: c.Col}
 }
 
 // layerOf parses "layers.N." from an op name, -1 outside the layer stack.
@@ -82,22 +82,22 @@ func layerOf(op string) int {
 	return -1
 }
 
-func convertReport(s *session.Session) state.Report {
+func convertReport(s *session.Session) view.Report {
 	r := s.Report
-	out := state.Report{A: convertInfo(r.A), B: convertInfo(r.B), Identical: r.Identical}
+	out := view.Report{A: convertInfo(r.A), B: convertInfo(r.B), Identical: r.Identical}
 	for i := range r.Ops {
 		o := &r.Ops[i]
-		st := state.OpStat{Op: o.Op, Index: o.Index, Role: o.Role, Layer: layerOf(o.Op), DType: o.DType, Shape: o.Shape,
+		st := view.OpStat{Op: o.Op, Index: o.Index, Role: o.Role, Layer: layerOf(o.Op), DType: o.DType, Shape: o.Shape,
 			Status: convertStatus(o.Status), Elements: o.Elements, Mismatched: o.Mismatched, MaxULP: o.MaxULP,
 			MaxAt: convertCoord(o.MaxAt), Hist: o.Hist, MaxAbs: o.MaxAbs, MeanAbs: o.MeanAbs, MaxRel: o.MaxRel,
 			NaNA: o.NaNA, NaNB: o.NaNB, InfA: o.InfA, InfB: o.InfB, Cause: string(o.Cause)}
 		for _, q := range s.Seqs(o.Op, o.Role) {
-			st.Seqs = append(st.Seqs, state.SeqKey{Step: q.Step, Seq: q.Seq})
+			st.Seqs = append(st.Seqs, view.SeqKey{Step: q.Step, Seq: q.Seq})
 		}
 		out.Ops = append(out.Ops, st)
 	}
 	if f := r.First; f != nil {
-		d := &state.Divergence{Op: f.Op, Role: f.Role, At: *convertCoord(&f.At), MaxULP: f.ULP}
+		d := &view.Divergence{Op: f.Op, Role: f.Role, At: *convertCoord(&f.At), MaxULP: f.ULP}
 		if i := r.FindOp(f.Op, f.Role); i >= 0 {
 			d.MaxULP = r.Ops[i].MaxULP
 		}
@@ -107,10 +107,10 @@ func convertReport(s *session.Session) state.Report {
 }
 
 // Report implements Source.
-func (a *sessionSource) Report() *state.Report { return &a.report }
+func (a *sessionSource) Report() *view.Report { return &a.report }
 
 // Pair implements Source.
-func (a *sessionSource) Pair(ctx context.Context, k state.Key) (*state.Pair, error) {
+func (a *sessionSource) Pair(ctx context.Context, k view.Key) (*view.Pair, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func (a *sessionSource) Pair(ctx context.Context, k state.Key) (*state.Pair, err
 	if err != nil {
 		return nil, err
 	}
-	out := &state.Pair{Key: k, DType: p.DType.String(), Rows: p.Rows, Cols: p.Cols, Pos0: p.Pos0,
+	out := &view.Pair{Key: k, DType: p.DType.String(), Rows: p.Rows, Cols: p.Cols, Pos0: p.Pos0,
 		A: p.A, B: p.B, HasA: p.HasA, HasB: p.HasB}
 	if !anyTrue(p.HasA) {
 		out.A = nil
@@ -168,9 +168,9 @@ func (a *sessionSource) replayBackend() (engine.Backend, string, error) {
 }
 
 // Replay implements Source.
-func (a *sessionSource) Replay(ctx context.Context, k state.Key) (*state.Replay, error) {
+func (a *sessionSource) Replay(ctx context.Context, k view.Key) (*view.Replay, error) {
 	if a.model == nil {
-		return nil, state.ErrNoReplay
+		return nil, view.ErrNoReplay
 	}
 	b, name, err := a.replayBackend()
 	if err != nil {
@@ -193,11 +193,11 @@ func (a *sessionSource) Replay(ctx context.Context, k state.Key) (*state.Replay,
 		return nil, err
 	}
 	row0 := int(v.Pos - p.Pos0)
-	side := func(r session.ReplayRun, own session.Match) state.ReplaySide {
-		return state.ReplaySide{Reproduces: r.Err == "" && own.Identical, Mismatched: own.Mismatched, MaxULP: own.MaxULP,
+	side := func(r session.ReplayRun, own session.Match) view.ReplaySide {
+		return view.ReplaySide{Reproduces: r.Err == "" && own.Identical, Mismatched: own.Mismatched, MaxULP: own.MaxULP,
 			Out: r.Data, Row0: row0, Err: r.Err}
 	}
-	out := &state.Replay{Key: k, Backend: name, InputsIdentical: !v.InputsDiffer && len(v.Unknown) == 0,
+	out := &view.Replay{Key: k, Backend: name, InputsIdentical: !v.InputsDiffer && len(v.Unknown) == 0,
 		FromA: side(v.FromA, v.FromA.VsA), FromB: side(v.FromB, v.FromB.VsB), Local: v.Local,
 		Elapsed: time.Since(start)}
 	out.Local = v.Local && p.Mismatched > 0 // a divergence starts here only if the outputs differ

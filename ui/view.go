@@ -6,6 +6,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/session/view"
 	"bitalign/ui/bits"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/help"
@@ -13,7 +14,6 @@ import (
 	"bitalign/ui/oplist"
 	"bitalign/ui/overview"
 	"bitalign/ui/replay"
-	"bitalign/ui/state"
 	"bitalign/ui/theme"
 )
 
@@ -289,7 +289,7 @@ func (m *Model) detailPanel(r rect) string {
 }
 
 // summary is an op's numbers (and the shown slice's, when d is given).
-func (m *Model) summary(o *state.OpStat, d *heatmap.Data) []string {
+func (m *Model) summary(o *view.OpStat, d *heatmap.Data) []string {
 	kv := func(k, v string) string { return m.st.Muted.Render(fmt.Sprintf("%-10s", k)) + m.st.Text.Render(v) }
 	shape := make([]string, len(o.Shape))
 	for i, s := range o.Shape {
@@ -304,7 +304,7 @@ func (m *Model) summary(o *state.OpStat, d *heatmap.Data) []string {
 		kv("status", o.Status.String()),
 		kv("elements", fmt.Sprintf("%d in %d slice%s", o.Elements, len(o.Seqs), plural(len(o.Seqs)))),
 	}
-	if o.Status == state.Divergent || o.Mismatched > 0 {
+	if o.Status == view.Divergent || o.Mismatched > 0 {
 		at := ""
 		if o.MaxAt != nil {
 			at = fmt.Sprintf(" @ seq %d pos %d f %d", o.MaxAt.Seq, o.MaxAt.Pos, o.MaxAt.Feature)
@@ -352,14 +352,14 @@ func (m *Model) tensorView(l screenLayout) string {
 	}
 	stStyle := m.st.Faint
 	switch {
-	case o.Status == state.Divergent:
+	case o.Status == view.Divergent:
 		stStyle = m.st.Bad
-	case o.Status != state.Identical:
+	case o.Status != view.Identical:
 		stStyle = m.st.Warn
 	}
 	title := m.st.Faint.Render(fmt.Sprintf(" %d/%d ", m.sel+1, len(m.rep.Ops))) + m.st.Title.Render(o.Op) +
 		m.st.Muted.Render(fmt.Sprintf(" · %s · step %d · seq %d%s · ", o.Role, k.Step, k.Seq, seqPos)) + stStyle.Render(o.Status.String())
-	if o.Status == state.Divergent {
+	if o.Status == view.Divergent {
 		title += stStyle.Render(fmt.Sprintf(" %.2f%% · max %s", 100*o.MismatchFrac(), oplist.FormatULP(o.MaxULP)))
 	}
 
@@ -448,7 +448,7 @@ func (m *Model) bitsView(r rect) string {
 		missing = append(missing, "B")
 	}
 	if rs := m.replays[m.curKey()]; rs != nil && rs.Result != nil && len(e.Rows) == 2 {
-		for si, s := range []state.ReplaySide{rs.Result.FromA, rs.Result.FromB} {
+		for si, s := range []view.ReplaySide{rs.Result.FromA, rs.Result.FromB} {
 			if b, ok := s.Bits(f.Size, p.Cols, row, col); ok {
 				e.Rows = append(e.Rows, bits.Value{Label: "replay ← " + "AB"[si:si+1], Bits: f.Bits(b, 0), Ref: si})
 			}

@@ -8,14 +8,14 @@ import (
 	"runtime"
 	"sync"
 
+	"bitalign/session/view"
 	"bitalign/ui/fp"
-	"bitalign/ui/state"
 )
 
 // Data is a pair's per-element ULP buckets, computed once per pair (in the background) and downsampled to
 // the panel on every resize.
 type Data struct {
-	Pair    *state.Pair
+	Pair    *view.Pair
 	Format  fp.Format
 	Bucket  []uint8 // per element: fp.Bucket(ULP)
 	Hist    [65]uint64
@@ -26,7 +26,7 @@ type Data struct {
 }
 
 // Prepare computes the element buckets of p. A side that is missing leaves every bucket 0.
-func Prepare(p *state.Pair) (*Data, error) {
+func Prepare(p *view.Pair) (*Data, error) {
 	f, err := fp.Parse(p.DType)
 	if err != nil {
 		return nil, err

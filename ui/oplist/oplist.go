@@ -8,16 +8,16 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"charm.land/lipgloss/v2"
 
+	"bitalign/session/view"
 	"bitalign/ui/fp"
 	"bitalign/ui/keys"
-	"bitalign/ui/state"
 	"bitalign/ui/theme"
 )
 
 // Model is the op list. Indexes given to and returned by its methods are indexes into the report's Ops.
 type Model struct {
 	st      theme.Styles
-	ops     []state.OpStat
+	ops     []view.OpStat
 	first   int   // index of the first divergent op, -1
 	visible []int // ops passing the filter
 	filter  string
@@ -30,11 +30,11 @@ type Model struct {
 func New(st theme.Styles) Model { return Model{st: st, first: -1} }
 
 // SetOps sets the report's ops (kept, not copied) and resets the filter.
-func (m *Model) SetOps(ops []state.OpStat) {
+func (m *Model) SetOps(ops []view.OpStat) {
 	m.ops = ops
 	m.first = -1
 	for i := range ops {
-		if ops[i].Status == state.Divergent {
+		if ops[i].Status == view.Divergent {
 			m.first = i
 			break
 		}
@@ -243,7 +243,7 @@ func (m Model) row(i int, selected bool, c cols) string {
 	status, pct, ulp := "✓ identical", "", ""
 	stStyle := m.st.Faint
 	switch o.Status {
-	case state.Divergent:
+	case view.Divergent:
 		status = "✗ divergent"
 		if i == m.first {
 			status = "✗ first"
@@ -251,16 +251,16 @@ func (m Model) row(i int, selected bool, c cols) string {
 		pct = fmtPct(o.MismatchFrac())
 		ulp = FormatULP(o.MaxULP)
 		stStyle = m.st.Bad
-	case state.MissingA:
+	case view.MissingA:
 		status = "∅ missing A"
 		stStyle = m.st.Warn
-	case state.MissingB:
+	case view.MissingB:
 		status = "∅ missing B"
 		stStyle = m.st.Warn
-	case state.Incomplete:
+	case view.Incomplete:
 		status = "~ incomplete"
 		stStyle = m.st.Warn
-	case state.ShapeMismatch:
+	case view.ShapeMismatch:
 		status = "≠ shapes"
 		stStyle = m.st.Warn
 	}
@@ -281,7 +281,7 @@ func (m Model) row(i int, selected bool, c cols) string {
 		bar, barEmpty = strings.Repeat("■", n), strings.Repeat("·", c.bar-n)
 	}
 	nameStyle := m.st.Text
-	if o.Status == state.Identical {
+	if o.Status == view.Identical {
 		nameStyle = m.st.Muted
 	}
 	if selected {

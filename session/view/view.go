@@ -1,7 +1,7 @@
 // Package state holds the plain structs the TUI draws and the Source interface through which it reads a
 // debugging session. Following Delve's split, the UI never reaches into the session core directly: an adapter
 // (ui.FromSession) fills these structs, and tests and screenshots use a fake Source.
-package state
+package view
 
 import (
 	"context"
