@@ -6,21 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bitalign/cuda"
-	"bitalign/engine"
 )
-
-// gpuCollectives returns the GPU communicators for a TP group of tp ranks on the CUDA backend when the machine
-// has a GPU per rank (nvls's peer-to-peer transport: the same bits as the CPU transport, without host round
-// trips); nil keeps the CPU transport.
-func gpuCollectives(backend engine.BackendFactory, tp int) engine.CollectivesFactory {
-	if backend == nil || tp < 2 {
-		return nil
-	}
-	if n, err := cuda.DeviceCount(); err != nil || n < tp {
-		return nil
-	}
-	return engine.CUDACollectives()
-}
 
 func newDevicesCmd() *cobra.Command {
 	return &cobra.Command{

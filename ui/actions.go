@@ -306,9 +306,9 @@ func (m *Model) promptKey(msg tea.KeyPressMsg) tea.Cmd {
 			m.prompt = noPrompt
 			m.input.Blur()
 			path := strings.TrimSpace(m.input.Value())
-			format, err := formatOf(path)
+			format, err := view.FormatOf(path)
 			if err != nil {
-				m.setStatus(statusErr, err.Error())
+				m.setStatus(statusErr, "export: "+err.Error())
 				return nil
 			}
 			m.exportPath, m.exportFormat = path, format

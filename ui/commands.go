@@ -13,7 +13,7 @@ import (
 )
 
 type (
-	progressMsg Progress
+	progressMsg view.Progress
 	loadedMsg   struct {
 		src view.Source
 		err error

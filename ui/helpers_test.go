@@ -24,9 +24,9 @@ func run(t *testing.T, m *Model, cmd tea.Cmd) []tea.Msg {
 	return drive(m, cmd)
 }
 
-func fakeLoader(src view.Source, err error) Loader {
-	return func(ctx context.Context, progress func(Progress)) (Source, error) {
-		progress(Progress{Stage: "diffing", Done: 1, Total: 2})
+func fakeLoader(src view.Source, err error) view.Loader {
+	return func(ctx context.Context, progress func(view.Progress)) (view.Source, error) {
+		progress(view.Progress{Stage: "diffing", Done: 1, Total: 2})
 		return src, err
 	}
 }

@@ -18,22 +18,6 @@ import (
 	"bitalign/ui/theme"
 )
 
-// Source, Report and the other plain structs the UI draws are defined in ui/view.
-type (
-	Source = view.Source
-	Report = view.Report
-)
-
-// Progress is a loader's report of how far it got.
-type Progress struct {
-	Stage       string // "generating demo", "reading trainer", "diffing", ...
-	Done, Total int64  // Total 0: unknown
-}
-
-// Loader opens (or generates) the captures and diffs them. It runs in the background; progress may be called
-// from any goroutine.
-type Loader func(ctx context.Context, progress func(Progress)) (Source, error)
-
 type screen int
 
 const (
@@ -62,13 +46,13 @@ const (
 type Model struct {
 	ctx   context.Context
 	st    theme.Styles
-	load  Loader
+	load  view.Loader
 	title string
 
 	w, h int
 
 	loading bool
-	prog    Progress
+	prog    view.Progress
 	loadErr error
 	loadCh  chan tea.Msg
 
@@ -102,7 +86,7 @@ type Model struct {
 }
 
 // New returns the root model; Init starts load in the background. title names what is being opened.
-func New(ctx context.Context, load Loader, title string) *Model {
+func New(ctx context.Context, load view.Loader, title string) *Model {
 	st := theme.Default()
 	m := &Model{ctx: ctx, st: st, load: load, title: title, w: 80, h: 24, loading: true, sel: -1,
 		list: oplist.New(st), heat: heatmap.New(st), cache: map[view.Key]*heatmap.Data{},
@@ -122,7 +106,7 @@ func (m *Model) Init() tea.Cmd {
 	m.loadCh = make(chan tea.Msg, 64)
 	ch, ctx, load := m.loadCh, m.ctx, m.load
 	go func() {
-		src, err := load(ctx, func(p Progress) {
+		src, err := load(ctx, func(p view.Progress) {
 			select {
 			case ch <- progressMsg(p):
 			default: // drop: the UI only needs the latest
@@ -183,7 +167,7 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 		m.heat.ApplyGrid(msg)
 		return nil
 	case progressMsg:
-		m.prog = Progress(msg)
+		m.prog = view.Progress(msg)
 		return waitLoad(m.loadCh)
 	case loadedMsg:
 		return m.loaded(msg)

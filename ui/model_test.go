@@ -283,7 +283,7 @@ func TestExport(t *testing.T) {
 	if b, _ := os.ReadFile(path); !strings.Contains(string(b), `"Ops"`) {
 		t.Error("y must overwrite")
 	}
-	export(filepath.Join(dir, "report.txt"))
+	export(filepath.Join(dir, "report.xml"))
 	if m.statusKind != statusErr || !strings.Contains(m.status, "unknown extension") {
 		t.Errorf("bad extension: status %q", m.status)
 	}
@@ -407,8 +407,8 @@ func TestNoColour(t *testing.T) {
 
 func TestKeysWhileLoading(t *testing.T) {
 	release := make(chan struct{})
-	load := func(ctx context.Context, progress func(Progress)) (Source, error) {
-		progress(Progress{Stage: "diffing", Done: 3, Total: 4})
+	load := func(ctx context.Context, progress func(view.Progress)) (view.Source, error) {
+		progress(view.Progress{Stage: "diffing", Done: 3, Total: 4})
 		<-release
 		return fake.New(fake.Default()), nil
 	}

@@ -296,6 +296,9 @@ func (s *Source) WriteReport(w io.Writer, format string) error {
 	switch format {
 	case "json":
 		return json.NewEncoder(w).Encode(s.report)
+	case "text":
+		_, err := fmt.Fprintf(w, "bitalign report: %d ops, first divergence: %v\n", len(s.report.Ops), s.report.First)
+		return err
 	case "md":
 		_, err := fmt.Fprintf(w, "# bitalign report\n\n%d ops, first divergence: %v\n", len(s.report.Ops), s.report.First)
 		return err
