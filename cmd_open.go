@@ -21,6 +21,9 @@ type tuiArgs struct {
 	force  bool
 }
 
+// runUI runs the TUI (a variable so that tests can see whether a command reached it).
+var runUI = ui.Run
+
 // runTUI loads the session in the foreground (every bad input fails here, exit 2, before the screen
 // changes), then hands it to the TUI.
 func runTUI(cmd *cobra.Command, in session.Inputs, title string) error {
@@ -31,7 +34,7 @@ func runTUI(cmd *cobra.Command, in session.Inputs, title string) error {
 		return inputErr(err)
 	}
 	src := l.Source() // closed by ui.Run once nothing reads it any more
-	return ui.Run(cmd.Context(), ui.Options{Title: title,
+	return runUI(cmd.Context(), ui.Options{Title: title,
 		Load: func(context.Context, func(view.Progress)) (view.Source, error) { return src, nil }})
 }
 
