@@ -97,6 +97,29 @@ func CUDAFactory() (BackendFactory, string, error) {
 	return func(rank int) (Backend, error) { return NewCUDA(rank % n) }, desc, nil
 }
 
+// DescribeDevices lists the compute backends this machine offers, one line each: the CUDA driver and its
+// GPUs (or why CUDA is unavailable), then the CPU.
+func DescribeDevices() []string {
+	var out []string
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		out = append(out, fmt.Sprintf("cuda: unavailable (%v)", err))
+	} else {
+		v, _ := cuda.DriverVersion()
+		out = append(out, fmt.Sprintf("cuda: driver %d.%d, %d device(s)", v/1000, (v%1000)/10, n))
+		for i := 0; i < n; i++ {
+			d, err := cuda.Open(i)
+			if err != nil {
+				out = append(out, fmt.Sprintf("  %d: %v", i, err))
+				continue
+			}
+			out = append(out, fmt.Sprintf("  %d: %s", i, d))
+			d.Close()
+		}
+	}
+	return append(out, "cpu: always available (the reference engine)")
+}
+
 // Devices are the --device values SelectBackend accepts ("gpu" is also taken for "cuda").
 var Devices = []string{"auto", "cpu", "cuda"}
 

@@ -72,7 +72,7 @@ func ReplayStep(ctx context.Context, checkpoint, capPath string, o StepOptions) 
 		Collectives: engine.GPUCollectives(backend, tp)}); err != nil {
 		return nil, "", err
 	}
-	l, err := load(ctx, Inputs{A: capPath, B: out}, m, progress)
+	l, err := load(ctx, Inputs{A: capPath, B: out, Device: "cpu"}, m, progress) // the diff replays nothing
 	if err != nil {
 		return nil, "", err
 	}
