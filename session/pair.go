@@ -39,9 +39,9 @@ type Pair struct {
 	f *format
 }
 
-// Element comparison levels.
+// Comparison levels (Pair.Levels, the report's mismatch maps).
 const (
-	LevelMissing = -1       // a side lacks the element's row
+	LevelMissing = -1       // a side lacks the row (the maps' cells; Levels holds 0 there)
 	LevelEqual   = 0        // bitwise identical
 	LevelNaN     = levelNaN // NaN against a number; 1..64 are log2 ULP buckets: ULP in [2^(level−1), 2^level)
 )
@@ -124,14 +124,6 @@ func (p *Pair) computeLevels() {
 			p.MaxULP, p.MaxAt = pt.max, pt.at
 		}
 	}
-}
-
-// Level is element (row, col)'s comparison level (LevelMissing when a side lacks the row).
-func (p *Pair) Level(row, col int) int {
-	if !p.HasA[row] || !p.HasB[row] {
-		return LevelMissing
-	}
-	return int(p.Levels[row*p.Cols+col])
 }
 
 // Element is one element of a pair on both sides.

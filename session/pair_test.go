@@ -38,6 +38,11 @@ func TestPairLevelsMatchBruteForce(t *testing.T) {
 				if !p.HasA[row] || !p.HasB[row] {
 					missing++
 					hist[0] += uint64(p.Cols)
+					for _, l := range p.Levels[row*p.Cols : (row+1)*p.Cols] {
+						if l != 0 {
+							t.Fatalf("a missing row has level %d", l)
+						}
+					}
 					continue
 				}
 				for c := 0; c < p.Cols; c++ {
@@ -47,7 +52,7 @@ func TestPairLevelsMatchBruteForce(t *testing.T) {
 					if cls == ClassNaNNumber {
 						want = LevelNaN
 					}
-					if got := p.Level(row, c); got != want {
+					if got := int(p.Levels[i]); got != want {
 						t.Fatalf("%dx%d rate %g element (%d,%d): level %d, want %d", sz.rows, sz.cols, rate, row, c, got, want)
 					}
 					hist[bucket(d)]++
@@ -97,8 +102,8 @@ func TestSessionPairPrefillVsDecode(t *testing.T) {
 	if e.ULP != 64 || e.Class != ClassNumeric || e.Pos != 8 || e.A.Hex == e.B.Hex || !e.HasA || !e.HasB {
 		t.Fatalf("element %+v", e)
 	}
-	if p.Level(8, 3) != 7 || p.Level(8, 4) != 0 {
-		t.Fatalf("levels %d %d", p.Level(8, 3), p.Level(8, 4))
+	if p.Levels[8*H+3] != 7 || p.Levels[8*H+4] != 0 {
+		t.Fatalf("levels %d %d", p.Levels[8*H+3], p.Levels[8*H+4])
 	}
 	if p.MaxULP != 64 || p.MaxAt != 8*H+3 || p.Hist[7] != 1 {
 		t.Fatalf("max ULP %d at %d, hist[7] %d; want 64 at %d, 1", p.MaxULP, p.MaxAt, p.Hist[7], 8*H+3)
