@@ -2,22 +2,28 @@
 GO      ?= go
 export CGO_ENABLED := 0
 BIN     := bin/bitalign
+# the version bitalign reports: the commit (and -dirty) from git describe when this is a git checkout
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 VENV    := .venv
 PY      := $(VENV)/bin/python
 
 .PHONY: build run test test-go test-python test-torch bench fuzz ptx print-nvccflags screenshots gpu-build clean
 
 build:
-	$(GO) build -o $(BIN) .
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
 
 run: build
 	./$(BIN)
 
 test: test-go test-python
 
+# The Go tests' output is filtered (internal/testreport): each package's ok/FAIL line, failed tests' output,
+# and every skipped test with its reason.
 test-go:
 	$(GO) vet ./...
-	$(GO) test -count=1 ./...
+	$(GO) build -o bin/testreport ./internal/testreport
+	$(GO) test -count=1 -json ./... | bin/testreport
 
 $(VENV)/.ok: capture/python/pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,13 +33,13 @@ $(VENV)/.ok: capture/python/pyproject.toml
 	touch $@
 
 test-python: $(VENV)/.ok
-	$(PY) -m pytest -q capture/python/tests -m "not torch"
+	$(PY) -m pytest -q -rs capture/python/tests -m "not torch"
 
 # Needs torch, transformers, pyarrow and pytest in $(TORCH_PYTHON) (the GPU machine has them; see README).
 # The replay and diff checks run the freshly built binary.
 TORCH_PYTHON ?= python3
 test-torch: build
-	BITALIGN_BIN=$(abspath $(BIN)) $(TORCH_PYTHON) -m pytest -q capture/python/tests -m torch
+	BITALIGN_BIN=$(abspath $(BIN)) $(TORCH_PYTHON) -m pytest -q -rs capture/python/tests -m torch
 	rm -rf .hfparity && $(TORCH_PYTHON) testdata/engine/hf_parity.py .hfparity
 	BITALIGN_HF_PARITY=$(abspath .hfparity) $(GO) test -count=1 -run HFParity -v ./engine
 
@@ -72,7 +78,7 @@ gpu-build:
 
 # Renders the main TUI screens (overview, heatmap, bit view, replay verdict, help) to screenshots/*.png.
 screenshots:
-	$(GO) run ./ui/internal/shot -out screenshots
+	$(GO) test -count=1 -run '^TestScreenshots$$' ./ui -args -shots $(abspath screenshots)
 
 clean:
 	rm -rf bin

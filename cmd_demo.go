@@ -9,6 +9,7 @@ import (
 
 	"bitalign/engine"
 	"bitalign/kernels"
+	"bitalign/session"
 )
 
 func newDemoCmd() *cobra.Command {
@@ -22,7 +23,8 @@ func newDemoCmd() *cobra.Command {
 TP 1) and DIR/trainer (the trainer's recomputation of the sampled sequences: one prefill at batch 8, TP 2).
 
 With the canonical kernels the two captures are bitwise identical in every op and log-probability. --fault
-plants one documented source of mismatch (see --list-faults) on the side and at the op where it really arises.`,
+plants one documented source of mismatch (see --list-faults) on the side and at the op where it really arises;
+--fault none (the default) plants none.`,
 		Example: `  bitalign demo --out /tmp/run && bitalign diff /tmp/run/trainer /tmp/run/sampler
   bitalign demo --out /tmp/fusion --fault fusion --layer 2`,
 		Args: cobra.NoArgs,
@@ -38,10 +40,8 @@ plants one documented source of mismatch (see --list-faults) on the side and at 
 			if out == "" {
 				return usageErr("demo: --out DIR is required")
 			}
-			if fault != "" {
-				if _, err := engine.FaultByName(fault); err != nil {
-					return usageErr("demo: %v", err)
-				}
+			if err := engine.CheckDemoFault(fault, layer); err != nil {
+				return usageErr("demo: %v", err)
 			}
 			prof, err := kernels.ParseProfile(profile)
 			if err != nil {
@@ -53,7 +53,7 @@ plants one documented source of mismatch (see --list-faults) on the side and at 
 			}
 			start := time.Now()
 			err = engine.Demo(out, engine.DemoOptions{Fault: fault, Layer: layer, Profile: prof, Overwrite: force, Backend: backend,
-				Collectives: gpuCollectives(backend, engine.DemoTrainerTP(fault))})
+				Collectives: engine.GPUCollectives(backend, engine.DemoTrainerTP(fault))})
 			if err != nil {
 				return inputErr(err)
 			}
@@ -65,11 +65,11 @@ plants one documented source of mismatch (see --list-faults) on the side and at 
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "directory to write (must be empty or absent unless --force)")
-	cmd.Flags().StringVar(&fault, "fault", "", "plant one mismatch source (see --list-faults)")
-	cmd.Flags().IntVar(&layer, "layer", 1, "layer of a layered fault")
+	addFaultFlag(cmd, &fault, `plant one mismatch source (see --list-faults; "none" or empty: none)`)
+	cmd.Flags().IntVar(&layer, "layer", session.DefaultDemoLayer, "layer of a layered fault")
 	cmd.Flags().BoolVar(&list, "list-faults", false, "list the fault catalog and exit")
-	cmd.Flags().StringVar(&profile, "profile", "canonical", "kernel profile of both sides: canonical or standard")
-	cmd.Flags().StringVar(&device, "device", "cpu", "engine device: cpu, cuda or auto")
+	addProfileFlag(cmd, &profile, "kernel profile of both sides")
+	addDeviceFlag(cmd, &device, "engine")
 	cmd.Flags().BoolVar(&force, "force", false, "replace DIR's checkpoint/, trainer/ and sampler/ if DIR is not empty")
 	return cmd
 }

@@ -1,30 +1,13 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
-	"os"
-	"strings"
-
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
-	"bitalign/capture"
-	"bitalign/engine"
 	"bitalign/session"
 )
 
-// reportFormats maps a --format name to its writer.
-var reportFormats = map[string]func(io.Writer, *session.Report) error{
-	"text": session.WriteText,
-	"json": session.WriteJSON,
-	"md":   session.WriteMarkdown,
-	"html": session.WriteHTML,
-}
-
 func newDiffCmd() *cobra.Command {
-	var format, out string
+	var rf reportFlags
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "diff A B",
@@ -33,127 +16,34 @@ func newDiffCmd() *cobra.Command {
 
 Tensors are aligned by (step, sequence, position, op, role) after reassembling tensor-parallel shards, so a
 trainer's full-sequence prefill lines up with a sampler's one-token decode steps. The report gives the first
-divergence (earliest op in execution order) and a per-op table.
+divergence (earliest op in execution order) and a per-op table. Captures of different models are refused
+unless --force.
 
 Exit status: 0 when the captures are bitwise identical, 1 when they diverge, 2 on bad usage or bad input.`,
 		Example: `  bitalign diff run/trainer run/sampler
-  bitalign diff run/trainer run/sampler --format html -o report.html`,
+  bitalign diff run/trainer run/sampler -o report.html`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			write, ok := reportFormats[format]
-			if !ok {
-				return usageErr("diff: unknown --format %q (text, json, md, html)", format)
-			}
-			if out != "" {
-				if err := checkWritable(out, force); err != nil {
-					return err
-				}
-			}
-			r, err := diffPaths(cmd, args[0], args[1])
-			if err != nil {
+			if err := rf.resolve("diff"); err != nil {
 				return err
 			}
-			if out == "" {
-				if err := write(cmd.OutOrStdout(), r); err != nil {
-					return err
-				}
-			} else {
-				if err := writeFileAtomic(out, force, func(w io.Writer) error { return write(w, r) }); err != nil {
-					return inputErr(err)
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "bitalign: wrote %s report to %s\n", format, out)
+			bar := newProgressBar(cmd)
+			l, err := session.Load(cmd.Context(), session.Inputs{A: args[0], B: args[1], Device: "cpu", Force: force}, bar.update)
+			bar.done()
+			if err != nil {
+				return inputErr(err)
 			}
-			if !r.Identical {
+			defer l.Close()
+			if err := rf.write(cmd, l.Report); err != nil {
+				return err
+			}
+			if !l.Report.Identical {
 				return &exitError{code: 1}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "text", "report format: text, json, md or html")
-	cmd.Flags().StringVarP(&out, "output", "o", "", "write the report to FILE (atomically) instead of stdout")
-	cmd.Flags().BoolVar(&force, "force", false, "overwrite the -o file if it exists")
+	rf.add(cmd)
+	cmd.Flags().BoolVar(&force, "force", false, "compare captures of different models (what can be compared)")
 	return cmd
-}
-
-// diffPaths opens and diffs two captures, showing progress on stderr when it is a terminal.
-func diffPaths(cmd *cobra.Command, pathA, pathB string) (*session.Report, error) {
-	a, err := capture.Open(pathA)
-	if err != nil {
-		return nil, inputErr(err)
-	}
-	defer a.Close()
-	b, err := capture.Open(pathB)
-	if err != nil {
-		return nil, inputErr(err)
-	}
-	defer b.Close()
-
-	opts := []session.Option{}
-	if producers := producersOf(a.Meta()); producers != nil {
-		opts = append(opts, session.WithProducers(producers))
-	}
-	if f, ok := cmd.ErrOrStderr().(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		p := newProgress(f, "diff")
-		defer p.done()
-		opts = append(opts, session.WithProgress(p.update))
-	}
-	r, err := session.Diff(cmd.Context(), a, b, opts...)
-	if err != nil {
-		return nil, inputErr(err)
-	}
-	return r, nil
-}
-
-// producersOf returns the op graph of the capture's model, when its metadata names one the engine knows, so the
-// diff can tell a local divergence from a propagated one.
-func producersOf(m capture.Meta) func(op string) []string {
-	cfg, err := configOf(m)
-	if err != nil {
-		return nil
-	}
-	return func(op string) []string { return engine.Producers(cfg, op) }
-}
-
-// configOf reads the engine config a capture's metadata carries: Meta.Model is
-// {"architecture": ..., "config": {Hugging Face config.json}}.
-func configOf(m capture.Meta) (engine.Config, error) {
-	var model struct {
-		Config json.RawMessage `json:"config"`
-	}
-	if len(m.Model) == 0 {
-		return engine.Config{}, fmt.Errorf("the capture names no model")
-	}
-	if err := json.Unmarshal(m.Model, &model); err != nil || len(model.Config) == 0 {
-		return engine.Config{}, fmt.Errorf("the capture's model metadata has no config")
-	}
-	return engine.ParseConfig("capture metadata", model.Config)
-}
-
-// progress draws a one-line progress bar on a terminal.
-type progress struct {
-	f     *os.File
-	label string
-	last  int
-}
-
-func newProgress(f *os.File, label string) *progress { return &progress{f: f, label: label, last: -1} }
-
-func (p *progress) update(done, total int64) {
-	if total <= 0 {
-		return
-	}
-	pct := int(done * 100 / total)
-	if pct == p.last {
-		return
-	}
-	p.last = pct
-	const width = 30
-	n := pct * width / 100
-	fmt.Fprintf(p.f, "\r%s [%s%s] %3d%%", p.label, strings.Repeat("█", n), strings.Repeat("·", width-n), pct)
-}
-
-func (p *progress) done() {
-	if p.last >= 0 {
-		fmt.Fprint(p.f, "\r\033[K")
-	}
 }

@@ -2,52 +2,68 @@ package main
 
 import (
 	"context"
-	"os"
+	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"bitalign/engine"
+	"bitalign/session"
+	"bitalign/session/view"
 	"bitalign/ui"
 )
 
-// tuiArgs is what the root command and `open` pass to the debugger.
+// tuiArgs are the root command's and `open`'s flags.
 type tuiArgs struct {
-	demo                   bool
-	fault                  string
-	layer                  int
-	trainer, sampler, ckpt string
-	device                 string
+	fault  string
+	layer  int
+	ckpt   string
+	device string
+	force  bool
 }
 
-func runTUI(ctx context.Context, a tuiArgs) error {
-	if a.fault != "" && a.fault != "none" {
-		if _, err := engine.FaultByName(a.fault); err != nil {
-			return usageErr("%v", err)
-		}
+// runUI runs the TUI (a variable so that tests can see whether a command reached it).
+var runUI = ui.Run
+
+// runTUI loads the session in the foreground (every bad input fails here, exit 2, before the screen
+// changes), then hands it to the TUI.
+func runTUI(cmd *cobra.Command, in session.Inputs, title string) error {
+	bar := newProgressBar(cmd)
+	l, err := session.Load(cmd.Context(), in, bar.update)
+	bar.done()
+	if err != nil {
+		return inputErr(err)
 	}
-	for _, p := range []string{a.trainer, a.sampler, a.ckpt} {
-		if p == "" {
-			continue
-		}
-		if _, err := os.Stat(p); err != nil {
-			return usageErr("%v", err)
-		}
+	src := l.Source() // closed by ui.Run once nothing reads it any more
+	return runUI(cmd.Context(), ui.Options{Title: title,
+		Load: func(context.Context, func(view.Progress)) (view.Source, error) { return src, nil }})
+}
+
+// runDemoTUI opens the engine's demo of --fault (default session.DefaultDemoFault), generated once into the
+// user cache directory.
+func runDemoTUI(cmd *cobra.Command, a tuiArgs) error {
+	fault, layer := a.fault, a.layer
+	if fault == "" {
+		fault = session.DefaultDemoFault
 	}
-	return ui.Run(ctx, ui.Options{
-		TrainerPath: a.trainer,
-		SamplerPath: a.sampler,
-		Checkpoint:  a.ckpt,
-		Device:      a.device,
-		Demo:        a.demo,
-		Fault:       a.fault,
-		FaultLayer:  a.layer,
-	})
+	bar := newProgressBar(cmd)
+	in, err := session.DemoInputs(cmd.Context(), "", fault, layer, bar.update)
+	bar.done()
+	if err != nil {
+		return inputErr(err)
+	}
+	in.Device = a.device
+	title := "demo"
+	if fault != "none" {
+		title = fmt.Sprintf("demo · fault %s (layer %d)", fault, layer)
+	}
+	return runTUI(cmd, in, title)
 }
 
 func addDemoFlags(cmd *cobra.Command, a *tuiArgs) {
-	cmd.Flags().StringVar(&a.fault, "fault", "", "demo fault to plant (see bitalign demo --list-faults; \"none\" for identical captures)")
-	cmd.Flags().IntVar(&a.layer, "layer", 1, "layer of a layered demo fault")
-	cmd.Flags().StringVar(&a.device, "device", "auto", "replay device: auto, cpu or cuda")
+	addFaultFlag(cmd, &a.fault, `demo fault to plant (see bitalign demo --list-faults; "none" for identical captures; default `+
+		session.DefaultDemoFault+")")
+	cmd.Flags().IntVar(&a.layer, "layer", session.DefaultDemoLayer, "layer of a layered demo fault")
+	addDeviceFlag(cmd, &a.device, "replay")
 }
 
 func newOpenCmd() *cobra.Command {
@@ -57,15 +73,18 @@ func newOpenCmd() *cobra.Command {
 		Short: "Open two captures in the interactive debugger",
 		Long: `Open a trainer and a sampler capture (Arrow files, per-rank directories or safetensors files) in the
 interactive debugger. With --checkpoint (a Hugging Face style model directory) ops can be replayed with the
-deterministic engine to tell which side departs from the reference.`,
+deterministic engine to tell which side departs from the reference.
+
+The captures are opened, checked and diffed before the debugger starts: bad input exits with status 2.`,
 		Example: `  bitalign open run/trainer run/sampler --checkpoint run/checkpoint`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a.trainer, a.sampler = args[0], args[1]
-			return runTUI(cmd.Context(), a)
+			in := session.Inputs{A: args[0], B: args[1], Checkpoint: a.ckpt, Device: a.device, Force: a.force}
+			return runTUI(cmd, in, filepath.Base(args[0])+" ↔ "+filepath.Base(args[1]))
 		},
 	}
 	cmd.Flags().StringVar(&a.ckpt, "checkpoint", "", "model directory (config.json + safetensors): enables replay")
-	cmd.Flags().StringVar(&a.device, "device", "auto", "replay device: auto, cpu or cuda")
+	addDeviceFlag(cmd, &a.device, "replay")
+	cmd.Flags().BoolVar(&a.force, "force", false, "compare captures of different models (what can be compared)")
 	return cmd
 }

@@ -6,6 +6,9 @@
 //	bitalign demo --out DIR           write a demo checkpoint and trainer/sampler captures
 //	bitalign replay --checkpoint DIR --capture FILE
 //	                                  re-execute a captured step with the deterministic engine
+//
+// The commands only parse flags and call the session core (package session), which opens, checks and diffs
+// captures the same way for every command; the TUI (package ui) is handed the loaded session.
 package main
 
 import (
@@ -75,14 +78,13 @@ finds the first divergence, and replays ops with deterministic, batch-invariant 
 
 With no arguments it opens the interactive debugger on the built-in demo.`,
 		Args:          cobra.NoArgs,
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	var demo tuiArgs
-	root.RunE = func(cmd *cobra.Command, args []string) error {
-		demo.demo = true
-		return runTUI(cmd.Context(), demo)
-	}
+	root.RunE = func(cmd *cobra.Command, args []string) error { return runDemoTUI(cmd, demo) }
 	addDemoFlags(root, &demo)
 	root.AddCommand(newOpenCmd(), newDiffCmd(), newDemoCmd(), newReplayCmd(), newDevicesCmd(), newVersionCmd())
 	return root

@@ -126,3 +126,56 @@ func TestCLIListFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIItems: report formats from -o's extension, replay's heading and its temporary directory, --version,
+// shell completion of flag values, demo --fault none.
+func TestCLIItems(t *testing.T) {
+	demo := fusionDemo(t)
+	trainer, sampler := filepath.Join(demo, "trainer"), filepath.Join(demo, "sampler")
+	dir := t.TempDir()
+	for ext, want := range map[string]string{".html": "<html", ".md": "### ", ".json": `"schema"`, ".txt": "bitalign diff: "} {
+		path := filepath.Join(dir, "report"+ext)
+		if code, _, errs := run(t, "diff", trainer, sampler, "-o", path); code != 1 {
+			t.Fatalf("diff -o %s: exit %d: %s", path, code, errs)
+		}
+		if b, _ := os.ReadFile(path); !strings.Contains(string(b), want) {
+			t.Errorf("diff -o report%s is not that format: %.80q", ext, b)
+		}
+	}
+	code, out, errs := run(t, "replay", "--checkpoint", filepath.Join(demo, "checkpoint"), "--capture", sampler)
+	if code != 1 || !strings.HasPrefix(out, "bitalign replay: ") {
+		t.Errorf("replay: exit %d, report %.60q", code, out)
+	}
+	if strings.Contains(out+errs, "bitalign-replay-") {
+		t.Errorf("replay prints the temporary directory it removes:\n%s\n%s", errs, out)
+	}
+	saved := filepath.Join(dir, "replay")
+	if code, out, errs := run(t, "replay", "--checkpoint", filepath.Join(demo, "checkpoint"), "--capture", trainer, "--save", saved, "-o", filepath.Join(dir, "replay.md")); code != 0 || out != "" || !strings.Contains(errs, saved) {
+		t.Errorf("replay --save -o: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(saved, "rank0.arrow")); err != nil {
+		t.Errorf("replay --save kept no capture: %v", err)
+	}
+	if code, out, _ := run(t, "--version"); code != 0 || !strings.HasPrefix(out, "bitalign ") {
+		t.Errorf("--version: exit %d, %q", code, out)
+	}
+	for _, c := range []struct{ args, want []string }{
+		{[]string{"diff", "--format", ""}, []string{"json", "html"}},
+		{[]string{"--fault", ""}, []string{"none", "fusion", "split-k"}},
+		{[]string{"replay", "--device", ""}, []string{"auto", "cuda"}},
+		{[]string{"demo", "--profile", ""}, []string{"canonical", "standard"}},
+	} {
+		code, out, _ := run(t, append([]string{"__complete"}, c.args...)...)
+		for _, w := range c.want {
+			if code != 0 || !strings.Contains(out, w+"\n") {
+				t.Errorf("completion of %v: exit %d, %q lacks %s", c.args, code, out, w)
+			}
+		}
+	}
+	if code, _, errs := run(t, "demo", "--out", filepath.Join(dir, "none"), "--fault", "none", "--device", "cpu"); code != 0 {
+		t.Errorf("demo --fault none: exit %d: %s", code, errs)
+	}
+	if code, out, _ := run(t, "diff", filepath.Join(dir, "none", "trainer"), filepath.Join(dir, "none", "sampler")); code != 0 {
+		t.Errorf("demo --fault none is not identical: exit %d\n%s", code, out)
+	}
+}

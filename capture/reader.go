@@ -42,7 +42,9 @@ type openConfig struct {
 func WithReadAllocator(mem memory.Allocator) OpenOption { return func(c *openConfig) { c.mem = mem } }
 
 // Open opens a capture: a bitalign .arrow file, a directory of them (one per rank) or a .safetensors file.
-// It reads only the index; tensor bytes are touched when Data or Tensor is called.
+// It reads only the index; tensor bytes are touched when Data or Tensor is called. A file must be a regular
+// file (captures are mapped: a pipe such as <(...) would block or stream). Complete says whether a
+// tensor-parallel capture holds every rank's shards.
 func Open(path string, opts ...OpenOption) (*Capture, error) {
 	var cfg openConfig
 	for _, o := range opts {
@@ -57,6 +59,9 @@ func Open(path string, opts ...OpenOption) (*Capture, error) {
 	}
 	if st.IsDir() {
 		return openDir(path, opts)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("capture: %s: not a regular file (%s): captures are read by mapping them; save the stream to a file first", path, fileKind(st.Mode()))
 	}
 	c := &Capture{path: path, cfg: cfg}
 	if err := c.addFile(path, st.Size()); err != nil {
@@ -203,6 +208,48 @@ func checkRanks(dir string, parts []*Capture) error {
 		return fmt.Errorf("capture: %s: rank files missing: ranks %v of tp×pp×dp = %d", dir, missing, world)
 	}
 	return nil
+}
+
+// fileKind names a non-regular file's type for an error.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a pipe, e.g. a FIFO or a <(...) process substitution"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return m.Type().String()
+}
+
+// Complete returns an error when c is one file of a tensor-parallel capture whose tensors come from some
+// ranks only (one rank's file opened alone): comparing it would report every other rank's shard as missing.
+// A directory's ranks are checked by Open.
+func (c *Capture) Complete() error {
+	m := c.metas[0]
+	if len(c.files) != 1 || m.TP < 2 {
+		return nil
+	}
+	has := make([]bool, m.TP)
+	for _, e := range c.entries {
+		if int(e.Rank) >= 0 && int(e.Rank) < m.TP {
+			has[e.Rank] = true
+		}
+	}
+	var present, missing []int
+	for r, ok := range has {
+		if ok {
+			present = append(present, r)
+		} else {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) == 0 || len(present) == 0 {
+		return nil
+	}
+	return fmt.Errorf("capture: %s: one file of a TP %d capture: it holds rank %v, ranks %v are missing; open the directory holding every rank's file (%s)",
+		c.path, m.TP, present, missing, filepath.Dir(c.path)+string(filepath.Separator))
 }
 
 // Path is the path Open was given.

@@ -216,23 +216,3 @@ func elemULP(dt capture.DType, a, b []byte) uint64 {
 	}
 	return f.ULP(f.Bits(a, 0), f.Bits(b, 0))
 }
-
-// CompareCaptures opens two captures and returns their first bitwise divergence in execution order (nil:
-// identical wherever both have data) and how many (op, seq, pos) coordinates only one side has. It is the
-// engine's own check (tests, replay); package session gives the full report.
-func CompareCaptures(cfg Config, pathA, pathB string) (*Divergence, int, error) {
-	var as [2]assembly
-	for i, p := range []string{pathA, pathB} {
-		c, err := capture.Open(p)
-		if err != nil {
-			return nil, 0, err
-		}
-		as[i], err = assembleCapture(c)
-		c.Close()
-		if err != nil {
-			return nil, 0, err
-		}
-	}
-	d, missing := firstDivergence(cfg, as[0], as[1])
-	return d, missing, nil
-}

@@ -97,6 +97,32 @@ func CUDAFactory() (BackendFactory, string, error) {
 	return func(rank int) (Backend, error) { return NewCUDA(rank % n) }, desc, nil
 }
 
+// DescribeDevices lists the compute backends this machine offers, one line each: the CUDA driver and its
+// GPUs (or why CUDA is unavailable), then the CPU.
+func DescribeDevices() []string {
+	var out []string
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		out = append(out, fmt.Sprintf("cuda: unavailable (%v)", err))
+	} else {
+		v, _ := cuda.DriverVersion()
+		out = append(out, fmt.Sprintf("cuda: driver %d.%d, %d device(s)", v/1000, (v%1000)/10, n))
+		for i := 0; i < n; i++ {
+			d, err := cuda.Open(i)
+			if err != nil {
+				out = append(out, fmt.Sprintf("  %d: %v", i, err))
+				continue
+			}
+			out = append(out, fmt.Sprintf("  %d: %s", i, d))
+			d.Close()
+		}
+	}
+	return append(out, "cpu: always available (the reference engine)")
+}
+
+// Devices are the --device values SelectBackend accepts ("gpu" is also taken for "cuda").
+var Devices = []string{"auto", "cpu", "cuda"}
+
 // SelectBackend resolves --device: "cpu" (nil factory: the CPU backend), "cuda" (an error when no GPU is
 // usable) or "auto" (CUDA when usable, else the CPU). The string says which backend runs and, for auto's
 // fallback, why.
@@ -390,6 +416,19 @@ func (b *CUDA) AllReduce(comm nvls.Comm, x Buf) {
 		return
 	}
 	b.hostRoundTrip(x, comm.AllReduce)
+}
+
+// GPUCollectives returns the GPU communicators for a TP group of tp ranks on the CUDA backend when the machine
+// has a GPU per rank (nvls's peer-to-peer transport: the same bits as the CPU transport, without host round
+// trips); nil keeps the CPU transport.
+func GPUCollectives(backend BackendFactory, tp int) CollectivesFactory {
+	if backend == nil || tp < 2 {
+		return nil
+	}
+	if n, err := cuda.DeviceCount(); err != nil || n < tp {
+		return nil
+	}
+	return CUDACollectives()
 }
 
 // CUDACollectives is a RunOptions.Collectives whose TP ranks talk through an nvls GPU group on GPUs

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"time"
 
 	"bitalign/capture"
 	"bitalign/kernels"
@@ -43,9 +45,25 @@ func DemoPromptSet(cfg Config) (prompts [][]int32, maxNew []int) {
 	return prompts, maxNew
 }
 
+// CheckDemoFault validates a demo fault and its layer: "" and "none" plant nothing; a layered fault's layer
+// must be one of the demo model's.
+func CheckDemoFault(fault string, layer int) error {
+	if fault == "" || fault == "none" {
+		return nil
+	}
+	f, err := FaultByName(fault)
+	if err != nil {
+		return err
+	}
+	if n := DemoConfig().Layers; f.Layered && (layer < 0 || layer >= n) {
+		return fmt.Errorf("engine: demo: fault %s: layer %d outside the demo model's layers 0..%d", f.Name, layer, n-1)
+	}
+	return nil
+}
+
 // DemoOptions configure Demo.
 type DemoOptions struct {
-	Fault     string          // a Faults() name, or "" for none
+	Fault     string          // a Faults() name, or "" (or "none") for none
 	Layer     int             // the layer of a layered fault
 	Profile   kernels.Profile // both sides' kernels (default canonical)
 	Overwrite bool            // replace DIR's checkpoint/, trainer/ and sampler/ if DIR is not empty
@@ -69,14 +87,11 @@ func DemoTrainerTP(fault string) int {
 // With the canonical kernels and no fault the two captures are bitwise identical in every op.
 func Demo(dir string, opts DemoOptions) error {
 	cfg := DemoConfig()
-	if opts.Fault != "" {
-		f, err := FaultByName(opts.Fault)
-		if err != nil {
-			return err
-		}
-		if f.Layered && (opts.Layer < 0 || opts.Layer >= cfg.Layers) {
-			return fmt.Errorf("engine: demo: fault %s: layer %d outside the demo model's [0, %d)", f.Name, opts.Layer, cfg.Layers)
-		}
+	if err := CheckDemoFault(opts.Fault, opts.Layer); err != nil {
+		return err
+	}
+	if opts.Fault == "none" {
+		opts.Fault = ""
 	}
 	if err := prepareDemoDir(dir, opts.Overwrite); err != nil {
 		return err
@@ -127,6 +142,75 @@ func prepareDemoDir(dir string, overwrite bool) error {
 	for _, sub := range []string{"checkpoint", SideTrainer, SideSampler} {
 		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
 			return fmt.Errorf("engine: demo: %v", err)
+		}
+	}
+	return nil
+}
+
+// demoComplete names the file written into a cached demo directory once it is whole.
+const demoComplete = ".bitalign-demo-complete"
+
+// DemoCacheDir is where CachedDemo keeps the demo of a fault ("" or "none": the identical pair):
+// os.UserCacheDir()/bitalign/demo/<fault>-L<layer>.
+func DemoCacheDir(fault string, layer int) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("engine: demo: no cache directory: %w", err)
+	}
+	name := "identical"
+	if fault != "" && fault != "none" {
+		name = fault + "-L" + strconv.Itoa(layer)
+	}
+	return filepath.Join(cache, "bitalign", "demo", name), nil
+}
+
+// CachedDemo makes sure dir holds the demo of (fault, layer): unless a complete one is already there, it is
+// generated on the CPU into a temporary sibling, marked complete and renamed into place, so an interrupted run
+// leaves nothing half-made. alive is called every 200 ms while generating, with the time spent.
+func CachedDemo(ctx context.Context, dir, fault string, layer int, alive func(time.Duration)) error {
+	if err := CheckDemoFault(fault, layer); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, demoComplete)); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("engine: demo: %w", err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("engine: demo: %w", err)
+	}
+	defer os.RemoveAll(tmp) // nothing left once renamed
+	done := make(chan error, 1)
+	go func() { done <- Demo(tmp, DemoOptions{Fault: fault, Layer: layer, Overwrite: true}) }()
+	start := time.Now()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		alive(time.Since(start))
+		select {
+		case err = <-done:
+			break wait
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, demoComplete), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("engine: demo: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, statErr := os.Stat(filepath.Join(dir, demoComplete)); statErr == nil {
+			return nil // another bitalign finished first
+		}
+		os.RemoveAll(dir) // a stale, incomplete demo: replace it
+		if err := os.Rename(tmp, dir); err != nil {
+			return fmt.Errorf("engine: demo: %w", err)
 		}
 	}
 	return nil

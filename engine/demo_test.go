@@ -10,7 +10,7 @@ func TestDemoCanonicalIdentical(t *testing.T) {
 	if err := Demo(dir, DemoOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d, missing, err := CompareCaptures(DemoConfig(), filepath.Join(dir, "trainer"), filepath.Join(dir, "sampler"))
+	d, missing, err := compareCaptures(DemoConfig(), filepath.Join(dir, "trainer"), filepath.Join(dir, "sampler"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,10 +89,30 @@ func sameOutputs(a, b *Output) string {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// compareCaptures opens two captures and returns their first bitwise divergence in execution order (nil:
+// identical wherever both have data) and how many (op, seq, pos) coordinates only one side has: the engine
+// tests' own check (package session gives the full report, and cannot be imported here).
+func compareCaptures(cfg Config, pathA, pathB string) (*Divergence, int, error) {
+	var as [2]assembly
+	for i, p := range []string{pathA, pathB} {
+		c, err := capture.Open(p)
+		if err != nil {
+			return nil, 0, err
+		}
+		as[i], err = assembleCapture(c)
+		c.Close()
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	d, missing := firstDivergence(cfg, as[0], as[1])
+	return d, missing, nil
+}
+
 // compare returns the first divergence between two capture directories, failing on missing coordinates.
 func compare(t *testing.T, cfg Config, a, b string) *Divergence {
 	t.Helper()
-	d, missing, err := CompareCaptures(cfg, a, b)
+	d, missing, err := compareCaptures(cfg, a, b)
 	if err != nil {
 		t.Fatal(err)
 	}

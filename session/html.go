@@ -25,6 +25,7 @@ type htmlMap struct {
 }
 
 type htmlData struct {
+	Title     string
 	Verdict   string
 	Identical bool
 	A, B      CaptureInfo
@@ -45,7 +46,7 @@ var htmlTmpl = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<title>bitalign diff: {{.Verdict}}</title>
+<title>{{.Title}}: {{.Verdict}}</title>
 <style>
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em; color: #111827; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
@@ -60,7 +61,7 @@ figure { margin: 1em 0; } figure img { image-rendering: pixelated; border: 1px s
 </style>
 </head>
 <body>
-<h1 class="{{if .Identical}}ok{{else}}bad{{end}}">bitalign diff: {{.Verdict}}</h1>
+<h1 class="{{if .Identical}}ok{{else}}bad{{end}}">{{.Title}}: {{.Verdict}}</h1>
 <table>
 <tr><th></th><th>A</th><th>B</th></tr>
 <tr><th>side</th><td>{{.A.Side}}</td><td>{{.B.Side}}</td></tr>
@@ -105,7 +106,7 @@ cell's colour is the largest ULP distance of its elements.</p>
 // WriteHTML writes one self-contained HTML file: captures, first divergence, the per-op table and, per
 // divergent op, a heatmap picture (PNG inlined as base64) of where its mismatches are, with a legend.
 func WriteHTML(w io.Writer, r *Report) error {
-	d := htmlData{Verdict: verdict(r), Identical: r.Identical, A: r.A, B: r.B, First: r.First, Header: opHeader,
+	d := htmlData{Title: r.Title(), Verdict: verdict(r), Identical: r.Identical, A: r.A, B: r.B, First: r.First, Header: opHeader,
 		Summary: fmt.Sprintf("Compared %d elements in %s: %d mismatched in %s; %s.", r.Compared, plural(len(r.Ops), "op"),
 			r.Mismatched, plural(len(r.Divergent()), "op"), plural(len(r.Missing), "missing tensor"))}
 	if r.First != nil {

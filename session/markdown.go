@@ -19,7 +19,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	if r.Identical {
 		icon = "✅"
 	}
-	fmt.Fprintf(&b, "### %s bitalign diff: %s\n\n", icon, mdEscape(verdict(r)))
+	fmt.Fprintf(&b, "### %s %s: %s\n\n", icon, r.Title(), mdEscape(verdict(r)))
 	fmt.Fprintf(&b, "| | A | B |\n|---|---|---|\n")
 	row := func(name, a, b2 string) { fmt.Fprintf(&b, "| %s | %s | %s |\n", name, a, b2) }
 	row("side", mdEscape(r.A.Side), mdEscape(r.B.Side))

@@ -19,38 +19,8 @@ func memPair(t testing.TB, dt capture.DType, rows, cols int, a, b []byte) *Pair 
 	return p
 }
 
-func bruteHeatmap(p *Pair, rows, cols int) [][]float32 {
-	out := make([][]float32, rows)
-	for i := range out {
-		out[i] = make([]float32, cols)
-		for j := range out[i] {
-			r0, r1, c0, c1 := p.CellRange(i, j, rows, cols)
-			m, miss := 0, false
-			for r := r0; r < r1; r++ {
-				if !p.HasA[r] || !p.HasB[r] {
-					miss = true
-					continue
-				}
-				for c := c0; c < c1; c++ {
-					_, d := p.f.compare(p.f.load(p.A, r*p.Cols+c), p.f.load(p.B, r*p.Cols+c))
-					cls, _ := p.f.compare(p.f.load(p.A, r*p.Cols+c), p.f.load(p.B, r*p.Cols+c))
-					l := bucket(d)
-					if cls == ClassNaNNumber {
-						l = LevelNaN
-					}
-					m = max(m, l)
-				}
-			}
-			out[i][j] = float32(m)
-			if m == 0 && miss {
-				out[i][j] = LevelMissing
-			}
-		}
-	}
-	return out
-}
-
-func TestHeatmapMatchesBruteForce(t *testing.T) {
+// TestPairLevelsMatchBruteForce checks the parallel comparison against a serial scan of every element.
+func TestPairLevelsMatchBruteForce(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, sz := range []struct{ rows, cols int }{{1, 1}, {7, 300}, {100, 37}, {257, 129}} {
 		for _, rate := range []float64{0, 0.001, 0.05, 0.5} {
@@ -60,16 +30,43 @@ func TestHeatmapMatchesBruteForce(t *testing.T) {
 				p.HasB[2] = false // a missing row
 				p.computeLevels()
 			}
-			for _, hm := range []struct{ rows, cols int }{{1, 1}, {3, 5}, {10, 17}, {sz.rows, sz.cols}, {sz.rows + 3, 2 * sz.cols}, {33, 80}} {
-				got := p.Heatmap(hm.rows, hm.cols)
-				want := bruteHeatmap(p, hm.rows, hm.cols)
-				for i := range want {
-					for j := range want[i] {
-						if got[i][j] != want[i][j] {
-							t.Fatalf("%dx%d rate %g heatmap %dx%d cell (%d,%d): %v, want %v", sz.rows, sz.cols, rate, hm.rows, hm.cols, i, j, got[i][j], want[i][j])
+			var hist [65]uint64
+			var mism int64
+			var maxULP uint64
+			maxAt, missing := 0, 0
+			for row := 0; row < p.Rows; row++ {
+				if !p.HasA[row] || !p.HasB[row] {
+					missing++
+					hist[0] += uint64(p.Cols)
+					for _, l := range p.Levels[row*p.Cols : (row+1)*p.Cols] {
+						if l != 0 {
+							t.Fatalf("a missing row has level %d", l)
 						}
 					}
+					continue
 				}
+				for c := 0; c < p.Cols; c++ {
+					i := row*p.Cols + c
+					cls, d := p.f.compare(p.f.load(p.A, i), p.f.load(p.B, i))
+					want := bucket(d)
+					if cls == ClassNaNNumber {
+						want = LevelNaN
+					}
+					if got := int(p.Levels[i]); got != want {
+						t.Fatalf("%dx%d rate %g element (%d,%d): level %d, want %d", sz.rows, sz.cols, rate, row, c, got, want)
+					}
+					hist[bucket(d)]++
+					if d > 0 {
+						mism++
+					}
+					if d > maxULP {
+						maxULP, maxAt = d, i
+					}
+				}
+			}
+			if p.Hist != hist || p.Mismatched != mism || p.MaxULP != maxULP || p.MaxAt != maxAt || p.MissingRow != missing {
+				t.Fatalf("%dx%d rate %g: hist/mismatched/max %d %d@%d missing %d, want %d %d@%d %d", sz.rows, sz.cols, rate,
+					p.Mismatched, p.MaxULP, p.MaxAt, p.MissingRow, mism, maxULP, maxAt, missing)
 			}
 		}
 	}
@@ -105,15 +102,11 @@ func TestSessionPairPrefillVsDecode(t *testing.T) {
 	if e.ULP != 64 || e.Class != ClassNumeric || e.Pos != 8 || e.A.Hex == e.B.Hex || !e.HasA || !e.HasB {
 		t.Fatalf("element %+v", e)
 	}
-	if p.Level(8, 3) != 7 || p.Level(8, 4) != 0 {
-		t.Fatalf("levels %d %d", p.Level(8, 3), p.Level(8, 4))
+	if p.Levels[8*H+3] != 7 || p.Levels[8*H+4] != 0 {
+		t.Fatalf("levels %d %d", p.Levels[8*H+3], p.Levels[8*H+4])
 	}
-	hm := p.Heatmap(4, 4) // rows 0-2, 3-5, 6-8, 9-11; cols 0-9...
-	if hm[2][0] != 7 || hm[0][0] != 0 {
-		t.Fatalf("heatmap %v", hm)
-	}
-	if r, c := p.Worst(p.CellRange(2, 0, 4, 4)); r != 8 || c != 3 {
-		t.Fatalf("worst %d %d", r, c)
+	if p.MaxULP != 64 || p.MaxAt != 8*H+3 || p.Hist[7] != 1 {
+		t.Fatalf("max ULP %d at %d, hist[7] %d; want 64 at %d, 1", p.MaxULP, p.MaxAt, p.Hist[7], 8*H+3)
 	}
 	if q, _ := s.Pair("layers.0.attn_norm", "out", 0, 1); q != p {
 		t.Fatal("pair not cached")
@@ -121,41 +114,9 @@ func TestSessionPairPrefillVsDecode(t *testing.T) {
 	if _, err := s.Pair("nope", "out", 0, 0); err == nil {
 		t.Fatal("no error for an unknown op")
 	}
-	i := rep.NextDivergent(-1)
-	if i < 0 || rep.Ops[i].Op != "layers.0.attn_norm" || rep.NextDivergent(i) != -1 || rep.PrevDivergent(i) != -1 || rep.PrevDivergent(len(rep.Ops)) != i {
-		t.Fatalf("next/prev divergent: %d", i)
+	if d := rep.Divergent(); len(d) != 1 || rep.Ops[d[0]].Op != "layers.0.attn_norm" {
+		t.Fatalf("divergent ops: %v", d)
 	}
-}
-
-func TestLayout(t *testing.T) {
-	for _, c := range []struct {
-		dt           capture.DType
-		s, e, m, tot int
-	}{{capture.BF16, 1, 8, 7, 16}, {capture.F16, 1, 5, 10, 16}, {capture.F32, 1, 8, 23, 32}, {capture.F8E4M3, 1, 4, 3, 8},
-		{capture.F8E5M2, 1, 5, 2, 8}, {capture.I32, 1, 0, 0, 32}, {capture.U8, 0, 0, 0, 8}} {
-		s, e, m, tot := Layout(c.dt)
-		if s != c.s || e != c.e || m != c.m || tot != c.tot {
-			t.Errorf("%s: %d %d %d %d", c.dt, s, e, m, tot)
-		}
-	}
-}
-
-// BenchmarkHeatmap4096 downsamples a 4096×4096 bf16 pair with 1% mismatches to a 200×60 terminal's cells
-// (half blocks: 116 rows × 180 columns), uncached (the first frame after a resize) and cached.
-func BenchmarkHeatmap4096(b *testing.B) {
-	a, bb := plant(rand.New(rand.NewPCG(8, 9)), formats[capture.BF16], 4096*4096, 0.01)
-	p := memPair(b, capture.BF16, 4096, 4096, a, bb)
-	b.Run("uncached", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			p.heatLast = nil
-			p.Heatmap(116, 180)
-		}
-	})
-	b.Run("cached", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			p.Heatmap(116, 180)
-		}
-	})
 }
 
 // BenchmarkPairLevels is the one-time cost of comparing a 4096×4096 bf16 pair for the heatmap.

@@ -35,16 +35,21 @@ type Verdict struct {
 	Backend   string // "cpu", "cuda:0", ...
 	Profile   string
 	// InputsDiffer: the producers' outputs the op reads already differ between A and B at these positions
-	// (Differing names them); Local: they are identical, so any difference in the output arises in this op.
-	InputsDiffer bool
-	Differing    []string
-	Unknown      []string // producers not captured on both sides at these positions
-	Local        bool
-	FromA, FromB ReplayRun
+	// (Differing names them). Local: they are identical and the captured outputs differ, so the divergence
+	// arises in this op.
+	InputsDiffer  bool
+	Differing     []string
+	Unknown       []string // producers not captured on both sides at these positions
+	OutputsDiffer bool     // the two captured outputs of the op differ
+	Local         bool
+	FromA, FromB  ReplayRun
 	// Reproduces says whose captured output the engine reproduces from that side's own inputs: "both",
 	// "A", "B" or "neither".
 	Reproduces string
-	Summary    string // one line for a status bar
+	// Text is the verdict in words, "<cause>; <whom the engine reproduces>", as every front end shows it;
+	// Summary prefixes where the replay ran, for a log line.
+	Text    string
+	Summary string
 }
 
 // ReplayRun is one re-execution: the replayed output (Rows × Cols elements of DType, row r = position
@@ -161,7 +166,8 @@ func Replay(ctx context.Context, s *Session, m *engine.Model, op string, step, s
 		}
 	}
 	v.Unknown = unknown
-	v.Local = !v.InputsDiffer && len(unknown) == 0
+	v.OutputsDiffer = p.Mismatched > 0
+	v.Local = !v.InputsDiffer && len(unknown) == 0 && v.OutputsDiffer
 	a, b := v.FromA.Err == "" && v.FromA.VsA.Identical, v.FromB.Err == "" && v.FromB.VsB.Identical
 	switch {
 	case a && b:
@@ -173,11 +179,14 @@ func Replay(ctx context.Context, s *Session, m *engine.Model, op string, step, s
 	default:
 		v.Reproduces = "neither"
 	}
-	v.Summary = v.summary(s)
+	v.Text = v.text(s)
+	v.Summary = fmt.Sprintf("%s step %d seq %d pos %d..%d on %s: %s", v.Op, v.Step, v.Seq, v.Pos, v.Pos+int64(v.N)-1,
+		v.Backend, v.Text)
 	return v, nil
 }
 
-func (v *Verdict) summary(s *Session) string {
+// text words the verdict: the one place its wording lives.
+func (v *Verdict) text(s *Session) string {
 	name := func(side string) string {
 		if side == "A" && s.Report.A.Side != "" {
 			return s.Report.A.Side
@@ -187,15 +196,16 @@ func (v *Verdict) summary(s *Session) string {
 		}
 		return side
 	}
-	where := fmt.Sprintf("%s step %d seq %d pos %d..%d on %s", v.Op, v.Step, v.Seq, v.Pos, v.Pos+int64(v.N)-1, v.Backend)
 	var cause string
 	switch {
+	case !v.OutputsDiffer && !v.InputsDiffer:
+		cause = "identical: inputs and outputs agree"
 	case v.InputsDiffer:
 		cause = "propagated: inputs already differ (" + joinNames(v.Differing) + ")"
 	case v.Local:
 		cause = "local: inputs identical"
 	default:
-		cause = "cause unknown: not captured on both sides: " + joinNames(v.Unknown)
+		cause = "unknown: inputs not captured on both sides (" + joinNames(v.Unknown) + ")"
 	}
 	var repro string
 	switch v.Reproduces {
@@ -207,7 +217,7 @@ func (v *Verdict) summary(s *Session) string {
 	default:
 		repro = "the engine reproduces neither side"
 	}
-	return where + ": " + cause + "; " + repro
+	return cause + "; " + repro
 }
 
 func joinNames(ns []string) string {

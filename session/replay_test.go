@@ -17,16 +17,13 @@ func TestReplayDemoFault(t *testing.T) {
 	if err := engine.Demo(dir, engine.DemoOptions{Fault: "fusion", Layer: layer}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := engine.Load(filepath.Join(dir, "checkpoint"))
+	l, err := Load(context.Background(), Inputs{A: filepath.Join(dir, "trainer"), B: filepath.Join(dir, "sampler"),
+		Checkpoint: filepath.Join(dir, "checkpoint"), Device: "cpu"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(context.Background(), filepath.Join(dir, "trainer"), filepath.Join(dir, "sampler"),
-		WithProducers(func(op string) []string { return engine.Producers(m.Config, op) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	defer l.Close()
+	s, m := l.Session, l.Model
 	f := s.Report.First
 	want := engine.LayerOp(layer, "mlp_norm")
 	if f == nil || f.Op != want {
@@ -45,7 +42,9 @@ func TestReplayDemoFault(t *testing.T) {
 	if !v.FromA.VsA.Identical || !v.FromB.VsA.Identical || v.FromB.VsB.Identical {
 		t.Fatalf("replays: A vs A %v, B vs A %v, B vs B %v", v.FromA.VsA.Identical, v.FromB.VsA.Identical, v.FromB.VsB.Identical)
 	}
-	t.Log(v.Summary)
+	if v.Text != "local: inputs identical; the engine reproduces trainer, not sampler" {
+		t.Errorf("verdict text %q", v.Text)
+	}
 	// one op downstream: the inputs already differ
 	next := engine.LayerOp(layer, "mlp.gate_proj")
 	v, err = Replay(context.Background(), s, m, next, f.At.Step, f.At.Seq)
@@ -55,5 +54,7 @@ func TestReplayDemoFault(t *testing.T) {
 	if !v.InputsDiffer || v.Local || v.Reproduces != "both" {
 		t.Fatalf("verdict downstream: %+v", v)
 	}
-	t.Log(v.Summary)
+	if want := "propagated: inputs already differ (" + engine.LayerOp(layer, "mlp_norm") + "); the engine reproduces both sides"; v.Text != want {
+		t.Errorf("verdict text %q, want %q", v.Text, want)
+	}
 }

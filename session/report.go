@@ -168,6 +168,7 @@ func (o *OpStat) Divergent() bool { return o.Mismatched > 0 }
 
 // Report is the result of Diff.
 type Report struct {
+	Command   string // the command whose report this is, for the heading: "" (diff) or "replay"
 	A, B      CaptureInfo
 	Identical bool
 	First     *Divergence // nil when nothing differs
@@ -188,26 +189,12 @@ func (r *Report) Divergent() []int {
 	return out
 }
 
-// NextDivergent returns the index into r.Ops of the first divergent op after i (−1 for none); i = −1 starts
-// from the beginning.
-func (r *Report) NextDivergent(i int) int {
-	for j := max(i+1, 0); j < len(r.Ops); j++ {
-		if r.Ops[j].Divergent() {
-			return j
-		}
+// Title heads the report: "bitalign diff" or "bitalign replay".
+func (r *Report) Title() string {
+	if r.Command == "" {
+		return "bitalign diff"
 	}
-	return -1
-}
-
-// PrevDivergent returns the index of the last divergent op before i (−1 for none); i = len(r.Ops) starts from
-// the end.
-func (r *Report) PrevDivergent(i int) int {
-	for j := min(i, len(r.Ops)) - 1; j >= 0; j-- {
-		if r.Ops[j].Divergent() {
-			return j
-		}
-	}
-	return -1
+	return "bitalign " + r.Command
 }
 
 // FindOp returns the index into r.Ops of (op, role), or −1.

@@ -2,7 +2,6 @@ package session
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,9 +9,9 @@ import (
 	"bitalign/capture"
 )
 
-// Session holds two open captures and their report, and answers the TUI's questions about them: which
-// sequences an op has, both sides' tensors of one op and sequence (Pair), their elements and heatmaps. Its
-// methods are safe for concurrent use.
+// Session holds two open captures and their report (Load makes one), and answers the TUI's questions about
+// them: which sequences an op has, and both sides' tensors of one op and sequence compared element by element
+// (Pair). Its methods are safe for concurrent use.
 type Session struct {
 	A, B   *capture.Capture
 	Report *Report
@@ -28,27 +27,6 @@ const pairCacheSize = 4
 // NewSession wraps two open captures and the report Diff gave for them. The session does not close them.
 func NewSession(a, b *capture.Capture, r *Report) *Session {
 	return &Session{A: a, B: b, Report: r, ia: indexSide(a), ib: indexSide(b)}
-}
-
-// Open opens two captures (files or per-rank directories), diffs them and returns the session; Close
-// closes both.
-func Open(ctx context.Context, pathA, pathB string, opts ...Option) (*Session, error) {
-	a, err := capture.Open(pathA)
-	if err != nil {
-		return nil, err
-	}
-	b, err := capture.Open(pathB)
-	if err != nil {
-		a.Close()
-		return nil, err
-	}
-	r, err := Diff(ctx, a, b, opts...)
-	if err != nil {
-		a.Close()
-		b.Close()
-		return nil, err
-	}
-	return NewSession(a, b, r), nil
 }
 
 // Close closes both captures.

@@ -155,7 +155,7 @@ func missingLine(m MissingTensor) string {
 // missing tensors.
 func WriteText(w io.Writer, r *Report) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "bitalign diff: %s\n\n", verdict(r))
+	fmt.Fprintf(&b, "%s: %s\n\n", r.Title(), verdict(r))
 	fmt.Fprintln(&b, sideLine("A", r.A))
 	fmt.Fprintln(&b, sideLine("B", r.B))
 	fmt.Fprintf(&b, "compared %d elements in %s; %d mismatched in %s; %s\n", r.Compared, plural(len(r.Ops), "op"),

@@ -7,9 +7,9 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/session/view"
 	"bitalign/ui/keys"
 	"bitalign/ui/oplist"
-	"bitalign/ui/state"
 )
 
 // handleKey: ctrl+c always quits; an open prompt takes every other key; then global actions, then the
@@ -105,7 +105,7 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 			d = -1
 		}
 		for i := m.sel + d; i >= 0 && i < len(m.rep.Ops); i += d {
-			if m.rep.Ops[i].Status == state.Divergent {
+			if m.rep.Ops[i].Status == view.Divergent {
 				return m.jump(i, false)
 			}
 		}
@@ -186,7 +186,7 @@ func (m *Model) jump(i int, keepToken bool) tea.Cmd {
 		}
 		m.seq = seqOf(&m.rep.Ops[i], m.seq)
 	} else {
-		m.seq = seqOf(&m.rep.Ops[i], state.SeqKey{Step: -1})
+		m.seq = seqOf(&m.rep.Ops[i], view.SeqKey{Step: -1})
 	}
 	m.sel = i
 	o := &m.rep.Ops[i]
@@ -311,9 +311,9 @@ func (m *Model) promptKey(msg tea.KeyPressMsg) tea.Cmd {
 			m.prompt = noPrompt
 			m.input.Blur()
 			path := strings.TrimSpace(m.input.Value())
-			format, err := formatOf(path)
+			format, err := view.FormatOf(path)
 			if err != nil {
-				m.setStatus(statusErr, err.Error())
+				m.setStatus(statusErr, "export: "+err.Error())
 				return nil
 			}
 			m.exportPath, m.exportFormat = path, format

@@ -6,9 +6,9 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/session/view"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/internal/fake"
-	"bitalign/ui/state"
 )
 
 func bigModel(b *testing.B) *Model {
@@ -57,7 +57,7 @@ func BenchmarkCursorMoveFrame(b *testing.B) {
 
 // BenchmarkPrepare4096: per-element ULP buckets of a 4096×4096 pair (once per pair, in the background).
 func BenchmarkPrepare4096(b *testing.B) {
-	p, _ := fake.Big(4096, 4096).Pair(context.Background(), state.Key{Op: "layers.0.mlp.down_proj", Role: "out"})
+	p, _ := fake.Big(4096, 4096).Pair(context.Background(), view.Key{Op: "layers.0.mlp.down_proj", Role: "out"})
 	b.SetBytes(int64(len(p.A) + len(p.B)))
 	for b.Loop() {
 		if _, err := heatmap.Prepare(p); err != nil {

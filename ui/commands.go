@@ -7,25 +7,25 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/session/view"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/replay"
-	"bitalign/ui/state"
 )
 
 type (
-	progressMsg Progress
+	progressMsg view.Progress
 	loadedMsg   struct {
-		src state.Source
+		src view.Source
 		err error
 	}
 	pairMsg struct {
-		key  state.Key
+		key  view.Key
 		data *heatmap.Data
 		err  error
 	}
 	replayMsg struct {
-		key state.Key
-		res *state.Replay
+		key view.Key
+		res *view.Replay
 		err error
 	}
 	exportMsg struct {
@@ -138,7 +138,7 @@ func (m *Model) replayDone(msg replayMsg) {
 	}
 	s.Running, s.Result, s.Err = false, msg.res, msg.err
 	switch {
-	case errors.Is(msg.err, state.ErrNoReplay):
+	case errors.Is(msg.err, view.ErrNoReplay):
 		m.setStatus(statusErr, "replay: "+msg.err.Error())
 	case msg.err != nil:
 		m.setStatus(statusErr, "replay "+msg.key.Op+": "+msg.err.Error())

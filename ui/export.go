@@ -4,24 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
-	"strings"
 
 	"bitalign/internal/atomicfile"
 )
-
-// formatOf maps an export path's extension to a report format.
-func formatOf(path string) (string, error) {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".md", ".markdown":
-		return "md", nil
-	case ".json":
-		return "json", nil
-	case ".html", ".htm":
-		return "html", nil
-	}
-	return "", fmt.Errorf("export: %s: unknown extension (use .md, .json or .html)", path)
-}
 
 type countingWriter struct {
 	w io.Writer

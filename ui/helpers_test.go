@@ -11,9 +11,9 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 
+	"bitalign/session/view"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/internal/fake"
-	"bitalign/ui/state"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/ui")
@@ -24,9 +24,9 @@ func run(t *testing.T, m *Model, cmd tea.Cmd) []tea.Msg {
 	return drive(m, cmd)
 }
 
-func fakeLoader(src state.Source, err error) Loader {
-	return func(ctx context.Context, progress func(Progress)) (Source, error) {
-		progress(Progress{Stage: "diffing", Done: 1, Total: 2})
+func fakeLoader(src view.Source, err error) view.Loader {
+	return func(ctx context.Context, progress func(view.Progress)) (view.Source, error) {
+		progress(view.Progress{Stage: "diffing", Done: 1, Total: 2})
 		return src, err
 	}
 }
@@ -98,4 +98,4 @@ func golden(t *testing.T, name, got string) {
 	}
 }
 
-func prepare(p *state.Pair) (*heatmap.Data, error) { return heatmap.Prepare(p) }
+func prepare(p *view.Pair) (*heatmap.Data, error) { return heatmap.Prepare(p) }

@@ -1,6 +1,6 @@
 // Package ui is bitalign's interactive terminal debugger (Bubble Tea v2). The root Model routes messages to
 // one component per sub-package (oplist, heatmap, bits, overview, replay, help) and reads the session only
-// through the state.Source interface, so the whole UI is tested against a fake source.
+// through the view.Source interface, so the whole UI is tested against a fake source.
 package ui
 
 import (
@@ -11,28 +11,12 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/colorprofile"
 
+	"bitalign/session/view"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/oplist"
 	"bitalign/ui/replay"
-	"bitalign/ui/state"
 	"bitalign/ui/theme"
 )
-
-// Source, Report and the other plain structs the UI draws are defined in ui/state.
-type (
-	Source = state.Source
-	Report = state.Report
-)
-
-// Progress is a loader's report of how far it got.
-type Progress struct {
-	Stage       string // "generating demo", "reading trainer", "diffing", ...
-	Done, Total int64  // Total 0: unknown
-}
-
-// Loader opens (or generates) the captures and diffs them. It runs in the background; progress may be called
-// from any goroutine.
-type Loader func(ctx context.Context, progress func(Progress)) (Source, error)
 
 type screen int
 
@@ -62,36 +46,36 @@ const (
 type Model struct {
 	ctx   context.Context
 	st    theme.Styles
-	load  Loader
+	load  view.Loader
 	title string
 
 	w, h int
 
 	loading bool
-	prog    Progress
+	prog    view.Progress
 	loadErr error
 	loadCh  chan tea.Msg
 
-	src state.Source
-	rep *state.Report
+	src view.Source
+	rep *view.Report
 
 	screen   screen
 	showHelp bool
 	helpOff  int // help screen scroll
 	list     oplist.Model
 	heat     heatmap.Model
-	sel      int          // selected op (index into rep.Ops), -1 before loading
-	seq      state.SeqKey // the (step, seq) slice shown
+	sel      int         // selected op (index into rep.Ops), -1 before loading
+	seq      view.SeqKey // the (step, seq) slice shown
 
-	want         state.Key // the pair the tensor view wants
+	want         view.Key // the pair the tensor view wants
 	data         *heatmap.Data
 	pairErr      error
 	pairLoading  bool
-	cache        map[state.Key]*heatmap.Data
-	cacheOrder   []state.Key
+	cache        map[view.Key]*heatmap.Data
+	cacheOrder   []view.Key
 	keepRow      int // token (data row) to keep when the next pair arrives; -1: go to the worst element
 	keepCol      int
-	replays      map[state.Key]*replay.Status
+	replays      map[view.Key]*replay.Status
 	prompt       promptKind
 	input        textinput.Model
 	exportPath   string
@@ -102,11 +86,11 @@ type Model struct {
 }
 
 // New returns the root model; Init starts load in the background. title names what is being opened.
-func New(ctx context.Context, load Loader, title string) *Model {
+func New(ctx context.Context, load view.Loader, title string) *Model {
 	st := theme.Default()
 	m := &Model{ctx: ctx, st: st, load: load, title: title, w: 80, h: 24, loading: true, sel: -1,
-		list: oplist.New(st), heat: heatmap.New(st), cache: map[state.Key]*heatmap.Data{},
-		replays: map[state.Key]*replay.Status{}, keepRow: -1, keepCol: -1}
+		list: oplist.New(st), heat: heatmap.New(st), cache: map[view.Key]*heatmap.Data{},
+		replays: map[view.Key]*replay.Status{}, keepRow: -1, keepCol: -1}
 	m.input = textinput.New()
 	m.input.Prompt = ""
 	is := textinput.DefaultDarkStyles()
@@ -122,7 +106,7 @@ func (m *Model) Init() tea.Cmd {
 	m.loadCh = make(chan tea.Msg, 64)
 	ch, ctx, load := m.loadCh, m.ctx, m.load
 	go func() {
-		src, err := load(ctx, func(p Progress) {
+		src, err := load(ctx, func(p view.Progress) {
 			select {
 			case ch <- progressMsg(p):
 			default: // drop: the UI only needs the latest
@@ -183,7 +167,7 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 		m.heat.ApplyGrid(msg)
 		return nil
 	case progressMsg:
-		m.prog = Progress(msg)
+		m.prog = view.Progress(msg)
 		return waitLoad(m.loadCh)
 	case loadedMsg:
 		return m.loaded(msg)
@@ -234,25 +218,25 @@ func (m *Model) loaded(msg loadedMsg) tea.Cmd {
 		m.setStatus(statusInfo, "loaded")
 	}
 	if m.sel >= 0 {
-		m.seq = seqOf(&m.rep.Ops[m.sel], state.SeqKey{Step: -1})
+		m.seq = seqOf(&m.rep.Ops[m.sel], view.SeqKey{Step: -1})
 	}
 	m.resize()
 	return m.ensurePair()
 }
 
 // seqOf picks the slice to show for op o: keep (when o has it), else o's worst slice.
-func seqOf(o *state.OpStat, keep state.SeqKey) state.SeqKey {
+func seqOf(o *view.OpStat, keep view.SeqKey) view.SeqKey {
 	for _, s := range o.Seqs {
 		if s == keep {
 			return s
 		}
 	}
 	k := o.Key()
-	return state.SeqKey{Step: k.Step, Seq: k.Seq}
+	return view.SeqKey{Step: k.Step, Seq: k.Seq}
 }
 
 // selected is the selected op, nil when none.
-func (m *Model) selected() *state.OpStat {
+func (m *Model) selected() *view.OpStat {
 	if m.rep == nil || m.sel < 0 || m.sel >= len(m.rep.Ops) {
 		return nil
 	}
@@ -260,10 +244,10 @@ func (m *Model) selected() *state.OpStat {
 }
 
 // curKey is the selected op's current slice.
-func (m *Model) curKey() state.Key {
+func (m *Model) curKey() view.Key {
 	o := m.selected()
 	if o == nil {
-		return state.Key{}
+		return view.Key{}
 	}
-	return state.Key{Op: o.Op, Role: o.Role, Step: m.seq.Step, Seq: m.seq.Seq}
+	return view.Key{Op: o.Op, Role: o.Role, Step: m.seq.Step, Seq: m.seq.Seq}
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/charmbracelet/colorprofile"
 	"github.com/charmbracelet/x/ansi"
 
+	"bitalign/session/view"
 	"bitalign/ui/internal/fake"
-	"bitalign/ui/state"
 )
 
 // checkFrame fails when the frame is not exactly w×h cells: the layout must never wrap or garble.
@@ -283,7 +283,7 @@ func TestExport(t *testing.T) {
 	if b, _ := os.ReadFile(path); !strings.Contains(string(b), `"Ops"`) {
 		t.Error("y must overwrite")
 	}
-	export(filepath.Join(dir, "report.txt"))
+	export(filepath.Join(dir, "report.xml"))
 	if m.statusKind != statusErr || !strings.Contains(m.status, "unknown extension") {
 		t.Errorf("bad extension: status %q", m.status)
 	}
@@ -407,8 +407,8 @@ func TestNoColour(t *testing.T) {
 
 func TestKeysWhileLoading(t *testing.T) {
 	release := make(chan struct{})
-	load := func(ctx context.Context, progress func(Progress)) (Source, error) {
-		progress(Progress{Stage: "diffing", Done: 3, Total: 4})
+	load := func(ctx context.Context, progress func(view.Progress)) (view.Source, error) {
+		progress(view.Progress{Stage: "diffing", Done: 3, Total: 4})
 		<-release
 		return fake.New(fake.Default()), nil
 	}
@@ -441,12 +441,12 @@ func TestKeysWhileLoading(t *testing.T) {
 func TestFakeReportConsistent(t *testing.T) {
 	src := fake.New(fake.Default())
 	for _, o := range src.Report().Ops {
-		if o.Status == state.MissingB {
+		if o.Status == view.MissingB {
 			continue
 		}
 		var mism int64
 		for _, s := range o.Seqs {
-			p, err := src.Pair(context.Background(), state.Key{Op: o.Op, Role: o.Role, Step: s.Step, Seq: s.Seq})
+			p, err := src.Pair(context.Background(), view.Key{Op: o.Op, Role: o.Role, Step: s.Step, Seq: s.Seq})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -465,8 +465,8 @@ func TestFakeReportConsistent(t *testing.T) {
 // emptySource is a session with no ops at all.
 type emptySource struct{ *fake.Source }
 
-func (emptySource) Report() *state.Report {
-	return &state.Report{A: state.CaptureInfo{Side: "trainer"}, B: state.CaptureInfo{Side: "sampler"}, Identical: true}
+func (emptySource) Report() *view.Report {
+	return &view.Report{A: view.CaptureInfo{Side: "trainer"}, B: view.CaptureInfo{Side: "sampler"}, Identical: true}
 }
 
 func TestEmptyReport(t *testing.T) {

@@ -23,11 +23,12 @@ func (s *slowReader) Read(p []byte) (int, error) {
 
 // TestRun runs the entry point headlessly on the demo: q quits and Run returns nil.
 func TestRun(t *testing.T) {
-	dir := realDemo(t)
+	in := realDemo(t)
+	in.Device = "cpu"
 	var out bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(context.Background(), Options{Demo: true, DemoDir: dir, Fault: "fusion", FaultLayer: 2, Device: "cpu",
+		done <- Run(context.Background(), Options{Load: loaderOf(in), Title: "demo",
 			Input: &slowReader{r: strings.NewReader("jq"), wait: 500 * time.Millisecond}, Output: &out})
 	}()
 	select {
@@ -45,13 +46,13 @@ func TestRun(t *testing.T) {
 
 // TestRunCancel: cancelling the context ends Run cleanly.
 func TestRunCancel(t *testing.T) {
-	dir := realDemo(t)
+	in := realDemo(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	go func() {
-		done <- Run(ctx, Options{Demo: true, DemoDir: dir, Input: pr, Output: io.Discard})
+		done <- Run(ctx, Options{Load: loaderOf(in), Input: pr, Output: io.Discard})
 	}()
 	time.Sleep(300 * time.Millisecond)
 	cancel()

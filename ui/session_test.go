@@ -10,8 +10,12 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
-	"bitalign/engine"
+	"bitalign/session"
+	"bitalign/session/view"
 )
+
+// The tests in this file drive the UI over the real session core (session.Load on the engine's demo); the
+// UI's production code never imports the core beyond session/view.
 
 var (
 	demoOnce sync.Once
@@ -20,17 +24,29 @@ var (
 )
 
 // realDemo generates the engine's demo (fusion fault in layer 2) once for the package's tests.
-func realDemo(t *testing.T) string {
+func realDemo(t *testing.T) session.Inputs {
+	var in session.Inputs
 	demoOnce.Do(func() {
 		demoDir, demoErr = os.MkdirTemp("", "bitalign-ui-demo-")
-		if demoErr == nil {
-			demoErr = generateDemo(context.Background(), filepath.Join(demoDir, "fusion"), "fusion", 2, func(Progress) {})
-		}
 	})
+	if demoErr == nil {
+		in, demoErr = session.DemoInputs(context.Background(), filepath.Join(demoDir, "fusion"), "fusion", 2, nil)
+	}
 	if demoErr != nil {
 		t.Fatalf("demo: %v", demoErr)
 	}
-	return filepath.Join(demoDir, "fusion")
+	return in
+}
+
+// loaderOf is the loader the bitalign command gives the UI: session.Load, then its view.Source.
+func loaderOf(in session.Inputs) view.Loader {
+	return func(ctx context.Context, progress func(view.Progress)) (view.Source, error) {
+		l, err := session.Load(ctx, in, progress)
+		if err != nil {
+			return nil, err
+		}
+		return l.Source(), nil
+	}
 }
 
 func TestMain(m *testing.M) {
@@ -49,27 +65,30 @@ func TestRealSession(t *testing.T) { realSession(t, "cpu", "CPU") }
 // the verdicts must not change). It skips without a GPU, and fails instead with BITALIGN_REQUIRE_GPU=1, as
 // scripts/gpu.sh runs it on the GPU machine.
 func TestRealSessionCUDA(t *testing.T) {
-	if _, desc, err := engine.SelectBackend("cuda"); err != nil {
+	in := realDemo(t)
+	in.Device = "cuda"
+	if l, err := session.Load(context.Background(), in, nil); err != nil {
 		if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
 			t.Fatalf("BITALIGN_REQUIRE_GPU=1 but: %v", err)
 		}
 		t.Skipf("no GPU, so replay in the UI is not run on one here (not counted as passed): %v", err)
 	} else {
-		t.Logf("GPU: %s", desc)
+		t.Logf("GPU: %s", l.BackendName)
+		l.Close()
 	}
 	realSession(t, "cuda", "GPU cuda:")
 }
 
 func realSession(t *testing.T, device, backend string) {
-	dir := realDemo(t)
-	m := New(context.Background(), DemoLoader(dir, "fusion", 2, device), "demo")
+	in := realDemo(t)
+	in.Device = device
+	m := New(context.Background(), loaderOf(in), "demo")
 	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
 	run(t, m, m.Init())
 	if m.loadErr != nil {
 		t.Fatal(m.loadErr)
 	}
-	f, _ := engine.FaultByName("fusion")
-	want := f.FirstDivergentOp(2)
+	const want = "layers.2.mlp_norm" // the fusion fault's first divergent op in layer 2 (engine.Faults)
 	if m.rep.First == nil || m.rep.First.Op != want || selectedOp(m) != want {
 		t.Fatalf("first divergence %+v, selected %q; the fusion fault starts at %s", m.rep.First, selectedOp(m), want)
 	}
@@ -118,18 +137,17 @@ func realSession(t *testing.T, device, backend string) {
 	}
 }
 
-func TestOpenLoaderErrors(t *testing.T) {
+// TestLoadErrorShown: a loader's error is shown in the UI (the bitalign command loads in the foreground, so
+// this is what a front end whose loader fails late sees).
+func TestLoadErrorShown(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.arrow")
 	os.WriteFile(bad, []byte("not arrow"), 0o644)
-	m := New(context.Background(), OpenLoader(bad, bad, "", "cpu"), "bad")
+	m := New(context.Background(), loaderOf(session.Inputs{A: bad, B: bad, Device: "cpu"}), "bad")
 	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
 	run(t, m, m.Init())
 	if m.loadErr == nil || !strings.Contains(text(m), "could not open the session") || !strings.Contains(m.status, "bad.arrow") {
 		t.Errorf("unreadable capture: err %v\n%s", m.loadErr, text(m))
 	}
 	checkFrame(t, m)
-	if _, _, err := (Options{}).loader(); err == nil {
-		t.Error("Options without captures or demo should fail")
-	}
 }

@@ -13,7 +13,7 @@ import (
 	"bitalign/ui/oplist"
 	"bitalign/ui/overview"
 	"bitalign/ui/replay"
-	"bitalign/ui/state"
+	"bitalign/session/view"
 	"bitalign/ui/theme"
 )
 
@@ -310,7 +310,7 @@ func (m *Model) detailPanel(r rect) string {
 }
 
 // summary is an op's numbers (and the shown slice's, when d is given).
-func (m *Model) summary(o *state.OpStat, d *heatmap.Data) []string {
+func (m *Model) summary(o *view.OpStat, d *heatmap.Data) []string {
 	kv := func(k, v string) string { return m.st.Muted.Render(fmt.Sprintf("%-10s", k)) + m.st.Text.Render(v) }
 	shape := make([]string, len(o.Shape))
 	for i, s := range o.Shape {
@@ -326,7 +326,7 @@ func (m *Model) summary(o *state.OpStat, d *heatmap.Data) []string {
 		kv("elements", fmt.Sprintf("%d in %d slice%s", o.Elements, len(o.Seqs), plural(len(o.Seqs)))),
 	}
 	integer := oplist.Integer(o.DType)
-	if o.Status == state.Divergent || o.Mismatched > 0 {
+	if o.Status == view.Divergent || o.Mismatched > 0 {
 		at := ""
 		if o.MaxAt != nil {
 			at = fmt.Sprintf("seq %d pos %d f %d", o.MaxAt.Seq, o.MaxAt.Pos, o.MaxAt.Feature)
@@ -396,15 +396,15 @@ func (m *Model) tensorView(l screenLayout) string {
 	}
 	stStyle := m.st.Faint
 	switch {
-	case o.Status == state.Divergent:
+	case o.Status == view.Divergent:
 		stStyle = m.st.Bad
-	case o.Status != state.Identical:
+	case o.Status != view.Identical:
 		stStyle = m.st.Warn
 	}
 	// the op's number is its execution index in the capture, as in the op list's # column
 	title := m.st.Faint.Render(fmt.Sprintf(" #%d ", o.Index)) + m.st.Title.Render(o.Op) +
 		m.st.Muted.Render(fmt.Sprintf(" · %s · step %d · seq %d%s · ", o.Role, k.Step, k.Seq, seqPos)) + stStyle.Render(o.Status.String())
-	if o.Status == state.Divergent {
+	if o.Status == view.Divergent {
 		if integer {
 			title += stStyle.Render(fmt.Sprintf(" %.2f%% · %s", 100*o.MismatchFrac(), oplist.Differ(o.Mismatched)))
 		} else {
@@ -496,7 +496,7 @@ func (m *Model) bitsView(r rect) string {
 		missing = append(missing, "B")
 	}
 	if rs := m.replays[m.curKey()]; rs != nil && rs.Result != nil && len(e.Rows) == 2 {
-		for si, s := range []state.ReplaySide{rs.Result.FromA, rs.Result.FromB} {
+		for si, s := range []view.ReplaySide{rs.Result.FromA, rs.Result.FromB} {
 			if b, ok := s.Bits(f.Size, p.Cols, row, col); ok {
 				e.Rows = append(e.Rows, bits.Value{Label: "replay ← " + "AB"[si:si+1], Bits: f.Bits(b, 0), Ref: si})
 			}

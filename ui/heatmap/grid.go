@@ -9,15 +9,15 @@ import (
 	"sync"
 
 	"bitalign/internal/fp"
-	"bitalign/ui/state"
+	"bitalign/session/view"
 )
 
 // Data is a pair's per-element ULP buckets, computed once per pair (in the background) and downsampled to
 // the panel on every resize.
 type Data struct {
-	Pair    *state.Pair
+	Pair    *view.Pair
 	Format  fp.Format
-	Bucket  []uint8 // per element: fp.Bucket(ULP)
+	Bucket  []uint8 // per element: fp.Bucket(ULP), view.LevelNaN for a NaN against a number
 	Hist    [65]uint64
 	MaxULP  uint64
 	MaxAt   int // element index of the largest ULP (0 when all equal)
@@ -25,13 +25,20 @@ type Data struct {
 	Missing int // rows one side did not capture (compared as equal, shown in the bit view)
 }
 
-// Prepare computes the element buckets of p. A side that is missing leaves every bucket 0.
-func Prepare(p *state.Pair) (*Data, error) {
+// Prepare takes the element levels the core computed for p (view.Pair.Levels), or, for a source that gives
+// none, computes them. A side that is missing leaves every bucket 0.
+func Prepare(p *view.Pair) (*Data, error) {
 	f, err := fp.Parse(p.DType)
 	if err != nil {
 		return nil, err
 	}
 	n := p.Rows * p.Cols
+	if p.Levels != nil && len(p.Levels) == n {
+		d := &Data{Pair: p, Format: f, Bucket: p.Levels, Hist: p.Hist, MaxULP: p.MaxULP, MaxAt: p.MaxAt,
+			Missing: p.MissingRow}
+		d.Diff = int64(n) - int64(d.Hist[0])
+		return d, nil
+	}
 	d := &Data{Pair: p, Format: f, Bucket: make([]uint8, n)}
 	if p.A == nil || p.B == nil {
 		d.Hist[0] = uint64(n)

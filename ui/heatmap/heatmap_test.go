@@ -8,13 +8,13 @@ import (
 
 	"github.com/charmbracelet/x/ansi"
 
-	"bitalign/ui/state"
+	"bitalign/session/view"
 	"bitalign/ui/theme"
 )
 
 // pair4x6 is a 4×6 bf16 pair of ones whose B side is off by ulps[i] at element i.
-func pair4x6(ulps map[int]uint16) *state.Pair {
-	p := &state.Pair{DType: "bf16", Rows: 4, Cols: 6, A: make([]byte, 48), B: make([]byte, 48)}
+func pair4x6(ulps map[int]uint16) *view.Pair {
+	p := &view.Pair{DType: "bf16", Rows: 4, Cols: 6, A: make([]byte, 48), B: make([]byte, 48)}
 	for i := 0; i < 24; i++ {
 		binary.LittleEndian.PutUint16(p.A[2*i:], 0x3F80)
 		binary.LittleEndian.PutUint16(p.B[2*i:], 0x3F80+ulps[i])
@@ -186,9 +186,9 @@ func TestIntegerHistogram(t *testing.T) {
 }
 
 // bigPair is a rows×cols bf16 pair of ones whose B side is off by 5 ulp at element worst.
-func bigPair(rows, cols, worst int) *state.Pair {
+func bigPair(rows, cols, worst int) *view.Pair {
 	n := rows * cols
-	p := &state.Pair{DType: "bf16", Rows: rows, Cols: cols, A: make([]byte, 2*n), B: make([]byte, 2*n)}
+	p := &view.Pair{DType: "bf16", Rows: rows, Cols: cols, A: make([]byte, 2*n), B: make([]byte, 2*n)}
 	for i := 0; i < n; i++ {
 		binary.LittleEndian.PutUint16(p.A[2*i:], 0x3F80)
 		binary.LittleEndian.PutUint16(p.B[2*i:], 0x3F80)

@@ -10,14 +10,14 @@ import (
 
 	"bitalign/internal/fp"
 	"bitalign/ui/keys"
-	"bitalign/ui/state"
+	"bitalign/session/view"
 	"bitalign/ui/theme"
 )
 
 // Model is the op list. Indexes given to and returned by its methods are indexes into the report's Ops.
 type Model struct {
 	st      theme.Styles
-	ops     []state.OpStat
+	ops     []view.OpStat
 	first   int   // index of the first divergent op, -1
 	visible []int // ops passing the filter
 	filter  string
@@ -30,11 +30,11 @@ type Model struct {
 func New(st theme.Styles) Model { return Model{st: st, first: -1} }
 
 // SetOps sets the report's ops (kept, not copied) and resets the filter.
-func (m *Model) SetOps(ops []state.OpStat) {
+func (m *Model) SetOps(ops []view.OpStat) {
 	m.ops = ops
 	m.first = -1
 	for i := range ops {
-		if ops[i].Status == state.Divergent {
+		if ops[i].Status == view.Divergent {
 			m.first = i
 			break
 		}
@@ -244,7 +244,7 @@ func (m Model) row(i int, selected bool, c cols) string {
 	status, pct, ulp := "✓ identical", "", ""
 	stStyle := m.st.Faint
 	switch o.Status {
-	case state.Divergent:
+	case view.Divergent:
 		status = "✗ divergent"
 		if i == m.first {
 			status = "✗ first"
@@ -252,16 +252,16 @@ func (m Model) row(i int, selected bool, c cols) string {
 		pct = fmtPct(o.MismatchFrac())
 		ulp = Measure(o)
 		stStyle = m.st.Bad
-	case state.MissingA:
+	case view.MissingA:
 		status = "∅ missing A"
 		stStyle = m.st.Warn
-	case state.MissingB:
+	case view.MissingB:
 		status = "∅ missing B"
 		stStyle = m.st.Warn
-	case state.Incomplete:
+	case view.Incomplete:
 		status = "~ incomplete"
 		stStyle = m.st.Warn
-	case state.ShapeMismatch:
+	case view.ShapeMismatch:
 		status = "≠ shapes"
 		stStyle = m.st.Warn
 	}
@@ -282,7 +282,7 @@ func (m Model) row(i int, selected bool, c cols) string {
 		bar, barEmpty = strings.Repeat("■", n), strings.Repeat("·", c.bar-n)
 	}
 	nameStyle := m.st.Text
-	if o.Status == state.Identical {
+	if o.Status == view.Identical {
 		nameStyle = m.st.Muted
 	}
 	if selected {
@@ -328,7 +328,7 @@ func FormatULP(u uint64) string {
 }
 
 // heat is the colour of o's largest difference (theme.ValueLevel).
-func heat(st theme.Styles, o *state.OpStat) lipgloss.Style {
+func heat(st theme.Styles, o *view.OpStat) lipgloss.Style {
 	return st.Heat[theme.ValueLevel(fp.Bucket(o.MaxULP), Integer(o.DType))]
 }
 
@@ -341,7 +341,7 @@ func Integer(dtype string) bool {
 
 // Measure is o's largest difference as the op list and the tensor view write it: "30.5k ulp", or for an
 // integer op the number of values that differ, "3 values".
-func Measure(o *state.OpStat) string {
+func Measure(o *view.OpStat) string {
 	if Integer(o.DType) {
 		return Values(o.Mismatched)
 	}
@@ -375,7 +375,7 @@ func Differ(n int64) string {
 
 // Describe is one line about o for the status line: its execution index and name, its status and, when it
 // differs, how much ("#41 layers.2.mlp_norm · divergent · 18.99% differ · max 2 ulp").
-func Describe(o *state.OpStat) string {
+func Describe(o *view.OpStat) string {
 	s := fmt.Sprintf("#%d %s", o.Index, o.Op)
 	if o.Role != "" && o.Role != "out" {
 		s += " [" + o.Role + "]"

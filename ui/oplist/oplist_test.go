@@ -6,23 +6,23 @@ import (
 
 	"github.com/charmbracelet/x/ansi"
 
-	"bitalign/ui/state"
+	"bitalign/session/view"
 	"bitalign/ui/theme"
 )
 
-func ops() []state.OpStat {
+func ops() []view.OpStat {
 	names := []string{"embed", "layers.0.attn.q_proj", "layers.0.mlp.down_proj", "layers.1.attn.q_proj", "layers.1.mlp.down_proj", "logits"}
-	var out []state.OpStat
+	var out []view.OpStat
 	for i, n := range names {
-		o := state.OpStat{Op: n, Index: int32(i), Role: "out", Elements: 100}
+		o := view.OpStat{Op: n, Index: int32(i), Role: "out", Elements: 100}
 		if i >= 2 {
-			o.Status, o.Mismatched, o.MaxULP = state.Divergent, int64(10*i), uint64(i)
+			o.Status, o.Mismatched, o.MaxULP = view.Divergent, int64(10*i), uint64(i)
 		}
 		out = append(out, o)
 	}
-	out[5].Status = state.MissingB
-	out[0].Status = state.ShapeMismatch
-	out[1].Status = state.Incomplete
+	out[5].Status = view.MissingB
+	out[0].Status = view.ShapeMismatch
+	out[1].Status = view.Incomplete
 	return out
 }
 

@@ -11,26 +11,26 @@ import (
 
 	"bitalign/internal/fp"
 	"bitalign/ui/oplist"
-	"bitalign/ui/state"
+	"bitalign/session/view"
 	"bitalign/ui/theme"
 )
 
 type field struct {
 	name string
-	get  func(c *state.CaptureInfo) string
+	get  func(c *view.CaptureInfo) string
 }
 
 var fields = []field{
-	{"path", func(c *state.CaptureInfo) string { return c.Path }},
-	{"side", func(c *state.CaptureInfo) string { return c.Side }},
-	{"model", func(c *state.CaptureInfo) string { return join(c.Model, c.DType) }},
-	{"layout", func(c *state.CaptureInfo) string {
+	{"path", func(c *view.CaptureInfo) string { return c.Path }},
+	{"side", func(c *view.CaptureInfo) string { return c.Side }},
+	{"model", func(c *view.CaptureInfo) string { return join(c.Model, c.DType) }},
+	{"layout", func(c *view.CaptureInfo) string {
 		return fmt.Sprintf("batch %d · TP%d PP%d DP%d", c.BatchSize, c.TP, c.PP, c.DP)
 	}},
-	{"kernels", func(c *state.CaptureInfo) string { return c.KernelProfile }},
-	{"step", func(c *state.CaptureInfo) string { return fmt.Sprintf("%d · seed %d", c.Step, c.Seed) }},
-	{"tensors", func(c *state.CaptureInfo) string { return fmt.Sprintf("%d (%s)", c.Tensors, Bytes(c.Bytes)) }},
-	{"producer", func(c *state.CaptureInfo) string { return c.Producer }},
+	{"kernels", func(c *view.CaptureInfo) string { return c.KernelProfile }},
+	{"step", func(c *view.CaptureInfo) string { return fmt.Sprintf("%d · seed %d", c.Step, c.Seed) }},
+	{"tensors", func(c *view.CaptureInfo) string { return fmt.Sprintf("%d (%s)", c.Tensors, Bytes(c.Bytes)) }},
+	{"producer", func(c *view.CaptureInfo) string { return c.Producer }},
 }
 
 // compact is the field set used when height is short.
@@ -66,7 +66,7 @@ func MetaRows(maxRows int) int {
 
 // Meta draws the two captures' metadata as a table (field | A | B), w cells wide and rows tall (MetaRows).
 // Fields where the two sides differ are drawn in the warning colour: they are the usual suspects.
-func Meta(st theme.Styles, r *state.Report, w, rows int) string {
+func Meta(st theme.Styles, r *view.Report, w, rows int) string {
 	use := fields
 	if rows < len(fields)+1 {
 		use = nil
@@ -96,7 +96,7 @@ func Meta(st theme.Styles, r *state.Report, w, rows int) string {
 }
 
 // Verdict is the one-line verdict.
-func Verdict(st theme.Styles, r *state.Report) string {
+func Verdict(st theme.Styles, r *view.Report) string {
 	if r.Identical {
 		return st.Good.Bold(true).Render("✓ bitwise identical") + st.Muted.Render(fmt.Sprintf(" · %d ops compared", len(r.Ops)))
 	}
@@ -126,7 +126,7 @@ var spark = []rune("▁▂▃▄▅▆▇█")
 // colour: max ULP, or theme.IntLevel for an integer op; ops are binned by max when there are more ops than
 // cells), with a marker row: ▲ under the selected op, layer starts labelled.
 // It returns the two lines and, for mouse hit-testing, the op index each cell stands for.
-func Sparkline(st theme.Styles, ops []state.OpStat, selected, w int) (string, []int) {
+func Sparkline(st theme.Styles, ops []view.OpStat, selected, w int) (string, []int) {
 	n := len(ops)
 	if n == 0 || w <= 0 {
 		return "", nil
@@ -164,12 +164,12 @@ func Sparkline(st theme.Styles, ops []state.OpStat, selected, w int) (string, []
 		if per > 1 {
 			lo, hi = c/per, c/per+1
 		}
-		best, status := lo, state.Identical
+		best, status := lo, view.Identical
 		for i := lo; i < hi; i++ {
 			if ops[i].MaxULP > ops[best].MaxULP {
 				best = i
 			}
-			if ops[i].Status == state.Divergent || (ops[i].Status.Problem() && status == state.Identical) {
+			if ops[i].Status == view.Divergent || (ops[i].Status.Problem() && status == view.Identical) {
 				status = ops[i].Status
 			}
 		}

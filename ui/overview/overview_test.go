@@ -6,14 +6,14 @@ import (
 
 	"github.com/charmbracelet/x/ansi"
 
-	"bitalign/ui/state"
+	"bitalign/session/view"
 	"bitalign/ui/theme"
 )
 
 func TestMetaMarksDifferences(t *testing.T) {
 	st := theme.Default()
-	r := &state.Report{A: state.CaptureInfo{Side: "trainer", KernelProfile: "canonical", TP: 2},
-		B: state.CaptureInfo{Side: "sampler", KernelProfile: "standard", TP: 1}}
+	r := &view.Report{A: view.CaptureInfo{Side: "trainer", KernelProfile: "canonical", TP: 2},
+		B: view.CaptureInfo{Side: "sampler", KernelProfile: "standard", TP: 1}}
 	out := Meta(st, r, 80, MetaRows(99))
 	if !strings.Contains(out, st.Warn.Render(theme.Fit("canonical", 34))) {
 		t.Error("a field that differs between the sides is drawn in the warning colour")
@@ -28,15 +28,15 @@ func TestMetaMarksDifferences(t *testing.T) {
 
 func TestSparkline(t *testing.T) {
 	st := theme.Default()
-	var ops []state.OpStat
+	var ops []view.OpStat
 	for i := 0; i < 10; i++ {
-		o := state.OpStat{Op: "op", Layer: i / 5, Elements: 10}
+		o := view.OpStat{Op: "op", Layer: i / 5, Elements: 10}
 		if i >= 6 {
-			o.Status, o.Mismatched, o.MaxULP = state.Divergent, int64(i), uint64(1)<<i
+			o.Status, o.Mismatched, o.MaxULP = view.Divergent, int64(i), uint64(1)<<i
 		}
 		ops = append(ops, o)
 	}
-	ops[3].Status = state.MissingB
+	ops[3].Status = view.MissingB
 	out, cells := Sparkline(st, ops, 6, 20)
 	lines := strings.Split(ansi.Strip(out), "\n")
 	if len(cells) != 20 || cells[0] != 0 || cells[19] != 9 || cells[13] != 6 {
@@ -48,7 +48,7 @@ func TestSparkline(t *testing.T) {
 	if []rune(lines[0])[19] != '█' {
 		t.Errorf("90%% of elements differ in the last op: full bar, got %q", lines[0])
 	}
-	if v := ansi.Strip(Verdict(st, &state.Report{Identical: true, Ops: ops})); !strings.Contains(v, "bitwise identical") {
+	if v := ansi.Strip(Verdict(st, &view.Report{Identical: true, Ops: ops})); !strings.Contains(v, "bitwise identical") {
 		t.Errorf("verdict: %q", v)
 	}
 }
@@ -57,11 +57,11 @@ func TestSparkline(t *testing.T) {
 // verdict and in the sparkline's colour, never ULPs.
 func TestIntegerFirstDivergence(t *testing.T) {
 	st := theme.Default()
-	ops := []state.OpStat{
-		{Op: "logits", Role: "out", DType: "f32", Status: state.Identical, Elements: 10},
-		{Op: "sample", Role: "out", DType: "i32", Status: state.Divergent, Elements: 53, Mismatched: 1, MaxULP: 1},
+	ops := []view.OpStat{
+		{Op: "logits", Role: "out", DType: "f32", Status: view.Identical, Elements: 10},
+		{Op: "sample", Role: "out", DType: "i32", Status: view.Divergent, Elements: 53, Mismatched: 1, MaxULP: 1},
 	}
-	r := &state.Report{Ops: ops, First: &state.Divergence{Op: "sample", Role: "out", At: state.Coord{Seq: 4, Pos: 3}, MaxULP: 67}}
+	r := &view.Report{Ops: ops, First: &view.Divergence{Op: "sample", Role: "out", At: view.Coord{Seq: 4, Pos: 3}, MaxULP: 67}}
 	if v := ansi.Strip(Verdict(st, r)); v != "✗ first divergence: sample, seq 4, pos 3, 1 value differs" || strings.Contains(v, "ulp") {
 		t.Errorf("integer verdict: %q", v)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"bitalign/ui/oplist"
-	"bitalign/ui/state"
+	"bitalign/session/view"
 	"bitalign/ui/theme"
 )
 
@@ -17,7 +17,7 @@ type Status struct {
 	Running bool
 	Backend string // known while running when the source says so
 	Since   time.Time
-	Result  *state.Replay
+	Result  *view.Replay
 	Err     error
 }
 
@@ -65,7 +65,7 @@ func body(st theme.Styles, s Status, sides [2]string, integer bool, w int) []str
 	return lines
 }
 
-func side(st theme.Styles, name string, s state.ReplaySide, integer bool) string {
+func side(st theme.Styles, name string, s view.ReplaySide, integer bool) string {
 	label := st.Muted.Render(theme.Fit("from "+name, 14))
 	if s.Err != "" {
 		return label + st.Warn.Render("not replayed: "+s.Err)

@@ -7,16 +7,16 @@ import (
 
 	"github.com/charmbracelet/x/ansi"
 
-	"bitalign/ui/state"
+	"bitalign/session/view"
 	"bitalign/ui/theme"
 )
 
 func TestView(t *testing.T) {
 	st := theme.Default()
 	sides := [2]string{"trainer", "sampler"}
-	r := &state.Replay{Backend: "CPU", InputsIdentical: true, Local: true,
+	r := &view.Replay{Backend: "CPU", InputsIdentical: true, Local: true,
 		Verdict: "local: inputs identical; the engine reproduces trainer, not sampler",
-		FromA:   state.ReplaySide{Reproduces: true}, FromB: state.ReplaySide{Mismatched: 12, MaxULP: 3}}
+		FromA:   view.ReplaySide{Reproduces: true}, FromB: view.ReplaySide{Mismatched: 12, MaxULP: 3}}
 	out := ansi.Strip(View(st, Status{Result: r}, sides, false, 40, Height(st, Status{Result: r}, sides, false, 40)))
 	for _, want := range []string{"LOCAL", "CPU", "from trainer", "✓ reproduced", "✗ 12 differ, max 3 ulp", "identical"} {
 		if !strings.Contains(out, want) {

@@ -2,7 +2,7 @@
 
 Needs BITALIGN_BIN: a bitalign binary (cd /work/main && CGO_ENABLED=0 go build -o /tmp/bitalign .). For each of
 Llama, Qwen2 and Qwen3 (random init, saved with save_pretrained), the capture of a left-padded batch is replayed
-with `bitalign replay --checkpoint DIR --capture FILE -o OUT`; every op the capture holds must be in the replay
+with `bitalign replay --checkpoint DIR --capture FILE --save OUT`; every op the capture holds must be in the replay
 with a relative error (max |a - b| / max |b| over the op) below 1e-5, and the logits' argmax must agree.
 """
 
@@ -45,7 +45,7 @@ def rows(path):
 
 def replay(checkpoint, cap, out):
     r = subprocess.run(
-        [BIN, "replay", "--checkpoint", str(checkpoint), "--capture", str(cap), "-o", str(out)],
+        [BIN, "replay", "--checkpoint", str(checkpoint), "--capture", str(cap), "--save", str(out)],
         capture_output=True,
         text=True,
         timeout=300,

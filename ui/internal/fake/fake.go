@@ -1,4 +1,4 @@
-// Package fake is a deterministic, self-consistent state.Source for tests, benchmarks and screenshots: a small
+// Package fake is a deterministic, self-consistent view.Source for tests, benchmarks and screenshots: a small
 // llama-like forward pass captured by a "trainer" and a "sampler" whose split-K order differs from one op on.
 // The report is computed from the generated tensors, so the heatmap, histogram and bit view agree with it.
 package fake
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"bitalign/internal/fp"
-	"bitalign/ui/state"
+	"bitalign/session/view"
 )
 
 // Config shapes the fake model.
@@ -25,7 +25,7 @@ type Config struct {
 	MissingOp                            string // an op the sampler did not capture ("" for none)
 	PairErrOp                            string // Pair fails for this op (error-path tests)
 	ReplayDelay                          time.Duration
-	NoCheckpoint                         bool // Replay returns state.ErrNoReplay
+	NoCheckpoint                         bool // Replay returns view.ErrNoReplay
 }
 
 // Default is the configuration of the golden tests and screenshots.
@@ -34,11 +34,11 @@ func Default() Config {
 		MissingOp: "layers.3.attn.sdpa"}
 }
 
-// Source implements state.Source.
+// Source implements view.Source.
 type Source struct {
 	cfg    Config
-	report state.Report
-	pairs  map[state.Key]*state.Pair
+	report view.Report
+	pairs  map[view.Key]*view.Pair
 	depth  map[string]int // op → distance from the fault (≥1 downstream), 0 at the fault, -1 upstream
 }
 
@@ -70,7 +70,7 @@ func ops(c Config) []opDef {
 
 // New generates the captures and their report.
 func New(c Config) *Source {
-	s := &Source{cfg: c, pairs: map[state.Key]*state.Pair{}, depth: map[string]int{}}
+	s := &Source{cfg: c, pairs: map[view.Key]*view.Pair{}, depth: map[string]int{}}
 	defs := ops(c)
 	fault := -1
 	for i, d := range defs {
@@ -78,11 +78,11 @@ func New(c Config) *Source {
 			fault = i
 		}
 	}
-	s.report = state.Report{
-		A: state.CaptureInfo{Path: "demo/trainer", Side: "trainer", Producer: "bitalign engine (fake)", Model: "llama 4L h256",
+	s.report = view.Report{
+		A: view.CaptureInfo{Path: "demo/trainer", Side: "trainer", Producer: "bitalign engine (fake)", Model: "llama 4L h256",
 			DType: "bf16", BatchSize: 2, TP: 2, PP: 1, DP: 1, Ranks: 2, KernelProfile: "canonical", Step: 0, Seed: 7,
 			Created: time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)},
-		B: state.CaptureInfo{Path: "demo/sampler", Side: "sampler", Producer: "bitalign engine (fake)", Model: "llama 4L h256",
+		B: view.CaptureInfo{Path: "demo/sampler", Side: "sampler", Producer: "bitalign engine (fake)", Model: "llama 4L h256",
 			DType: "bf16", BatchSize: 1, TP: 1, PP: 1, DP: 1, Ranks: 1, KernelProfile: "standard", Step: 0, Seed: 7,
 			Created: time.Date(2026, 11, 29, 18, 0, 5, 0, time.UTC)},
 	}
@@ -93,15 +93,15 @@ func New(c Config) *Source {
 		}
 		s.depth[d.name] = depth
 		f, _ := fp.Parse(d.dtype)
-		st := state.OpStat{Op: d.name, Index: int32(i), Role: "out", Layer: d.layer, DType: d.dtype,
+		st := view.OpStat{Op: d.name, Index: int32(i), Role: "out", Layer: d.layer, DType: d.dtype,
 			Shape: []int64{int64(d.cols)}}
 		if d.cols == 1 {
 			st.Shape = []int64{}
 		}
 		missing := d.name == c.MissingOp
 		for seq := 0; seq < c.Seqs; seq++ {
-			k := state.Key{Op: d.name, Role: "out", Step: 0, Seq: int64(seq)}
-			st.Seqs = append(st.Seqs, state.SeqKey{Step: 0, Seq: int64(seq)})
+			k := view.Key{Op: d.name, Role: "out", Step: 0, Seq: int64(seq)}
+			st.Seqs = append(st.Seqs, view.SeqKey{Step: 0, Seq: int64(seq)})
 			p := gen(f, k, c.Tokens, d.cols, depth, i)
 			if missing {
 				p.B = nil
@@ -112,9 +112,9 @@ func New(c Config) *Source {
 		}
 		switch {
 		case missing:
-			st.Status = state.MissingB
+			st.Status = view.MissingB
 		case st.Mismatched > 0:
-			st.Status = state.Divergent
+			st.Status = view.Divergent
 			st.Cause = "propagated"
 			if depth == 0 {
 				st.Cause = "local"
@@ -133,21 +133,21 @@ func New(c Config) *Source {
 	s.report.B.Bytes = s.report.A.Bytes
 	s.report.Identical = true
 	for _, o := range s.report.Ops {
-		if o.Status != state.Identical {
+		if o.Status != view.Identical {
 			s.report.Identical = false
 		}
-		if o.Status == state.Divergent && s.report.First == nil {
-			s.report.First = &state.Divergence{Op: o.Op, Role: o.Role, At: *o.MaxAt, MaxULP: o.MaxULP}
+		if o.Status == view.Divergent && s.report.First == nil {
+			s.report.First = &view.Divergence{Op: o.Op, Role: o.Role, At: *o.MaxAt, MaxULP: o.MaxULP}
 		}
 	}
 	return s
 }
 
 // gen makes one tensor pair: A random, B perturbed by an amount that grows with the distance from the fault.
-func gen(f fp.Format, k state.Key, rows, cols, depth, idx int) *state.Pair {
+func gen(f fp.Format, k view.Key, rows, cols, depth, idx int) *view.Pair {
 	r := rand.New(rand.NewPCG(uint64(idx)*7919+uint64(k.Seq), 42))
 	n := rows * cols
-	p := &state.Pair{Key: k, DType: f.Name, Rows: rows, Cols: cols, A: make([]byte, n*f.Size), B: make([]byte, n*f.Size)}
+	p := &view.Pair{Key: k, DType: f.Name, Rows: rows, Cols: cols, A: make([]byte, n*f.Size), B: make([]byte, n*f.Size)}
 	for i := 0; i < n; i++ {
 		var a uint64
 		switch f.Name {
@@ -214,7 +214,7 @@ func put(f fp.Format, data []byte, i int, v uint64) {
 	}
 }
 
-func accumulate(st *state.OpStat, f fp.Format, p *state.Pair) {
+func accumulate(st *view.OpStat, f fp.Format, p *view.Pair) {
 	n := p.Rows * p.Cols
 	for i := 0; i < n; i++ {
 		a, b := f.Bits(p.A, i), f.Bits(p.B, i)
@@ -231,16 +231,16 @@ func accumulate(st *state.OpStat, f fp.Format, p *state.Pair) {
 		st.MaxRel = math.Max(st.MaxRel, f.RelErr(a, b))
 		if u > st.MaxULP {
 			st.MaxULP = u
-			st.MaxAt = &state.Coord{Step: p.Key.Step, Seq: p.Key.Seq, Pos: p.Pos0 + int64(i/p.Cols), Feature: int64(i % p.Cols)}
+			st.MaxAt = &view.Coord{Step: p.Key.Step, Seq: p.Key.Seq, Pos: p.Pos0 + int64(i/p.Cols), Feature: int64(i % p.Cols)}
 		}
 	}
 }
 
-// Report implements state.Source.
-func (s *Source) Report() *state.Report { return &s.report }
+// Report implements view.Source.
+func (s *Source) Report() *view.Report { return &s.report }
 
-// Pair implements state.Source.
-func (s *Source) Pair(ctx context.Context, k state.Key) (*state.Pair, error) {
+// Pair implements view.Source.
+func (s *Source) Pair(ctx context.Context, k view.Key) (*view.Pair, error) {
 	if k.Op == s.cfg.PairErrOp {
 		return nil, fmt.Errorf("capture: sampler/rank0.arrow: tensor %s: data truncated (needs 49152 bytes, has 4096)", k.Op)
 	}
@@ -251,10 +251,10 @@ func (s *Source) Pair(ctx context.Context, k state.Key) (*state.Pair, error) {
 	return p, ctx.Err()
 }
 
-// Replay implements state.Source.
-func (s *Source) Replay(ctx context.Context, k state.Key) (*state.Replay, error) {
+// Replay implements view.Source.
+func (s *Source) Replay(ctx context.Context, k view.Key) (*view.Replay, error) {
 	if s.cfg.NoCheckpoint {
-		return nil, state.ErrNoReplay
+		return nil, view.ErrNoReplay
 	}
 	select {
 	case <-time.After(s.cfg.ReplayDelay):
@@ -266,9 +266,9 @@ func (s *Source) Replay(ctx context.Context, k state.Key) (*state.Replay, error)
 		return nil, err
 	}
 	depth := s.depth[k.Op]
-	r := &state.Replay{Key: k, Backend: "CPU", Elapsed: 180 * time.Millisecond}
-	r.FromA = state.ReplaySide{Reproduces: true, Out: p.A}
-	r.FromB = state.ReplaySide{Reproduces: true, Out: p.B}
+	r := &view.Replay{Key: k, Backend: "CPU", Elapsed: 180 * time.Millisecond}
+	r.FromA = view.ReplaySide{Reproduces: true, Out: p.A}
+	r.FromB = view.ReplaySide{Reproduces: true, Out: p.B}
 	f, _ := fp.Parse(p.DType)
 	switch {
 	case depth < 0:
@@ -276,7 +276,7 @@ func (s *Source) Replay(ctx context.Context, k state.Key) (*state.Replay, error)
 		r.Verdict = "identical: both sides reproduce the engine bit for bit"
 	case depth == 0:
 		r.InputsIdentical, r.Local = true, true
-		r.FromB = state.ReplaySide{Out: p.A}
+		r.FromB = view.ReplaySide{Out: p.A}
 		for i := 0; i < p.Rows*p.Cols; i++ {
 			if u := f.ULP(f.Bits(p.A, i), f.Bits(p.B, i)); u > 0 {
 				r.FromB.Mismatched++
@@ -290,11 +290,14 @@ func (s *Source) Replay(ctx context.Context, k state.Key) (*state.Replay, error)
 	return r, nil
 }
 
-// WriteReport implements state.Source.
+// WriteReport implements view.Source.
 func (s *Source) WriteReport(w io.Writer, format string) error {
 	switch format {
 	case "json":
 		return json.NewEncoder(w).Encode(s.report)
+	case "text":
+		_, err := fmt.Fprintf(w, "bitalign report: %d ops, first divergence: %v\n", len(s.report.Ops), s.report.First)
+		return err
 	case "md":
 		_, err := fmt.Fprintf(w, "# bitalign report\n\n%d ops, first divergence: %v\n", len(s.report.Ops), s.report.First)
 		return err
@@ -309,15 +312,15 @@ func (s *Source) WriteReport(w io.Writer, format string) error {
 func Big(rows, cols int) *Source {
 	s := New(Config{Layers: 0, Tokens: 4, Hidden: 8, Inter: 8, Vocab: 8, Seqs: 1, FaultLayer: -1})
 	f, _ := fp.Parse("bf16")
-	k := state.Key{Op: "layers.0.mlp.down_proj", Role: "out"}
+	k := view.Key{Op: "layers.0.mlp.down_proj", Role: "out"}
 	p := gen(f, k, rows, cols, 3, 1)
-	st := state.OpStat{Op: k.Op, Role: "out", Index: int32(len(s.report.Ops)), Layer: 0, DType: "bf16",
-		Shape: []int64{int64(cols)}, Seqs: []state.SeqKey{{}}}
+	st := view.OpStat{Op: k.Op, Role: "out", Index: int32(len(s.report.Ops)), Layer: 0, DType: "bf16",
+		Shape: []int64{int64(cols)}, Seqs: []view.SeqKey{{}}}
 	accumulate(&st, f, p)
-	st.Status = state.Divergent
+	st.Status = view.Divergent
 	s.pairs[k] = p
 	s.report.Ops = append(s.report.Ops, st)
 	s.report.Identical = false
-	s.report.First = &state.Divergence{Op: k.Op, Role: "out", At: *st.MaxAt, MaxULP: st.MaxULP}
+	s.report.First = &view.Divergence{Op: k.Op, Role: "out", At: *st.MaxAt, MaxULP: st.MaxULP}
 	return s
 }

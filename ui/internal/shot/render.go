@@ -1,4 +1,7 @@
-package main
+// Package shot renders TUI frames (ANSI text) to PNG images with Go Mono, through a terminal emulator
+// (charmbracelet/x/vt): `make screenshots` runs the ui package's TestScreenshots, which drives the root model
+// and saves each screen with it.
+package shot
 
 import (
 	"image"

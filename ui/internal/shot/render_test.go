@@ -1,4 +1,4 @@
-package main
+package shot
 
 import (
 	"image/color"

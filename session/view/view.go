@@ -1,14 +1,46 @@
-// Package state holds the plain structs the TUI draws and the Source interface through which it reads a
-// debugging session. Following Delve's split, the UI never reaches into the session core directly: an adapter
-// (ui.FromSession) fills these structs, and tests and screenshots use a fake Source.
-package state
+// Package view holds the plain structs a front end draws and the Source, Loader and Progress through which it
+// reads a debugging session. Following Delve's split, the TUI never reaches into the session core: the core
+// (session.NewSource, session.Load) fills these structs, and the TUI's tests and screenshots use a fake
+// Source. The package imports neither the engine nor the capture format.
+package view
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 	"time"
 )
+
+// Progress is a loader's report of how far it got.
+type Progress struct {
+	Stage       string // "generating the demo", "opening the captures", "diffing", ...
+	Done, Total int64  // Total 0: unknown
+}
+
+// Loader opens (or generates) the captures and diffs them. It may run in the background; progress may be
+// called from any goroutine.
+type Loader func(ctx context.Context, progress func(Progress)) (Source, error)
+
+// ReportFormats are the formats Source.WriteReport writes, as --format names them.
+var ReportFormats = []string{"text", "json", "md", "html"}
+
+// FormatOf maps a report file's extension to its format: .md/.markdown, .json, .html/.htm, .txt. The TUI's
+// export and `bitalign diff -o FILE` both use it.
+func FormatOf(path string) (string, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".md", ".markdown":
+		return "md", nil
+	case ".json":
+		return "json", nil
+	case ".html", ".htm":
+		return "html", nil
+	case ".txt", ".text":
+		return "text", nil
+	}
+	return "", fmt.Errorf("%s: unknown extension for a report (use .md, .json, .html or .txt)", path)
+}
 
 // Source is everything the UI asks of a loaded debugging session. Calls other than Report may be slow and
 // are always made from a background command, never from Update or View.
@@ -19,7 +51,7 @@ type Source interface {
 	Pair(ctx context.Context, k Key) (*Pair, error)
 	// Replay re-executes k's op from each side's captured inputs. ErrNoReplay when no checkpoint is loaded.
 	Replay(ctx context.Context, k Key) (*Replay, error)
-	// WriteReport writes the divergence report in format "md", "json" or "html".
+	// WriteReport writes the divergence report in one of ReportFormats.
 	WriteReport(w io.Writer, format string) error
 }
 
@@ -179,7 +211,18 @@ type Pair struct {
 	Pos0       int64  // position of row 0
 	A, B       []byte // little-endian, Rows*Cols elements each; nil when that side lacks the tensor
 	HasA, HasB []bool // per row: whether the side captured it (nil: every row)
+
+	// The core's comparison of the pair, computed once per pair. Levels is nil when the source did not
+	// compare the pair (then a front end compares A and B itself).
+	Levels     []uint8    // per element: 0 equal (or a side lacks the row), 1..64 log2 ULP bucket, LevelNaN
+	Hist       [65]uint64 // elements per level; missing rows count as equal, NaN against a number in 64
+	MaxULP     uint64     // largest ULP distance over rows both sides hold
+	MaxAt      int        // element index of the first largest ULP (0 when all equal)
+	MissingRow int        // rows a side did not capture
 }
+
+// LevelNaN is the level of a NaN against a number; levels 1..64 are log2 ULP buckets: ULP in [2^(l−1), 2^l).
+const LevelNaN = 65
 
 // Has reports whether side 0 (A) or 1 (B) captured row r.
 func (p *Pair) Has(side, r int) bool {

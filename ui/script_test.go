@@ -7,21 +7,14 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/session/view"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/internal/fake"
-	"bitalign/ui/state"
 )
 
-// FakeLoader loads the UI's built-in synthetic session (a small llama-like forward pass whose sampler
-// diverges at layers.2.mlp.down_proj). It needs no engine or captures: for screenshots and UI tests.
-func FakeLoader() Loader {
-	src := fake.New(fake.Default())
-	return func(ctx context.Context, progress func(Progress)) (Source, error) { return src, nil }
-}
-
-// Script runs the UI headlessly at w×h: it loads, types keys (names as in docs/keys.md: "enter", "j", "?"),
+// script runs the UI headlessly at w×h: it loads, types keys (names as in docs/keys.md: "enter", "j", "?"),
 // runs every background command to completion, and returns the final frame (with colour).
-func Script(ctx context.Context, load Loader, w, h int, keys ...string) (string, error) {
+func script(ctx context.Context, load view.Loader, w, h int, keys ...string) (string, error) {
 	m := New(ctx, load, "demo")
 	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	drive(m, m.Init())
@@ -80,4 +73,4 @@ func keyPress(n string) tea.KeyPressMsg {
 	return tea.KeyPressMsg{Code: r[0], Text: n}
 }
 
-var _ state.Source = (*fake.Source)(nil)
+var _ view.Source = (*fake.Source)(nil)

@@ -1,0 +1,195 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"bitalign/engine"
+	"bitalign/session/view"
+)
+
+// Source adapts a loaded session to view.Source, the TUI's only way into the core: it converts the report
+// and pairs to view types once, and replays on the backend Load chose.
+func (l *Loaded) Source() view.Source {
+	return &source{s: l.Session, model: l.Model, backend: l.Backend, backendName: l.BackendName,
+		report: convertReport(l.Session)}
+}
+
+// source implements view.Source over a Loaded session.
+type source struct {
+	s           *Session
+	model       *engine.Model         // nil: no checkpoint, no replay
+	backend     engine.BackendFactory // nil: the CPU
+	backendName string
+	report      view.Report
+
+	mu  sync.Mutex
+	run engine.Backend // made at the first replay
+	ran string         // where replays run, once known: "CPU" or "GPU cuda:0 (...)"
+}
+
+func convertInfo(c CaptureInfo) view.CaptureInfo {
+	return view.CaptureInfo{Path: c.Path, Side: c.Side, Producer: c.Producer, Model: c.Architecture,
+		BatchSize: c.BatchSize, TP: c.TP, PP: c.PP, DP: c.DP, Ranks: max(c.TP, 1) * max(c.PP, 1) * max(c.DP, 1),
+		KernelProfile: c.KernelProfile, Step: c.Step, Seed: c.Seed, Tensors: c.Tensors, Bytes: c.Bytes}
+}
+
+func convertStatus(s Status) view.Status {
+	switch s {
+	case StatusDivergent:
+		return view.Divergent
+	case StatusMissingA:
+		return view.MissingA
+	case StatusMissingB:
+		return view.MissingB
+	case StatusIncomplete:
+		return view.Incomplete
+	case StatusShapeMismatch:
+		return view.ShapeMismatch
+	}
+	return view.Identical
+}
+
+func convertCoord(c *Coord) *view.Coord {
+	if c == nil {
+		return nil
+	}
+	return &view.Coord{Step: c.Step, Seq: c.Seq, Pos: c.Pos, Feature: c.Col}
+}
+
+// layerOf is an op's layer, -1 outside the layer stack.
+func layerOf(op string) int {
+	if l, _, ok := engine.SplitLayerOp(op); ok {
+		return l
+	}
+	return -1
+}
+
+func convertReport(s *Session) view.Report {
+	r := s.Report
+	out := view.Report{A: convertInfo(r.A), B: convertInfo(r.B), Identical: r.Identical}
+	for i := range r.Ops {
+		o := &r.Ops[i]
+		st := view.OpStat{Op: o.Op, Index: o.Index, Role: o.Role, Layer: layerOf(o.Op), DType: o.DType, Shape: o.Shape,
+			Status: convertStatus(o.Status), Elements: o.Elements, Mismatched: o.Mismatched, MaxULP: o.MaxULP,
+			MaxAt: convertCoord(o.MaxAt), Hist: o.Hist, MaxAbs: o.MaxAbs, MeanAbs: o.MeanAbs, MaxRel: o.MaxRel,
+			NaNA: o.NaNA, NaNB: o.NaNB, InfA: o.InfA, InfB: o.InfB, Cause: string(o.Cause)}
+		for _, q := range s.Seqs(o.Op, o.Role) {
+			st.Seqs = append(st.Seqs, view.SeqKey{Step: q.Step, Seq: q.Seq})
+		}
+		out.Ops = append(out.Ops, st)
+	}
+	if f := r.First; f != nil {
+		d := &view.Divergence{Op: f.Op, Role: f.Role, At: *convertCoord(&f.At), MaxULP: f.ULP}
+		if i := r.FindOp(f.Op, f.Role); i >= 0 {
+			d.MaxULP = r.Ops[i].MaxULP
+		}
+		out.First = d
+	}
+	return out
+}
+
+// Report implements view.Source.
+func (a *source) Report() *view.Report { return &a.report }
+
+// Pair implements view.Source: the pair's bytes and the levels the core computed for it (Session.Pair).
+func (a *source) Pair(ctx context.Context, k view.Key) (*view.Pair, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p, err := a.s.Pair(k.Op, k.Role, k.Step, k.Seq)
+	if err != nil {
+		return nil, err
+	}
+	out := &view.Pair{Key: k, DType: p.DType.String(), Rows: p.Rows, Cols: p.Cols, Pos0: p.Pos0,
+		A: p.A, B: p.B, HasA: p.HasA, HasB: p.HasB,
+		Levels: p.Levels, Hist: p.Hist, MaxULP: p.MaxULP, MaxAt: p.MaxAt, MissingRow: p.MissingRow}
+	if !anyTrue(p.HasA) {
+		out.A = nil
+	}
+	if !anyTrue(p.HasB) {
+		out.B = nil
+	}
+	return out, nil
+}
+
+func anyTrue(b []bool) bool {
+	for _, x := range b {
+		if x {
+			return true
+		}
+	}
+	return false
+}
+
+// ReplayBackend names where replays run, once known (after the first replay).
+func (a *source) ReplayBackend() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ran
+}
+
+// replayBackend makes the backend Load chose, at the first replay.
+func (a *source) replayBackend() (engine.Backend, string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ran != "" {
+		return a.run, a.ran, nil
+	}
+	if a.backend == nil {
+		a.ran = "CPU"
+		return nil, a.ran, nil
+	}
+	b, err := a.backend(0)
+	if err != nil {
+		return nil, "", err
+	}
+	a.run, a.ran = b, "GPU "+a.backendName
+	return a.run, a.ran, nil
+}
+
+// Replay implements view.Source: the core's verdict (Replay), converted.
+func (a *source) Replay(ctx context.Context, k view.Key) (*view.Replay, error) {
+	if a.model == nil {
+		return nil, view.ErrNoReplay
+	}
+	b, name, err := a.replayBackend()
+	if err != nil {
+		return nil, err
+	}
+	var opts []ReplayOption
+	if b != nil {
+		opts = append(opts, ReplayBackend(b))
+	}
+	start := time.Now()
+	v, err := Replay(ctx, a.s, a.model, k.Op, k.Step, k.Seq, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if v.FromA.Err != "" && v.FromB.Err != "" {
+		return nil, fmt.Errorf("session: cannot replay %s: %s", k.Op, v.FromA.Err)
+	}
+	p, err := a.s.Pair(k.Op, k.Role, k.Step, k.Seq)
+	if err != nil {
+		return nil, err
+	}
+	row0 := int(v.Pos - p.Pos0)
+	side := func(r ReplayRun, own Match) view.ReplaySide {
+		return view.ReplaySide{Reproduces: r.Err == "" && own.Identical, Mismatched: own.Mismatched, MaxULP: own.MaxULP,
+			Out: r.Data, Row0: row0, Err: r.Err}
+	}
+	return &view.Replay{Key: k, Backend: name, InputsIdentical: !v.InputsDiffer && len(v.Unknown) == 0,
+		FromA: side(v.FromA, v.FromA.VsA), FromB: side(v.FromB, v.FromB.VsB), Local: v.Local,
+		Verdict: v.Text, Elapsed: time.Since(start)}, nil
+}
+
+// WriteReport implements view.Source.
+func (a *source) WriteReport(w io.Writer, format string) error {
+	return WriteReport(w, a.s.Report, format)
+}
+
+// Close closes the session's captures.
+func (a *source) Close() error { return a.s.Close() }
