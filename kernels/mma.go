@@ -198,28 +198,71 @@ func (s MMASum) sum(ts []term) float32 {
 			sum += int64(v)
 		}
 	}
-	x := math.Ldexp(float64(sum), q) // exact: |sum| < 2^53, q ≥ −300
-	if math.Abs(x) >= 0x1p128 {
-		return float32(math.Copysign(math.Inf(1), x))
-	}
-	if f := s.Round.apply(x); f != 0 {
-		return f
-	}
-	return 0 // +0, also for a negative sum that rounds to zero (measured)
+	return s.Round.toFloat32(sum, q)
 }
 
-// apply rounds x (|x| < 2^128) to float32; float32(x) is the correctly rounded RN value.
-func (r MMARound) apply(x float64) float32 {
-	f := float32(x)
-	switch r {
-	case RoundZero:
-		if math.Abs(float64(f)) > math.Abs(x) {
-			f = math.Nextafter32(f, 0)
-		}
-	case RoundDown:
-		if float64(f) > x {
-			f = math.Nextafter32(f, float32(math.Inf(-1)))
+// toFloat32 rounds sum·2^q to float32 with integer arithmetic: a magnitude at or past 2^128 is ±Inf, a
+// result below 2^−126 is a subnormal (kept to 2^−149), a zero result is +0 (measured: also for a negative
+// sum rounded to zero).
+func (r MMARound) toFloat32(sum int64, q int) float32 {
+	neg := sum < 0
+	mag := uint64(sum)
+	if neg {
+		mag = -mag
+	}
+	if mag == 0 {
+		return 0
+	}
+	n := bits.Len64(mag)
+	if q+n-1 >= 128 {
+		return float32(math.Copysign(math.Inf(1), float64(sum)))
+	}
+	sh := n - 24 // keep 24 significant bits
+	if q+n-1 < -126 {
+		sh = -149 - q // keep bits down to 2^−149
+	}
+	var kept, rem, half uint64
+	switch {
+	case sh <= 0:
+		kept = mag << uint(-sh)
+	case sh < 64:
+		kept, rem, half = mag>>uint(sh), mag&(1<<uint(sh)-1), 1<<uint(sh-1)
+	default:
+		rem, half = mag, 1<<63
+		if sh > 64 {
+			half = 0 // any remainder is below half (never: mag < 2^53); kept stays 0
 		}
 	}
-	return f
+	switch r {
+	case RoundNearest:
+		if rem > half || (rem == half && rem != 0 && kept&1 == 1) {
+			kept++
+		}
+	case RoundDown:
+		if neg && rem != 0 {
+			kept++
+		}
+	}
+	if kept == 0 {
+		return 0
+	}
+	e := q + sh // kept·2^e
+	if kept >= 1<<24 {
+		kept >>= 1
+		e++
+	}
+	var u uint32
+	if kept < 1<<23 {
+		u = uint32(kept) // subnormal (e = −149)
+	} else {
+		be := e + 23 + 127
+		if be >= 255 {
+			return float32(math.Copysign(math.Inf(1), float64(sum)))
+		}
+		u = uint32(be)<<23 | uint32(kept)&0x7FFFFF
+	}
+	if neg {
+		u |= 1 << 31
+	}
+	return math.Float32frombits(u)
 }

@@ -190,3 +190,57 @@ func TestMMAAgainstBig(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMMABF16Dot16: one emulated k-step (16 products) on narrow-range data, the CPU's cost of `tc`.
+func BenchmarkMMABF16Dot16(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var a, w [64][16]uint16
+	for i := range a {
+		for j := range a[i] {
+			a[i][j], w[i][j] = randBF16Bits(r, 120, 134), randBF16Bits(r, 120, 134)
+		}
+	}
+	var acc float32
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		acc = MMABF16Dot16(&a[i&63], &w[(i>>6)&63], acc)
+	}
+	_ = acc
+}
+
+// TestMMARoundings: the integer rounding of the models (toward zero, to nearest, down) equals float64's exact
+// value rounded by float32 conversion, normal and subnormal results alike.
+func TestMMARoundings(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for i := 0; i < 200000; i++ {
+		sum := int64(r.Uint64() >> uint(11+r.IntN(50)))
+		if r.IntN(2) == 0 {
+			sum = -sum
+		}
+		q := -190 + r.IntN(300)
+		x := math.Ldexp(float64(sum), q)
+		if math.Abs(x) >= 0x1p128 {
+			continue
+		}
+		rn := float32(x)
+		rz := rn
+		if math.Abs(float64(rz)) > math.Abs(x) {
+			rz = math.Nextafter32(rz, 0)
+		}
+		rd := rn
+		if float64(rd) > x {
+			rd = math.Nextafter32(rd, float32(math.Inf(-1)))
+		}
+		for _, c := range []struct {
+			m    MMARound
+			want float32
+		}{{RoundZero, rz}, {RoundNearest, rn}, {RoundDown, rd}} {
+			if c.want == 0 {
+				c.want = 0 // +0
+			}
+			if got := c.m.toFloat32(sum, q); math.Float32bits(got) != math.Float32bits(c.want) {
+				t.Fatalf("%d·2^%d, rounding %d: got %08X, want %08X", sum, q, c.m, math.Float32bits(got), math.Float32bits(c.want))
+			}
+		}
+	}
+}

@@ -16,7 +16,8 @@
 //   mma_probe rand SEED T OUTDIR [BULK]   generate T blocks; write OUTDIR/dump.bin (inputs and the mma, wgmma
 //                                         and mma-again outputs of the first DUMP blocks); with BULK, every
 //                                         output to BULK.mma, BULK.wg (one k-step per block) and BULK.mma4,
-//                                         BULK.wg4 (T/4 chains of 4 k-steps: blocks 4u..4u+3, C of block 4u)
+//                                         BULK.wg4 (T/4 chains of 4 k-steps: blocks 4u..4u+3, C of block 4u),
+//                                         BULK.wg256 (wgmma m64n256k16: T/32 units of 64×256, see wg256_kernel)
 //   mma_probe file IN OUT                 blocks read from IN (A, B, C of each block in turn), D to OUT (mma,
 //                                         wgmma, mma again: T·512 float32 each)
 #include <cuda_runtime.h>
@@ -230,6 +231,54 @@ __global__ void wg_kernel(uint64_t T, const uint16_t* A, const uint16_t* B, cons
     d[r1 * 8 + 2 * q + 1] = __float_as_uint(d3);
 }
 
+// wg256_kernel: one warpgroup per unit u, one wgmma m64n256k16: A of block 32u, column 8i+n of B is column
+// n of block 32u+i, C[m][8i+n] is C[m][n] of block 32u+i; D is (64, 256) per unit. B in shared memory,
+// K-major, no swizzle: core matrix (n-group G = n/8, k-half h) at byte 256·G + 128·h, its row n%8 at 16·(n%8);
+// descriptor: leading byte offset (K stride) 128, stride byte offset (N stride between 8-row groups) 256.
+// Accumulator layout (m64nNk16): d[4j+0..3] = (16w+g, 8j+2q), (16w+g, 8j+2q+1), (16w+g+8, 8j+2q), (…+1).
+__global__ void wg256_kernel(const uint16_t* A, const uint16_t* B, const uint32_t* C, uint32_t* D) {
+    __shared__ __align__(128) uint16_t sb[256 * 16];
+    const uint64_t u = blockIdx.x;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    for (int e = tid; e < 256 * 16; e += 128) {
+        const int n = e >> 4, k = e & 15;
+        sb[(n >> 3) * 128 + (k >> 3) * 64 + (n & 7) * 8 + (k & 7)] = B[(u * 32 + (n >> 3)) * 128 + (n & 7) * 16 + k];
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int r0 = 16 * w + g, r1 = r0 + 8;
+    const uint16_t* a = A + u * 32 * 1024;
+    const uint32_t a0 = pack2(a + r0 * 16 + 2 * q), a1 = pack2(a + r1 * 16 + 2 * q);
+    const uint32_t a2 = pack2(a + r0 * 16 + 2 * q + 8), a3 = pack2(a + r1 * 16 + 2 * q + 8);
+    float d[128];
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        const uint32_t* c = C + (u * 32 + j) * 512;
+        d[4 * j + 0] = __uint_as_float(c[r0 * 8 + 2 * q]);
+        d[4 * j + 1] = __uint_as_float(c[r0 * 8 + 2 * q + 1]);
+        d[4 * j + 2] = __uint_as_float(c[r1 * 8 + 2 * q]);
+        d[4 * j + 3] = __uint_as_float(c[r1 * 8 + 2 * q + 1]);
+    }
+    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(sb);
+    const uint64_t desc = (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(256 >> 4) << 32);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, {%128,%129,%130,%131}, %132, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    uint32_t* o = D + u * 64 * 256;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        o[r0 * 256 + 8 * j + 2 * q] = __float_as_uint(d[4 * j + 0]);
+        o[r0 * 256 + 8 * j + 2 * q + 1] = __float_as_uint(d[4 * j + 1]);
+        o[r1 * 256 + 8 * j + 2 * q] = __float_as_uint(d[4 * j + 2]);
+        o[r1 * 256 + 8 * j + 2 * q + 1] = __float_as_uint(d[4 * j + 3]);
+    }
+}
+
 // mma_chain: as mma_kernel, but chain u runs S k-steps (blocks S·u … S·u+S−1) on the same accumulators.
 template <int S>
 __global__ void mma_chain(uint64_t U, const uint16_t* A, const uint16_t* B, const uint32_t* C, uint32_t* D) {
@@ -272,7 +321,7 @@ static void put(const char* path, const void* p, size_t n) {
 
 struct Dev {
     uint16_t *A, *B;
-    uint32_t *C, *Dm, *Dw, *Dx, *Dc, *Dwc;
+    uint32_t *C, *Dm, *Dw, *Dx, *Dc, *Dwc, *D256;
 };
 
 static Dev alloc(uint64_t T) {
@@ -285,6 +334,7 @@ static Dev alloc(uint64_t T) {
     CK(cudaMalloc(&d.Dx, T * 512 * 4));
     CK(cudaMalloc(&d.Dc, T * 512 * 4));
     CK(cudaMalloc(&d.Dwc, T * 512 * 4));
+    CK(cudaMalloc(&d.D256, T * 512 * 4));
     return d;
 }
 
@@ -317,6 +367,7 @@ static void run(uint64_t T, Dev& d) {
         mma_chain<4><<<(unsigned)((U * 32 + 255) / 256), 256>>>(U, d.A, d.B, d.C, d.Dc);
         wg_kernel<4><<<(unsigned)U, 128>>>(U, d.A, d.B, d.C, d.Dwc);
     }
+    if (T >= 32) wg256_kernel<<<(unsigned)(T / 32), 128>>>(d.A, d.B, d.C, d.D256);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     float ms;
@@ -362,6 +413,7 @@ int main(int argc, char** argv) {
             snprintf(path, sizeof path, "%s.wg", argv[5]), get(path, d.Dw, T * 512);
             snprintf(path, sizeof path, "%s.mma4", argv[5]), get(path, d.Dc, T / 4 * 512);
             snprintf(path, sizeof path, "%s.wg4", argv[5]), get(path, d.Dwc, T / 4 * 512);
+            snprintf(path, sizeof path, "%s.wg256", argv[5]), get(path, d.D256, T / 32 * 32 * 512);
         }
         return 0;
     }

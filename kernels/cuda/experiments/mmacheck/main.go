@@ -45,6 +45,12 @@ func main() {
 	case "check":
 		seed, _ := strconv.ParseUint(os.Args[2], 0, 64)
 		for _, f := range os.Args[3:] {
+			if strings.HasSuffix(f, "256") {
+				if !check256(seed, f) {
+					defer os.Exit(1)
+				}
+				continue
+			}
 			steps := 1
 			if strings.HasSuffix(f, "4") {
 				steps = 4
@@ -315,5 +321,68 @@ func check(seed uint64, path string, steps int) bool {
 		fmt.Printf("%s: %-12s %11d dot products of %d k-steps, %d differ %s\n", path, name, tot[r], steps, bad[r], first[r])
 	}
 	fmt.Printf("%s: %d dot products of %d k-steps, %d differ from kernels.MMABF16Dot16\n", path, all, steps, allBad)
+	return allBad == 0
+}
+
+// check256 compares the outputs of wgmma m64n256k16 (mma_probe's wg256_kernel): unit u is (64, 256), output
+// (m, 8i+n) is A row m of block 32u times B column n of block 32u+i plus C[m][n] of block 32u+i.
+func check256(seed uint64, path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail("%v", err)
+	}
+	d := u32s(data)
+	U := len(d) / (64 * 256)
+	nw := runtime.GOMAXPROCS(0)
+	var mu sync.Mutex
+	var bad, tot [nReg]int
+	first := [nReg]string{}
+	var wg sync.WaitGroup
+	for w := 0; w < nw; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			bs := make([]block, 32)
+			var lb, lt [nReg]int
+			lf := [nReg]string{}
+			for u := w; u < U; u += nw {
+				for i := range bs {
+					genBlock(seed, uint64(u*32+i), &bs[i])
+				}
+				for m := 0; m < 64; m++ {
+					for col := 0; col < 256; col++ {
+						i, n := col/8, col%8
+						r := (u*32 + i) % nReg
+						want := d[u*64*256+m*256+col]
+						lt[r]++
+						got := math.Float32bits(kernels.MMABF16Dot16(&bs[0].A[m], &bs[i].B[n], math.Float32frombits(bs[i].C[m][n])))
+						if got != want {
+							if lb[r] == 0 {
+								lf[r] = fmt.Sprintf("unit %d (%d,%d): a %04X b %04X c %08X gpu %08X emulation %08X", u, m, col, bs[0].A[m], bs[i].B[n], bs[i].C[m][n], want, got)
+							}
+							lb[r]++
+						}
+					}
+				}
+			}
+			mu.Lock()
+			for r := range lb {
+				bad[r] += lb[r]
+				tot[r] += lt[r]
+				if first[r] == "" {
+					first[r] = lf[r]
+				}
+			}
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	all, allBad := 0, 0
+	for r := range bad {
+		all += tot[r]
+		allBad += bad[r]
+		fmt.Printf("%s: A narrow, B and C %-12s %11d dot products, %d differ %s\n", path, regimes[r], tot[r], bad[r], first[r])
+	}
+	fmt.Printf("%s: %d dot products (wgmma m64n256k16), %d differ from kernels.MMABF16Dot16\n", path, all, allBad)
 	return allBad == 0
 }
