@@ -460,7 +460,8 @@ class Recorder:
                 self._warn(
                     f"heads:{name}",
                     f"{name}: shape {tuple(x.shape)} may be [B, heads, S, head_dim] or [B, S, heads, head_dim] "
-                    "(as many heads as tokens): skipped until a forward with another length tells them apart",
+                    "(as many heads as tokens, and its strides do not tell): skipped until a forward with another "
+                    "length tells them apart",
                 )
             else:
                 self._warn(
@@ -540,8 +541,9 @@ def _flatten(x, lay, heads_first=None):
     first, as Gemma3's q/k norms get them), the last k of each row ([B, k, F], generate's logits_to_keep) or the
     last of each sequence ([sequences, F], vLLM's logits processor); (None, None, ...) if x's leading dimensions
     are none of these. A [B, S, S, head_dim] tensor (as many heads as tokens) follows heads_first (what an earlier
-    forward of the op showed), else its strides: linear projections write token-major memory, so the dimension
-    with the larger stride is the tokens'; a contiguous one is left undecided ("ambiguous").
+    forward of the op showed), else its strides: the projections before it write token-major memory, viewed
+    as [B, S, heads, head_dim] and perhaps transposed, so the dimension with the larger stride is the tokens'
+    (equal strides: "ambiguous").
     """
     B, S = lay.shape
     N = B * S
@@ -551,9 +553,9 @@ def _flatten(x, lay, heads_first=None):
             return x.reshape(N, -1), lay, None
         if a == b:
             if heads_first is None:
-                if x.stride(1) >= x.stride(2):
+                if x.stride(1) == x.stride(2):
                     return None, None, "ambiguous"
-                heads_first = True
+                heads_first = x.stride(1) < x.stride(2)
             found = heads_first
         else:
             found = b == S
