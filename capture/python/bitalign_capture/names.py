@@ -96,11 +96,9 @@ def op_index(resolved, layers=0):
     names (a user map's) are numbered after that list in registration order.
     """
     found = [n for _, takes in resolved for _, n in takes]
-    for n in found:
-        m = _LAYER_RE.match(n)
-        if m and m.group(2) in LAYER_OPS:
-            layers = max(layers, int(m.group(1)) + 1)
-    qk = any((m := _LAYER_RE.match(n)) and m.group(2) in QK_NORM_OPS for n in found)
+    split = [split_layer_op(n) for n in found]
+    layers = max([layers] + [layer + 1 for layer, suffix in split if suffix in LAYER_OPS])
+    qk = any(suffix in QK_NORM_OPS for _, suffix in split)
     index = {op: i for i, op in enumerate(canonical_ops(layers, qk))}
     for n in found:
         if n not in index:
@@ -108,7 +106,13 @@ def op_index(resolved, layers=0):
     return index
 
 
-_LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
+_LAYER_RE = re.compile(r"^layers\.(0|[1-9]\d*)\.(.+)$")
+
+
+def split_layer_op(op):
+    """(layer, suffix) of "layers.L.suffix", else (None, None) (capture.SplitLayerOp)."""
+    m = _LAYER_RE.match(op)
+    return (int(m.group(1)), m.group(2)) if m else (None, None)
 
 
 def feature_size(cfg, op):

@@ -50,7 +50,8 @@ class Recorder:
         rule would draw, not the next input token.
     tp, rank, group: the tensor-parallel layout; default from torch.distributed when it is initialised
         (group's size and rank, or the world's), else 1 and 0.
-    seq_ids: the sequence id of each batch row (default 0..B-1); batch() overrides it for one forward.
+    seq_ids: the sequence id of each batch row of every forward with that many rows (default 0..B-1);
+        batch(seq_ids=...) overrides it for a forward and the forwards that continue its sequences.
     overwrite: replace an existing capture file. kernel_profile, seed, batch_size, extra, created: Meta fields.
     final_tokens: {seq id: token} (or pairs) = the token after each sequence's last recorded position, known
         up front to a trainer (the last token of its sequences, which is only a target). At close it gives the
@@ -452,8 +453,7 @@ class Recorder:
         key = (name, role)
         if key in self._seen:  # a module run twice in one forward (e.g. recomputation): keep the first
             return
-        m = names._LAYER_RE.match(name)
-        suffix = m.group(2) if m else name
+        suffix = names.split_layer_op(name)[1] or name
         x2, lay, heads_first = _flatten(x, lay, self._heads_first.get(suffix))
         if x2 is None:
             if heads_first == "ambiguous":
