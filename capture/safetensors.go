@@ -310,30 +310,152 @@ func indexSafetensors(data []byte, file int) (Meta, []Entry, error) {
 		return Meta{}, nil, err
 	}
 	entries := make([]Entry, 0, len(h.Tensors))
+	explicit := make([]bool, 0, len(h.Tensors))
 	in := internTable{}
-	firstIndex := map[string]int32{}
 	for _, t := range h.Tensors {
 		e, explicitIndex, err := entryFromName(t.Name, t.Shape)
 		if err != nil {
 			return Meta{}, nil, fmt.Errorf("tensor %q: %v", truncate(t.Name, 80), err)
 		}
 		e.Op, e.Role = in.intern(e.Op), in.intern(e.Role)
-		if !explicitIndex {
-			idx, ok := firstIndex[e.Op]
-			if !ok {
-				idx = int32(len(firstIndex))
-				firstIndex[e.Op] = idx
-			}
-			e.Index = idx
-		}
 		e.DType, e.Shape, e.File = t.DType, t.Shape, file
 		e.Offset, e.NBytes = t.Begin, t.End-t.Begin
-		if err := e.check(); err != nil {
-			return Meta{}, nil, fmt.Errorf("tensor %q: %v", truncate(t.Name, 80), err)
-		}
 		entries = append(entries, e)
+		explicit = append(explicit, explicitIndex)
+	}
+	order, _, err := importOrder(h.Metadata, entries, explicit)
+	if err != nil {
+		return Meta{}, nil, err
+	}
+	for i := range entries {
+		e := &entries[i]
+		if !explicit[i] {
+			e.Index = order[e.Op]
+		}
+		if err := e.check(); err != nil {
+			return Meta{}, nil, fmt.Errorf("tensor %q: %v", truncate(h.Tensors[i].Name, 80), err)
+		}
 	}
 	return meta, entries, nil
+}
+
+// KeyImportIndex is the __metadata__ key of a safetensors file that gives its ops' execution order: a JSON
+// array of op names, index = position ("[\"tokens\",\"embed\",...]").
+const KeyImportIndex = "bitalign.index"
+
+// maxImportLayer bounds the layer number of a canonical op name in an imported file: a larger one is not
+// canonical (no model has that many layers, and the indexes after it must fit an int32).
+const maxImportLayer = 1 << 16
+
+// importOrder gives each op of a safetensors file whose tensors carry no index= coordinate its execution
+// index: from __metadata__ bitalign.index, else from the canonical op names (capture.OpNames, with the layers
+// and the optional q/k norms the file has; other names are numbered after that list in data order), else in
+// data order from 0. warn is non-empty when some index follows the data order, which is not the execution order for files
+// saved by safetensors.torch.save_file (it sorts tensors by dtype, then name).
+func importOrder(md map[string]string, es []Entry, explicit []bool) (order map[string]int32, warn string, err error) {
+	var ops []string // in data order, each once
+	seen := map[string]bool{}
+	for i, e := range es {
+		if !explicit[i] && !seen[e.Op] {
+			seen[e.Op] = true
+			ops = append(ops, e.Op)
+		}
+	}
+	order = make(map[string]int32, len(ops))
+	if v, ok := md[KeyImportIndex]; ok {
+		var list []string
+		if err := json.Unmarshal([]byte(v), &list); err != nil {
+			return nil, "", fmt.Errorf("__metadata__ %s: want a JSON array of op names: %v", KeyImportIndex, err)
+		}
+		pos := make(map[string]int32, len(list))
+		for i, op := range list {
+			if _, dup := pos[op]; dup {
+				return nil, "", fmt.Errorf("__metadata__ %s: op %q listed twice", KeyImportIndex, truncate(op, 80))
+			}
+			if i > 1<<31-1 {
+				return nil, "", fmt.Errorf("__metadata__ %s: more than 2^31 ops", KeyImportIndex)
+			}
+			pos[op] = int32(i)
+		}
+		for _, op := range ops {
+			i, ok := pos[op]
+			if !ok {
+				return nil, "", fmt.Errorf("__metadata__ %s does not list op %q (give every op without index=)",
+					KeyImportIndex, truncate(op, 80))
+			}
+			order[op] = i
+		}
+		return order, "", nil
+	}
+	layers, qkNorm := 0, false
+	for _, op := range ops {
+		if l, s, ok := SplitLayerOp(op); ok && l < maxImportLayer && OpIndex(op, l+1, true) >= 0 {
+			layers = max(layers, l+1)
+			qkNorm = qkNorm || s == LayerQNorm || s == LayerKNorm
+		}
+	}
+	next, canonical := int32(0), false
+	for _, op := range ops {
+		canonical = canonical || OpIndex(op, layers, qkNorm) >= 0
+	}
+	if canonical {
+		next = int32(OpIndex(OpSample, layers, qkNorm) + 1) // past the canonical list
+	}
+	var other []string
+	for _, op := range ops {
+		if i := OpIndex(op, layers, qkNorm); i >= 0 {
+			order[op] = int32(i)
+			continue
+		}
+		order[op] = next
+		next++
+		other = append(other, op)
+	}
+	if len(other) > 0 {
+		warn = fmt.Sprintf("%d op names are not canonical (%s): their execution index is the order of the file's "+
+			"data, which safetensors.torch.save_file sorts by dtype and name, not by execution; give "+
+			"__metadata__ %s or index= in the names", len(other), listSome(other, 3), KeyImportIndex)
+	}
+	return order, warn, nil
+}
+
+// listSome quotes the first n of names, then says how many more there are.
+func listSome(names []string, n int) string {
+	q := make([]string, 0, n)
+	for _, s := range names[:min(n, len(names))] {
+		q = append(q, strconv.Quote(truncate(s, 80)))
+	}
+	if len(names) > n {
+		q = append(q, fmt.Sprintf("and %d more", len(names)-n))
+	}
+	return strings.Join(q, ", ")
+}
+
+// ImportWarnings says what the import of c's safetensors files could not decide for sure (today: ops whose
+// execution index follows the file's data order), one line per file naming it; nil for Arrow captures.
+func (c *Capture) ImportWarnings() []string {
+	var out []string
+	for i, f := range c.files {
+		if f.data == nil || bytes.HasPrefix(f.data, arrowMagic) {
+			continue
+		}
+		h, err := ParseSafetensorsHeader(bytes.NewReader(f.data), int64(len(f.data)))
+		if err != nil {
+			continue // Open indexed it, so this does not happen
+		}
+		var es []Entry
+		var explicit []bool
+		for _, e := range c.entries {
+			if e.File == i {
+				_, ex, _ := entryFromName(h.Tensors[len(es)].Name, nil)
+				es, explicit = append(es, e), append(explicit, ex)
+			}
+		}
+		if _, warn, err := importOrder(h.Metadata, es, explicit); err == nil && warn != "" {
+			out = append(out, fmt.Sprintf("capture: %s: %s", f.path, warn))
+		}
+	}
+	return out
 }
 
 // entryFromName maps "op" or "op@key=value,..." to coordinates; it reports whether index was given.
@@ -426,7 +548,7 @@ func metaFromSafetensors(md map[string]string) (Meta, error) {
 		m.FormatVersion = FormatVersion
 		if len(m.Extra) == 0 {
 			for k, v := range md {
-				if k != "bitalign.meta" {
+				if k != "bitalign.meta" && k != KeyImportIndex {
 					extra[k] = v
 				}
 			}
@@ -441,6 +563,7 @@ func metaFromSafetensors(md map[string]string) (Meta, error) {
 			v := md[k]
 			var err error
 			switch k {
+			case KeyImportIndex: // the ops' order, not Meta
 			case "side":
 				m.Side = v
 			case "kernel_profile":

@@ -2,11 +2,13 @@ package capture
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -109,18 +111,21 @@ func TestSafetensorsImport(t *testing.T) {
 	}
 	e := func(i int) Entry { return c.Entry(i) }
 	n := len(DTypes())
-	if e(0).Op != "t.bf16" || e(0).Pos != 0 || e(0).NTok != 3 || e(0).Role != "out" || e(0).Index != 0 || e(3).Pos != 3 || e(3).Index != 3 {
+	// q_proj and logits are canonical (one layer, no q/k norms: OpNames(1, false)); the t.* ops follow that
+	// list in data order
+	base := int32(len(OpNames(1, false)))
+	if e(0).Op != "t.bf16" || e(0).Pos != 0 || e(0).NTok != 3 || e(0).Role != "out" || e(0).Index != base || e(3).Pos != 3 || e(3).Index != base+3 {
 		t.Fatalf("entry 0 %+v, entry 3 %+v", e(0), e(3))
 	}
 	q0, q1 := e(n), e(n+1)
-	if q0.Op != "layers.0.attn.q_proj" || q0.Step != 0 || q0.NTok != 4 || q0.Index != int32(n) {
+	if q0.Op != "layers.0.attn.q_proj" || q0.Step != 0 || q0.NTok != 4 || q0.Index != 3 {
 		t.Fatalf("plain name: %+v", q0)
 	}
 	if q1.Op != q0.Op || q1.Step != 1 || q1.Seq != 2 || q1.Pos != 16 || q1.NTok != 4 || q1.Role != "in.0" || q1.Index != 7 {
 		t.Fatalf("suffixed name: %+v", q1)
 	}
 	lg := e(n + 2)
-	if lg.Rank != 1 || lg.Shard.Dim != 1 || lg.Shard.Start != 2 || fmt.Sprint(lg.Shard.FullShape) != "[2 4]" || lg.Seq != 3 {
+	if lg.Index != int32(OpIndex(OpLogits, 1, false)) || lg.Rank != 1 || lg.Shard.Dim != 1 || lg.Shard.Start != 2 || fmt.Sprint(lg.Shard.FullShape) != "[2 4]" || lg.Seq != 3 {
 		t.Fatalf("sharded: %+v", lg)
 	}
 	if s := e(n + 3); s.NTok != 0 || len(s.Shape) != 0 {
@@ -211,5 +216,143 @@ func TestSafetensorsTruncatedEverywhere(t *testing.T) {
 		if err := openNoPanic(t, path, full[:n:n]); err == nil {
 			t.Fatalf("safetensors truncated to %d of %d bytes opened", n, len(full))
 		}
+	}
+}
+
+// saveFileOrder lays tensors out in save_file's manner: grouped by dtype, then sorted by name.
+func saveFileOrder(ts []stTensor) []stTensor {
+	out := slices.Clone(ts)
+	slices.SortStableFunc(out, func(a, b stTensor) int {
+		return cmp.Or(cmp.Compare(a.dtype, b.dtype), cmp.Compare(a.name, b.name))
+	})
+	return out
+}
+
+func TestSafetensorsCanonicalNamesGiveExecutionOrder(t *testing.T) {
+	// a Qwen3-style dump of two layers, in save_file's order (dtype, then name): far from execution order
+	var ts []stTensor
+	ops := []string{OpTokens, OpEmbed, OpLogits, OpFinalNorm}
+	for l := 0; l < 2; l++ {
+		for _, s := range LayerOps(true) {
+			if s != LayerQRope && s != LayerKRope { // HF captures have no rope ops: gaps stay
+				ops = append(ops, LayerOp(l, s))
+			}
+		}
+	}
+	for i, op := range ops {
+		dt := "BF16"
+		if op == OpTokens {
+			dt = "I32"
+		} else if op == OpLogits {
+			dt = "F32"
+		}
+		ts = append(ts, stTensor{op, dt, []int64{2}, seqBytes(2*map[string]int{"I32": 4, "F32": 4, "BF16": 2}[dt], byte(i))})
+	}
+	ts = saveFileOrder(ts)
+	if ts[0].name == OpTokens {
+		t.Fatal("test setup: save_file order should not start with tokens")
+	}
+	path := writeFile(t, "hf.safetensors", buildSafetensors(map[string]string{"side": "trainer"}, ts))
+	c, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want := OpNames(2, true)
+	for i := 0; i < c.Len(); i++ {
+		e := c.Entry(i)
+		if int(e.Index) != slices.Index(want, e.Op) {
+			t.Errorf("%s: index %d, engine order says %d", e.Op, e.Index, slices.Index(want, e.Op))
+		}
+	}
+	if w := c.ImportWarnings(); w != nil {
+		t.Fatalf("warnings %q for canonical names", w)
+	}
+}
+
+func TestSafetensorsIndexMetadata(t *testing.T) {
+	ts := []stTensor{
+		{"b.weight", "F32", []int64{1}, seqBytes(4, 1)},
+		{"a.weight@pos=3", "F32", []int64{1}, seqBytes(4, 2)},
+		{"c.weight@index=9", "F32", []int64{1}, seqBytes(4, 3)},
+		{"a.weight", "F32", []int64{1}, seqBytes(4, 4)},
+	}
+	md := map[string]string{"side": "sampler", KeyImportIndex: `["a.weight","x","b.weight"]`}
+	path := writeFile(t, "ix.safetensors", buildSafetensors(md, ts))
+	c, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := map[string]int32{}
+	for i := 0; i < c.Len(); i++ {
+		got[c.Entry(i).Op] = c.Entry(i).Index
+	}
+	if got["a.weight"] != 0 || got["b.weight"] != 2 || got["c.weight"] != 9 {
+		t.Fatalf("indexes %v", got)
+	}
+	if len(c.Meta().Extra) != 0 || c.ImportWarnings() != nil {
+		t.Fatalf("extra %s, warnings %q: %s is the order, not metadata", c.Meta().Extra, c.ImportWarnings(), KeyImportIndex)
+	}
+
+	for _, tc := range []struct{ index, want string }{
+		{`{"a.weight":0}`, "want a JSON array of op names"},
+		{`["a.weight","a.weight","b.weight"]`, `op "a.weight" listed twice`},
+		{`["a.weight"]`, `does not list op "b.weight"`},
+	} {
+		p := writeFile(t, "bad.safetensors", buildSafetensors(map[string]string{KeyImportIndex: tc.index}, ts))
+		_, err := Open(p)
+		wantErr(t, err, p, tc.want)
+	}
+}
+
+func TestSafetensorsDataOrderIsWarned(t *testing.T) {
+	ts := []stTensor{
+		{"model.layers.0.mlp", "F32", []int64{1}, seqBytes(4, 1)},
+		{"embed", "F32", []int64{1}, seqBytes(4, 2)},
+		{"model.layers.0.attn", "F32", []int64{1}, seqBytes(4, 3)},
+	}
+	path := writeFile(t, "mods.safetensors", buildSafetensors(nil, ts))
+	c, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	base := int32(len(OpNames(0, false)))
+	if e := c.Entry(1); e.Op != OpEmbed || e.Index != 1 {
+		t.Fatalf("canonical embed: %+v", e)
+	}
+	if c.Entry(0).Index != base || c.Entry(2).Index != base+1 {
+		t.Fatalf("non-canonical ops: indexes %d, %d; want %d, %d (data order after the canonical list)",
+			c.Entry(0).Index, c.Entry(2).Index, base, base+1)
+	}
+	w := c.ImportWarnings()
+	if len(w) != 1 || !strings.HasPrefix(w[0], "capture: "+path+": 2 op names are not canonical") ||
+		!strings.Contains(w[0], `"model.layers.0.mlp", "model.layers.0.attn"`) ||
+		!strings.Contains(w[0], "safetensors.torch.save_file") || !strings.Contains(w[0], KeyImportIndex) {
+		t.Fatalf("warnings %q", w)
+	}
+	// no canonical name at all: plain data order from 0
+	p2 := writeFile(t, "plain.safetensors", buildSafetensors(nil, []stTensor{ts[0], ts[2]}))
+	c2, err := Open(p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if c2.Entry(0).Index != 0 || c2.Entry(1).Index != 1 || len(c2.ImportWarnings()) != 1 {
+		t.Fatalf("indexes %d %d, warnings %q", c2.Entry(0).Index, c2.Entry(1).Index, c2.ImportWarnings())
+	}
+}
+
+func TestSafetensorsHugeLayerNumberIsNotCanonical(t *testing.T) {
+	ts := []stTensor{{"layers.2147483647.attn_norm", "F32", []int64{1}, seqBytes(4, 1)}, {"embed", "F32", []int64{1}, seqBytes(4, 2)}}
+	path := writeFile(t, "huge.safetensors", buildSafetensors(nil, ts))
+	c, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Entry(0).Index != int32(len(OpNames(0, false))) || c.Entry(1).Index != 1 || len(c.ImportWarnings()) != 1 {
+		t.Fatalf("entries %+v %+v", c.Entry(0), c.Entry(1))
 	}
 }

@@ -2,116 +2,53 @@ package engine
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
+
+	"bitalign/capture"
 )
 
-// Op names outside the layers, in docs/design.md's spelling.
+// Op names outside the layers, in docs/design.md's spelling (the canonical list lives in package capture).
 const (
-	OpTokens    = "tokens"
-	OpEmbed     = "embed"
-	OpFinalNorm = "final_norm"
-	OpLogits    = "logits"
-	OpLogprobs  = "logprobs"
-	OpSample    = "sample"
+	OpTokens    = capture.OpTokens
+	OpEmbed     = capture.OpEmbed
+	OpFinalNorm = capture.OpFinalNorm
+	OpLogits    = capture.OpLogits
+	OpLogprobs  = capture.OpLogprobs
+	OpSample    = capture.OpSample
 )
 
-// Per-layer op suffixes, in execution order ("layers.L." + suffix).
+// Per-layer op suffixes ("layers.L." + suffix); capture.LayerOps orders them.
 const (
-	opAttnNorm     = "attn_norm"
-	opQProj        = "attn.q_proj"
-	opKProj        = "attn.k_proj"
-	opVProj        = "attn.v_proj"
-	opQNorm        = "attn.q_norm"
-	opKNorm        = "attn.k_norm"
-	opQRope        = "attn.q_rope"
-	opKRope        = "attn.k_rope"
-	opSDPA         = "attn.sdpa"
-	opOProj        = "attn.o_proj"
-	opAttnResidual = "attn_residual"
-	opMLPNorm      = "mlp_norm"
-	opGateProj     = "mlp.gate_proj"
-	opUpProj       = "mlp.up_proj"
-	opAct          = "mlp.act"
-	opDownProj     = "mlp.down_proj"
-	opMLPResidual  = "mlp_residual"
+	opAttnNorm     = capture.LayerAttnNorm
+	opQProj        = capture.LayerQProj
+	opKProj        = capture.LayerKProj
+	opVProj        = capture.LayerVProj
+	opQNorm        = capture.LayerQNorm
+	opKNorm        = capture.LayerKNorm
+	opQRope        = capture.LayerQRope
+	opKRope        = capture.LayerKRope
+	opSDPA         = capture.LayerSDPA
+	opOProj        = capture.LayerOProj
+	opAttnResidual = capture.LayerAttnResidual
+	opMLPNorm      = capture.LayerMLPNorm
+	opGateProj     = capture.LayerGateProj
+	opUpProj       = capture.LayerUpProj
+	opAct          = capture.LayerAct
+	opDownProj     = capture.LayerDownProj
+	opMLPResidual  = capture.LayerMLPResidual
 )
-
-// layerOps lists a layer's op suffixes in execution order; qkNorm includes Qwen3's q_norm and k_norm.
-func layerOps(qkNorm bool) []string {
-	ops := []string{opAttnNorm, opQProj, opKProj, opVProj}
-	if qkNorm {
-		ops = append(ops, opQNorm, opKNorm)
-	}
-	return append(ops, opQRope, opKRope, opSDPA, opOProj, opAttnResidual, opMLPNorm, opGateProj, opUpProj, opAct,
-		opDownProj, opMLPResidual)
-}
 
 // LayerOp returns "layers.L.suffix".
-func LayerOp(l int, suffix string) string { return "layers." + strconv.Itoa(l) + "." + suffix }
+func LayerOp(l int, suffix string) string { return capture.LayerOp(l, suffix) }
 
-// OpNames returns the canonical op names of one forward pass in execution order: a name's index in this list is
-// its capture Index.
-func OpNames(cfg Config) []string {
-	ops := []string{OpTokens, OpEmbed}
-	per := layerOps(cfg.QKNorm)
-	for l := 0; l < cfg.Layers; l++ {
-		for _, s := range per {
-			ops = append(ops, LayerOp(l, s))
-		}
-	}
-	return append(ops, OpFinalNorm, OpLogits, OpLogprobs, OpSample)
-}
+// OpNames returns the canonical op names of one forward pass in execution order (capture.OpNames for cfg): a
+// name's index in this list is its capture Index.
+func OpNames(cfg Config) []string { return capture.OpNames(cfg.Layers, cfg.QKNorm) }
 
 // OpIndex returns op's execution index in OpNames(cfg), or -1.
-func OpIndex(cfg Config, op string) int {
-	l, s, ok := SplitLayerOp(op)
-	per := layerOps(cfg.QKNorm)
-	if ok {
-		if l < 0 || l >= cfg.Layers {
-			return -1
-		}
-		for i, x := range per {
-			if x == s {
-				return 2 + l*len(per) + i
-			}
-		}
-		return -1
-	}
-	base := 2 + cfg.Layers*len(per)
-	switch op {
-	case OpTokens:
-		return 0
-	case OpEmbed:
-		return 1
-	case OpFinalNorm:
-		return base
-	case OpLogits:
-		return base + 1
-	case OpLogprobs:
-		return base + 2
-	case OpSample:
-		return base + 3
-	}
-	return -1
-}
+func OpIndex(cfg Config, op string) int { return capture.OpIndex(op, cfg.Layers, cfg.QKNorm) }
 
 // SplitLayerOp splits "layers.L.suffix" into L and suffix.
-func SplitLayerOp(op string) (layer int, suffix string, ok bool) {
-	rest, found := strings.CutPrefix(op, "layers.")
-	if !found {
-		return 0, "", false
-	}
-	num, suffix, found := strings.Cut(rest, ".")
-	if !found {
-		return 0, "", false
-	}
-	l, err := strconv.Atoi(num)
-	if err != nil || l < 0 || strconv.Itoa(l) != num {
-		return 0, "", false
-	}
-	return l, suffix, true
-}
+func SplitLayerOp(op string) (layer int, suffix string, ok bool) { return capture.SplitLayerOp(op) }
 
 // Producers names the ops whose outputs op reads, in argument order. `tokens` has none. The attention
 // (`layers.L.attn.sdpa`) reads q_rope at its own positions and k_rope, v_proj at every position ≤ the query's;

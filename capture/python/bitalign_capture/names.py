@@ -1,17 +1,18 @@
 """Canonical op names and the maps from a model's module paths to them.
 
-canonical_ops mirrors Go's engine.OpNames (docs/design.md): an op's execution index is its position in that list.
-A name map is a list of Rules; each rule matches module paths (a regular expression, searched) and says which
-canonical ops the matched module's input or output carries. The built-in map covers Hugging Face
-LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM, and vLLM's module names for the same models (fused
-qkv_proj and gate_up_proj, split back into the canonical projections; rotary_emb returning (q, k); norms that take
-and return the residual).
+canonical_ops mirrors Go's capture.OpNames (capture/opnames.go, which engine.OpNames uses; docs/design.md): an
+op's execution index is its position in that list. A name map is a list of Rules; each rule matches module paths
+(a regular expression, searched) and says which canonical ops the matched module's input or output carries. The
+built-in map covers Hugging Face Llama, Qwen2, Qwen3 (and Qwen3-MoE's attention) and Gemma2/3's sandwich-norm
+blocks, and vLLM's module names for the same models (fused qkv_proj and gate_up_proj, split back into the
+canonical projections; rotary_emb returning (q, k); norms that take and return the residual).
 """
 
 import re
 from dataclasses import dataclass, field
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
+"""The model types the built-in map is tested against op for op (others get what their modules match)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ class ModelConfig:
         )
 
 
-_LAYER_OPS = [
+# capture.LayerOps in Go (capture/opnames.go): a layer's op suffixes in execution order; the test suite checks
+# that the two lists agree.
+LAYER_OPS = (
     "attn_norm",
     "attn.q_proj",
     "attn.k_proj",
@@ -65,22 +68,51 @@ _LAYER_OPS = [
     "mlp.act",
     "mlp.down_proj",
     "mlp_residual",
-]
+)
+QK_NORM_OPS = ("attn.q_norm", "attn.k_norm")  # optional: present only in models with per-head q/k norms
+HEAD_OPS = ("attn.q_proj", "attn.k_proj", "attn.v_proj") + QK_NORM_OPS + ("attn.q_rope", "attn.k_rope", "attn.sdpa")
+"""Ops whose features are heads x head_dim (a model may hand them over as [B, heads, S, head_dim])."""
 
 
-def canonical_ops(architecture, layers):
-    """The canonical op names in execution order (engine.OpNames): q_norm/k_norm only for qwen3."""
+def canonical_ops(layers, qk_norm=False):
+    """The canonical op names in execution order (capture.OpNames / engine.OpNames): q_norm/k_norm only with
+    qk_norm (skipped without leaving a gap otherwise)."""
     ops = ["tokens", "embed"]
     for layer in range(layers):
-        for op in _LAYER_OPS:
-            if op in ("attn.q_norm", "attn.k_norm") and architecture != "qwen3":
+        for op in LAYER_OPS:
+            if op in QK_NORM_OPS and not qk_norm:
                 continue
             ops.append(f"layers.{layer}.{op}")
     ops += ["final_norm", "logits", "logprobs", "sample"]
     return ops
 
 
-_LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
+def op_index(resolved, layers=0):
+    """{op name: execution index} for a model whose modules resolve to resolved ([(path, [(Take, name)])] in
+    the model's module registration order, as resolve returns it).
+
+    Canonical names get their position in canonical_ops(layers, qk_norm), qk_norm being whether the model has
+    a q_norm or k_norm module, and layers at least one more than the highest layer the names mention; other
+    names (a user map's) are numbered after that list in registration order.
+    """
+    found = [n for _, takes in resolved for _, n in takes]
+    split = [split_layer_op(n) for n in found]
+    layers = max([layers] + [layer + 1 for layer, suffix in split if suffix in LAYER_OPS])
+    qk = any(suffix in QK_NORM_OPS for _, suffix in split)
+    index = {op: i for i, op in enumerate(canonical_ops(layers, qk))}
+    for n in found:
+        if n not in index:
+            index[n] = len(index)
+    return index
+
+
+_LAYER_RE = re.compile(r"^layers\.(0|[1-9]\d*)\.(.+)$")
+
+
+def split_layer_op(op):
+    """(layer, suffix) of "layers.L.suffix", else (None, None) (capture.SplitLayerOp)."""
+    m = _LAYER_RE.match(op)
+    return (int(m.group(1)), m.group(2)) if m else (None, None)
 
 
 def feature_size(cfg, op):
@@ -157,14 +189,27 @@ class Take:
 
 @dataclass(frozen=True)
 class Rule:
+    """Modules whose path the regular expression pattern matches carry takes.
+
+    unless: a sibling module name (e.g. "pre_feedforward_layernorm"); where the matched module's parent has a
+    child of that name, the rule does not apply (a block of another structure: the module's output means
+    something else there).
+    """
+
     pattern: str
     takes: tuple = field(default_factory=tuple)
+    unless: str = None
 
     def __post_init__(self):
         object.__setattr__(self, "_re", re.compile(self.pattern))
 
-    def match(self, path):
-        return self._re.search(path)
+    def match(self, path, paths=()):
+        m = self._re.search(path)
+        if m and self.unless:
+            parent = path.rpartition(".")[0]
+            if (f"{parent}.{self.unless}" if parent else self.unless) in paths:
+                return None
+        return m
 
 
 def _prev_mlp_residual(m, cfg):
@@ -201,9 +246,17 @@ HF_RULES = (
         (Take("layers.{0}.attn.q_rope", "out.0"), Take("layers.{0}.attn.k_rope", "out.1")),
     ),
     Rule(_L + r"self_attn\.o_proj$", (Take("layers.{0}.attn.sdpa", "in"), Take("layers.{0}.attn.o_proj"))),
+    # Gemma2/3's sandwich: post_attention_layernorm normalises the attention output before the residual add
+    # and pre_feedforward_layernorm is the MLP's input norm; post_attention_layernorm and
+    # post_feedforward_layernorm have no canonical op (unmapped_modules names them).
+    Rule(
+        _L + r"pre_feedforward_layernorm$",
+        (Take("layers.{0}.mlp_norm"), Take("layers.{0}.attn_residual", "residual")),
+    ),
     Rule(
         _L + r"post_attention_layernorm$",
         (Take("layers.{0}.mlp_norm"), Take("layers.{0}.attn_residual", "residual")),
+        unless="pre_feedforward_layernorm",
     ),
     Rule(_L + r"mlp\.gate_proj$", (Take("layers.{0}.mlp.gate_proj"),)),
     Rule(_L + r"mlp\.up_proj$", (Take("layers.{0}.mlp.up_proj"),)),
@@ -221,7 +274,7 @@ HF_RULES = (
     # vLLM computes logits through logits_processor(lm_head, hidden[last positions]): one row per sequence
     Rule(r"^logits_processor$", (Take("logits"),)),
 )
-"""Hugging Face Llama/Qwen2/Qwen3 (and vLLM's module names for them)."""
+"""Hugging Face Llama/Qwen2/Qwen3/Gemma2/Gemma3 (and vLLM's module names for them)."""
 
 # Ops a hooked Hugging Face model does not expose: RoPE and attention are functions, not modules, in
 # transformers. (sdpa is still captured, as o_proj's input.)
@@ -241,12 +294,14 @@ def user_rules(name_map):
 def resolve(paths, rules, cfg):
     """[(path, [(Take, op name)])] for the module paths that carry canonical ops, in the paths' order.
 
-    A path matches the first rule whose pattern it contains; ops named None are dropped.
+    A path matches the first rule whose pattern it contains (and whose unless sibling is not among paths);
+    ops named None are dropped.
     """
     out = []
+    known = set(paths)
     for path in paths:
         for rule in rules:
-            m = rule.match(path)
+            m = rule.match(path, known)
             if not m:
                 continue
             takes = [(t, t.name(m, cfg)) for t in rule.takes]
@@ -255,6 +310,25 @@ def resolve(paths, rules, cfg):
                 out.append((path, takes))
             break
     return out
+
+
+def unmapped_modules(param_paths, resolved):
+    """The paths among param_paths (modules holding parameters of their own) that no resolved path is or
+    contains: modules whose outputs no canonical op records (an MoE block's experts, a sandwich norm)."""
+    mapped = [p for p, _ in resolved]
+    return [p for p in param_paths if not any(p == m or p.startswith(m + ".") for m in mapped)]
+
+
+def describe_paths(paths, limit=6):
+    """paths as a short text, layers folded: "model.layers.*.mlp.gate (2 layers), lm_head"."""
+    groups = {}
+    for p in paths:
+        key = re.sub(r"(?:^|(?<=\.))layers\.\d+\.", "layers.*.", p)
+        groups.setdefault(key, []).append(p)
+    parts = [k if len(v) == 1 else f"{k} ({len(v)} layers)" for k, v in groups.items()]
+    if len(parts) > limit:
+        parts = parts[:limit] + [f"and {len(parts) - limit} more"]
+    return ", ".join(parts)
 
 
 def split_fused(x, split, cfg):

@@ -50,7 +50,8 @@ class Recorder:
         rule would draw, not the next input token.
     tp, rank, group: the tensor-parallel layout; default from torch.distributed when it is initialised
         (group's size and rank, or the world's), else 1 and 0.
-    seq_ids: the sequence id of each batch row (default 0..B-1); batch() overrides it for one forward.
+    seq_ids: the sequence id of each batch row of every forward with that many rows (default 0..B-1);
+        batch(seq_ids=...) overrides it for a forward and the forwards that continue its sequences.
     overwrite: replace an existing capture file. kernel_profile, seed, batch_size, extra, created: Meta fields.
     final_tokens: {seq id: token} (or pairs) = the token after each sequence's last recorded position, known
         up front to a trainer (the last token of its sequences, which is only a target). At close it gives the
@@ -114,18 +115,12 @@ class Recorder:
         elif name_map is not None:
             self.rules = names.user_rules(name_map)
         else:
-            if self.cfg.architecture and self.cfg.architecture not in names.ARCHITECTURES:
-                warnings.warn(
-                    f"bitalign_capture: model type {self.cfg.architecture!r} is not one of "
-                    f"{names.ARCHITECTURES}: using the Llama-style map; pass name_map if ops are missing"
-                )
             self.rules = names.HF_RULES
 
         self.tp, self.rank = _parallel(tp, rank, group)
         self.file = writer_mod.rank_path(self.path, self.rank) if self.tp > 1 else self.path
 
-        canon = names.canonical_ops(self.cfg.architecture, self.cfg.layers)
-        self._index = {op: i for i, op in enumerate(canon)}
+        self._index = {}  # op -> execution index, from the module tree when the hooks are attached
         self._w = None
         self._handles = []
         self._layout = None
@@ -135,6 +130,8 @@ class Recorder:
         self._depth = 0
         self._pending = Pending()
         self._idx = {}
+        self._sticky = None  # (seq ids from batch(), {seq: position after its last token}) while forwards continue
+        self._heads_first = {}  # layer op suffix -> its 4-D tensors are [B, heads, S, head_dim]
         self._warned = set()
         self.forwards = 0
 
@@ -198,11 +195,15 @@ class Recorder:
         self.step = int(step)
 
     def batch(self, *, seq_ids=None, cu_seqlens=None, position_ids=None, record_mask=None, attention_mask=None):
-        """Overrides what the next forward's inputs say about its tokens (for that forward only).
+        """Overrides what the next forward's inputs say about its tokens.
 
-        seq_ids: the sequence id of each row (padded) or packed sequence. cu_seqlens: packed sequence
-        boundaries (when the model gets them some other way than a cu_seqlens keyword). record_mask (B, S):
-        False leaves a token out of the capture. attention_mask / position_ids: as the model's keywords.
+        seq_ids: the sequence id of each row (padded) or packed sequence. They hold for the next forward and
+        for every forward after it that continues those sequences (each one's first position is one past its
+        last position in the forward before: generate's decode steps), until batch() gives others or a forward
+        does not continue them (which then gets the default ids). cu_seqlens: packed sequence boundaries (when
+        the model gets them some other way than a cu_seqlens keyword). record_mask (B, S): False leaves a token
+        out of the capture. attention_mask / position_ids: as the model's keywords. All but seq_ids are for the
+        next forward only.
         """
         for k, v in (
             ("seq_ids", seq_ids),
@@ -269,12 +270,22 @@ class Recorder:
         return ""
 
     def _attach(self):
-        mods = dict(self.model.named_modules())
+        mods = dict(self.model.named_modules())  # registration order
         resolved = names.resolve([p for p in mods if p], self.rules, self.cfg)
         if not resolved:
             raise ValueError(
                 "bitalign_capture: no module of the model matches the name map (pass name_map for this model)"
             )
+        self._index = names.op_index(resolved, self.cfg.layers)
+        if self.rules is names.HF_RULES:
+            own = [p for p, m in mods.items() if p and next(m.parameters(recurse=False), None) is not None]
+            missed = names.unmapped_modules(own, resolved)
+            if missed:
+                self._warn(
+                    "unmapped",
+                    f"modules the built-in name map does not know, not recorded: {names.describe_paths(missed)} "
+                    "(a block structure it does not cover; pass name_map to record them under your own names)",
+                )
         for path, takes in resolved:
             m = mods[path]
             pre = [(t, n) for t, n in takes if t.source in ("in", "residual")]
@@ -319,20 +330,23 @@ class Recorder:
         pos_ids = get("position_ids", None if flat else 2)
         if pos_ids is None:
             pos_ids = kwargs.get("positions", args[1] if flat and len(args) > 1 else None)
-        seq_ids = nxt.get("seq_ids")
         rows = shape[0] if len(shape) == 2 else 1
-        if seq_ids is None and self.seq_ids is not None and len(self.seq_ids) == rows:
-            seq_ids = self.seq_ids
-        lay = layout_mod.build(
+        default = self.seq_ids if self.seq_ids is not None and len(self.seq_ids) == rows else None
+        build = functools.partial(
+            layout_mod.build,
             shape,
             tokens=_np(ids),
             attention_mask=_np(mask),
             position_ids=_np(pos_ids),
             cache_position=_np(get("cache_position")),
             cu_seqlens=_np(get("cu_seqlens")),
-            seq_ids=_np(seq_ids),
             record_mask=_np(nxt.get("record_mask")),
         )
+        if nxt.get("seq_ids") is not None:
+            lay = build(seq_ids=_np(nxt["seq_ids"]))
+            self._sticky = (_np(nxt["seq_ids"]), _ends(lay))
+        else:
+            lay = self._continued(build) or build(seq_ids=_np(default))
         self._layout = self._last_layout = lay
         self._seen = set()
         if lay.tokens is None:
@@ -344,6 +358,23 @@ class Recorder:
             got = self._pending.resolve(s.seq, s.pos, tok[0])
             if got is not None:
                 self._next_known(s.seq, got[0], got[1], tok[0])
+
+    def _continued(self, build):
+        """The layout of this forward under batch()'s seq ids if it continues their sequences, else None."""
+        if self._sticky is None:
+            return None
+        ids, ends = self._sticky
+        try:
+            lay = build(seq_ids=ids)
+        except ValueError:  # another number of rows or sequences: not a continuation
+            lay = None
+        now = {} if lay is None else _starts(lay)
+        shared = [s for s in now if s in ends]
+        if not shared or any(now[s] != ends[s] for s in shared):
+            self._sticky = None
+            return None
+        ends.update(_ends(lay))
+        return lay
 
     def _model_post(self, module, args, output):
         self._depth = max(0, self._depth - 1)
@@ -422,10 +453,23 @@ class Recorder:
         key = (name, role)
         if key in self._seen:  # a module run twice in one forward (e.g. recomputation): keep the first
             return
-        x2, lay = _flatten(x, lay)
+        suffix = names.split_layer_op(name)[1] or name
+        x2, lay, heads_first = _flatten(x, lay, self._heads_first.get(suffix))
         if x2 is None:
-            self._warn(f"shape:{name}", f"{name}: shape {tuple(x.shape)} does not follow the input's tokens: skipped")
+            if heads_first == "ambiguous":
+                self._warn(
+                    f"heads:{name}",
+                    f"{name}: shape {tuple(x.shape)} may be [B, heads, S, head_dim] or [B, S, heads, head_dim] "
+                    "(as many heads as tokens, and its strides do not tell): skipped until a forward with another "
+                    "length tells them apart",
+                )
+            else:
+                self._warn(
+                    f"shape:{name}", f"{name}: shape {tuple(x.shape)} does not follow the input's tokens: skipped"
+                )
             return
+        if heads_first is not None:
+            self._heads_first[suffix] = heads_first
         self._seen.add(key)
         if split is not None:
             x2 = names.split_fused(x2, split, self.cfg)
@@ -489,22 +533,61 @@ class Recorder:
             off += s.n
 
 
-def _flatten(x, lay):
-    """x viewed as (tokens, features) following lay, and the layout its rows follow: all tokens ([B, S, F] or
-    [N, F]), the last k of each row ([B, k, F], generate's logits_to_keep) or the last of each sequence
-    ([sequences, F], vLLM's logits processor); (None, None) if x's leading dimensions are none of these."""
+def _flatten(x, lay, heads_first=None):
+    """x viewed as (tokens, features) following lay, the layout its rows follow and what it found about a 4-D
+    x's heads dimension (True, False, None = not a per-head tensor, "ambiguous").
+
+    The rows are all tokens ([B, S, F] or [N, F]; [B, S, heads, head_dim]; [B, heads, S, head_dim], transposed
+    first, as Gemma3's q/k norms get them), the last k of each row ([B, k, F], generate's logits_to_keep) or the
+    last of each sequence ([sequences, F], vLLM's logits processor); (None, None, ...) if x's leading dimensions
+    are none of these. A [B, S, S, head_dim] tensor (as many heads as tokens) follows heads_first (what an earlier
+    forward of the op showed), else its strides: the projections before it write token-major memory, viewed
+    as [B, S, heads, head_dim] and perhaps transposed, so the dimension with the larger stride is the tokens'
+    (equal strides: "ambiguous").
+    """
     B, S = lay.shape
     N = B * S
+    if x.dim() == 4 and x.shape[0] == B and S in (x.shape[1], x.shape[2]):
+        a, b = x.shape[1], x.shape[2]
+        if a == b == 1:  # one token, one head: both readings are the same rows
+            return x.reshape(N, -1), lay, None
+        if a == b:
+            if heads_first is None:
+                if x.stride(1) == x.stride(2):
+                    return None, None, "ambiguous"
+                heads_first = x.stride(1) < x.stride(2)
+            found = heads_first
+        else:
+            found = b == S
+        if found:
+            x = x.transpose(1, 2)
+        return x.reshape(N, -1), lay, found
     if x.dim() >= 2 and x.shape[0] == B and x.shape[1] == S:
-        return x.reshape(N, -1), lay
+        return x.reshape(N, -1), lay, None
     if x.dim() >= 1 and x.shape[0] == N:
-        return x.reshape(N, -1), lay
+        return x.reshape(N, -1), lay, None
     if x.dim() >= 3 and x.shape[0] == B and 0 < x.shape[1] < S:
         k = x.shape[1]
-        return x.reshape(B * k, -1), lay.tail(k)
+        return x.reshape(B * k, -1), lay.tail(k), None
     if x.dim() == 2 and x.shape[0] == len(lay.segments):  # one row per sequence: its last position
-        return x, lay.lasts()
-    return None, None
+        return x, lay.lasts(), None
+    return None, None, None
+
+
+def _starts(lay):
+    """{seq: its first position in lay}."""
+    out = {}
+    for s in lay.segments:
+        out[s.seq] = min(out.get(s.seq, s.pos), s.pos)
+    return out
+
+
+def _ends(lay):
+    """{seq: one past its last position in lay}."""
+    out = {}
+    for s in lay.segments:
+        out[s.seq] = max(out.get(s.seq, 0), s.pos + s.n)
+    return out
 
 
 def _parallel(tp, rank, group):

@@ -7,6 +7,7 @@ Like Go's capture.Writer, each tensor's bytes start on a 64-byte boundary of the
 metadata "bitalign.pad" of spaces sizes the message); readers do not depend on it.
 """
 
+import bisect
 import datetime
 import json
 import os
@@ -140,6 +141,7 @@ class Writer:
             os.unlink(self._tmp)
             raise
         self._prefix = {}  # (first batch?, pad) -> bytes from the batch's start to its tensor bytes
+        self._spans = {}  # (step, seq, op, role, rank, shard_start) -> sorted disjoint [pos, end) runs written
 
     def __enter__(self):
         return self
@@ -169,6 +171,9 @@ class Writer:
     ):
         """Appends one tensor. data is a numpy array (dtype taken from it unless given: pass dtype="bf16" with
         the uint16 bits) or bytes-like (dtype and shape required). shard = (dim, start, full_shape) or None.
+
+        Raises ValueError naming the op, step, seq and position when a position of (step, seq, op, role, rank,
+        shard start) is written twice (ntok positions from pos; a tensor with ntok 0 holds position pos).
         """
         if self._done:
             raise ValueError(f"bitalign_capture: {self.path}: write after close or abort")
@@ -217,6 +222,7 @@ class Writer:
                     f"bitalign_capture: {self.path}: {op}: shard dim {sdim} start {sstart} of {sfull} "
                     f"does not fit shape {shape}"
                 )
+        self._claim(op, role or "out", int(step), int(seq), int(pos), int(ntok), int(rank), sstart)
         cols = [
             None,
             [int(step)],
@@ -242,6 +248,30 @@ class Writer:
             self.abort()
             raise
         self.n += 1
+
+    def _claim(self, op, role, step, seq, pos, ntok, rank, sstart):
+        """Records that positions [pos, pos + max(ntok, 1)) of (step, seq, op, role) are written, or raises if
+        one already was: two tensors at one coordinate are a capture the diff cannot align (in a recorder,
+        usually two sequences under one seq id: give seq_ids)."""
+        key = (step, seq, op, role, rank, sstart)
+        runs = self._spans.setdefault(key, [])
+        lo, hi = pos, pos + max(ntok, 1)
+        i = bisect.bisect_left(runs, (lo,))
+        for a, b in runs[max(i - 1, 0) : i + 1]:
+            if a < hi and lo < b:
+                at = max(a, lo)
+                raise ValueError(
+                    f"bitalign_capture: {self.path}: {op} [{role}] step {step} seq {seq} pos {at} written twice "
+                    f"(positions {a}..{b - 1} already are; a second sequence under seq id {seq}? give each "
+                    "sequence its own seq_ids)"
+                )
+        # merge with touching neighbours: a decode loop keeps one run per key
+        if i < len(runs) and runs[i][0] == hi:
+            hi = runs.pop(i)[1]
+        if i > 0 and runs[i - 1][1] == lo:
+            lo = runs.pop(i - 1)[0]
+            i -= 1
+        runs.insert(i, (lo, hi))
 
     def _pad(self, arrays):
         """The pad length that puts the next tensor's bytes on an ALIGNMENT boundary of the file.

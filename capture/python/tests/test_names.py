@@ -1,3 +1,6 @@
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -26,8 +29,8 @@ def ops_of(resolved):
 
 
 def test_canonical_ops_mirror_engine_opnames():
-    ll = bc.canonical_ops("llama", 2)
-    q3 = bc.canonical_ops("qwen3", 2)
+    ll = bc.canonical_ops(2)
+    q3 = bc.canonical_ops(2, qk_norm=True)
     assert ll[:3] == ["tokens", "embed", "layers.0.attn_norm"]
     assert ll[-4:] == ["final_norm", "logits", "logprobs", "sample"]
     assert len(ll) == 2 + 2 * 15 + 4 and len(q3) == 2 + 2 * 17 + 4
@@ -36,9 +39,89 @@ def test_canonical_ops_mirror_engine_opnames():
     assert ll.index("layers.1.attn_norm") == ll.index("layers.0.mlp_residual") + 1
 
 
+def _go_consts(text, block):
+    """{Go constant name: string value} of the const block after the comment line starting with block."""
+    body = text[text.index(block) :]
+    body = body[body.index("const (") : body.index("\n)\n")]
+    return dict(re.findall(r'^\t(\w+)\s*=\s*"([^"]*)"', body, re.M))
+
+
+def test_layer_ops_are_go_capture_layer_ops():
+    """names.LAYER_OPS is capture.LayerOps(true) of capture/opnames.go, the list engine.OpNames uses."""
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "opnames.go")
+    if not os.path.exists(src):
+        pytest.skip("not in a bitalign checkout")
+    text = open(src).read()
+    suffix = _go_consts(text, "// Per-layer op suffixes")
+    body = text[text.index("func LayerOps(") : text.index("func LayerOp(")]
+    order = [suffix[n] for n in re.findall(r"\bLayer\w+\b", body) if n in suffix]
+    assert tuple(order) == names.LAYER_OPS
+    outside = _go_consts(text, "// Op names outside the layers")
+    body = text[text.index("func OpNames(") : text.index("func OpIndex(")]
+    go = [outside[n] for n in re.findall(r"\bOp[A-Z]\w*\b", body) if n in outside]
+    py = [op for op in bc.canonical_ops(0)]
+    assert go == py
+
+
+def test_op_index_follows_the_modules_the_model_has():
+    """q_norm/k_norm take their canonical place whenever the model has them (Qwen3-MoE, Gemma3 too), not only
+    for model type qwen3; a user map's other names come after the canonical list in registration order."""
+    q3 = bc.canonical_ops(2, qk_norm=True)
+    for qk in (True, False):
+        res = bc.resolve(hf_paths(2, qk), bc.HF_RULES, LLAMA)  # the config's model type plays no part
+        idx = names.op_index(res, 2)
+        want = q3 if qk else bc.canonical_ops(2)
+        assert idx == {op: i for i, op in enumerate(want)}
+    assert names.op_index(bc.resolve(hf_paths(2, True), bc.HF_RULES, LLAMA))["logits"] == q3.index("logits")
+    res = [("a", [(bc.Take("x"), "layers.0.custom")]), ("b", [(bc.Take("x"), "layers.0.attn_norm")])]
+    idx = names.op_index(res, 1)
+    assert idx["layers.0.attn_norm"] == 2 and idx["layers.0.custom"] == len(bc.canonical_ops(1))
+
+
+def gemma_paths(layers):
+    ps = ["model", "model.embed_tokens", "model.layers"]
+    for i in range(layers):
+        L = f"model.layers.{i}"
+        ps += [L, f"{L}.self_attn"]
+        ps += [f"{L}.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")]
+        ps += [f"{L}.mlp", f"{L}.mlp.gate_proj", f"{L}.mlp.up_proj", f"{L}.mlp.down_proj", f"{L}.mlp.act_fn"]
+        ps += [f"{L}.{n}_layernorm" for n in ("input", "post_attention", "pre_feedforward", "post_feedforward")]
+    return ps + ["model.norm", "model.rotary_emb", "lm_head"]
+
+
+def test_gemma_sandwich_norms_are_not_mislabelled():
+    ps = gemma_paths(2)
+    res = bc.resolve(ps, bc.HF_RULES, QWEN3)
+    by_path = dict(res)
+    assert "model.layers.0.post_attention_layernorm" not in by_path
+    assert [(t.source, n) for t, n in by_path["model.layers.1.pre_feedforward_layernorm"]] == [
+        ("out", "layers.1.mlp_norm"),
+        ("residual", "layers.1.attn_residual"),
+    ]
+    assert len(ops_of(res)) == len(set(ops_of(res)))
+    own = [p for p in ps if p.count(".") >= 2 and not p.endswith(("act_fn", "self_attn", "mlp", "rotary_emb"))]
+    own = [p for p in own if not re.fullmatch(r"model\.layers\.\d+", p)] + ["lm_head"]
+    missed = names.unmapped_modules(own, res)
+    assert missed == [f"model.layers.{i}.{n}_layernorm" for i in range(2) for n in ("post_attention", "post_feedforward")]
+    assert names.describe_paths(missed) == (
+        "model.layers.*.post_attention_layernorm (2 layers), model.layers.*.post_feedforward_layernorm (2 layers)"
+    )
+    # the Llama block keeps post_attention_layernorm as mlp_norm
+    assert [n for _, n in dict(bc.resolve(hf_paths(1, False), bc.HF_RULES, LLAMA))["model.layers.0.post_attention_layernorm"]] == [
+        "layers.0.mlp_norm",
+        "layers.0.attn_residual",
+    ]
+
+
+def test_unmapped_modules_skip_children_of_mapped_ones():
+    res = [("model.layers.0.input_layernorm", [(bc.Take("x"), "layers.0.attn_norm")])]
+    own = ["model.layers.0.input_layernorm.hf", "model.layers.0.mlp.experts", "model.layers.0.mlp.gate"]
+    assert names.unmapped_modules(own, res) == ["model.layers.0.mlp.experts", "model.layers.0.mlp.gate"]
+
+
 def test_hf_qwen3_map_covers_every_op_hooks_can_see():
     res = bc.resolve(hf_paths(2, True), bc.HF_RULES, QWEN3)
-    want = set(bc.canonical_ops("qwen3", 2)) - {"tokens", "logprobs", "sample"}
+    want = set(bc.canonical_ops(2, qk_norm=True)) - {"tokens", "logprobs", "sample"}
     want -= {f"layers.{i}.{o}" for i in range(2) for o in bc.HF_NOT_CAPTURED}
     assert set(ops_of(res)) == want
     assert len(ops_of(res)) == len(want)  # each op from exactly one place
@@ -57,7 +140,7 @@ def test_hf_qwen3_map_covers_every_op_hooks_can_see():
 def test_llama_map_has_no_qk_norm():
     res = bc.resolve(hf_paths(2, False), bc.HF_RULES, LLAMA)
     assert not [n for n in ops_of(res) if "q_norm" in n or "k_norm" in n]
-    assert set(ops_of(res)) <= set(bc.canonical_ops("llama", 2))
+    assert set(ops_of(res)) <= set(bc.canonical_ops(2))
 
 
 def test_vllm_fused_names():

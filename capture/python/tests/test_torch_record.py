@@ -47,7 +47,7 @@ def test_padded_capture_is_the_model_output(tmp_path, arch, side):
     cap = capture(m, tmp_path / "c.arrow", forward=fwd)
     out = res["out"]
     lsm = torch.log_softmax(out.logits.float(), -1)
-    canon = bc.canonical_ops(arch, 2)
+    canon = bc.canonical_ops(2, qk_norm=arch == "qwen3")
     for b, s in enumerate(SEQS):
         cols = torch.nonzero(mask[b]).flatten().tolist()
         assert len(cols) == len(s)
@@ -173,7 +173,7 @@ def test_ops_filter_inputs_and_overwrite(tmp_path):
         m(input_ids=ids)
     assert rec.written > 0
     cap = by_key(p)
-    assert {k[0] for k in cap} <= {o for o in bc.canonical_ops("llama", 2) if o.startswith("layers.1.")}
+    assert {k[0] for k in cap} <= {o for o in bc.canonical_ops(2) if o.startswith("layers.1.")}
     roles = {k[1] for k in cap}
     assert roles == {"out", "in"}
     # q_proj's input is attn_norm's output
@@ -251,9 +251,11 @@ def test_user_name_map(tmp_path):
     ops = [t["op"] for t in ts]
     assert ops[:3] == ["tokens", "embed", "layers.0.attn_norm"] and "logprobs" in ops and "layers.1.custom" in ops
     idx = {t["op"]: t["index"] for t in ts}
-    canon = bc.canonical_ops("toy", 2)
+    canon = bc.canonical_ops(2)
     assert idx["layers.1.attn_norm"] == canon.index("layers.1.attn_norm")
-    assert idx["layers.0.custom_in"] >= len(canon) and idx["layers.0.custom"] == idx["layers.0.custom_in"] + 1
+    # other names follow the canonical list in module registration order
+    assert idx["layers.0.custom_in"] == len(canon) and idx["layers.0.custom"] == len(canon) + 1
+    assert idx["layers.1.custom_in"] == len(canon) + 2
 
 
 def test_positional_arguments_are_read_like_keywords(tmp_path):

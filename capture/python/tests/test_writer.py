@@ -214,3 +214,30 @@ def test_meta_json_is_compact_and_has_go_keys():
     }
     assert m["created"].endswith("Z")
     json.dumps(m)
+
+
+def test_a_position_written_twice_is_refused(tmp_path):
+    """Two tensors at one (step, seq, pos, op, role) are refused at write time, naming them; runs that only
+    touch (a decode loop), other roles, seqs, steps and shards are fine."""
+    p = tmp_path / "dup.arrow"
+    x = np.zeros((3, 2), dtype=np.float32)
+    one = x[:1]
+    with bc.Writer(p, meta()) as w:
+        w.write("embed", x, seq=1, pos=0, ntok=3)
+        for pos in (3, 4, 6, 5):  # decode steps (and a gap filled later) touch, never overlap
+            w.write("embed", one, seq=1, pos=pos, ntok=1)
+        w.write("embed", x, seq=2, pos=0, ntok=3)
+        w.write("embed", x, seq=1, pos=0, ntok=3, role="in")
+        w.write("embed", x, seq=1, pos=0, ntok=3, step=1)
+        w.write("embed", x, seq=1, pos=0, ntok=3, shard=(1, 2, [3, 4]))
+        w.write("weight", x, ntok=0, role="weight")
+        with pytest.raises(ValueError, match=r"dup\.arrow: embed \[out\] step 0 seq 1 pos 2 written twice \(positions 0\.\.6"):
+            w.write("embed", x, seq=1, pos=2, ntok=3)
+        with pytest.raises(ValueError, match=r"embed \[out\] step 0 seq 1 pos 6 written twice"):
+            w.write("embed", one, seq=1, pos=6, ntok=1)
+    # a refused write leaves the writer as it was (a recorder's error ends its with block, which aborts)
+    assert len(bc.read(p)[1]) == 10
+    with bc.Writer(tmp_path / "w.arrow", meta()) as w:
+        w.write("weight", x, ntok=0, role="weight")
+        with pytest.raises(ValueError, match=r"weight \[weight\] step 0 seq 0 pos 0 written twice"):
+            w.write("weight", x, ntok=0, role="weight")

@@ -18,11 +18,20 @@ SIZES = dict(
 
 
 def hf_model(arch, dtype=torch.float32, seed=0, tied=False, **over):
-    """A random LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM with eager attention."""
+    """A random LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / Qwen3MoeForCausalLM (qwen3_moe) /
+    Gemma3ForCausalLM (gemma3_text) with eager attention."""
     import transformers as tf
 
     kw = dict(SIZES, tie_word_embeddings=tied, **over)
-    if arch == "llama":
+    if arch == "qwen3_moe":
+        moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
+        cfg = tf.Qwen3MoeConfig(**{"head_dim": 16, **moe, **kw})
+        cls = tf.Qwen3MoeForCausalLM
+    elif arch == "gemma3_text":
+        layer_types = ["sliding_attention", "full_attention"]
+        cfg = tf.Gemma3TextConfig(**{"head_dim": 16, "sliding_window": 4, "layer_types": layer_types, **kw})
+        cls = tf.Gemma3ForCausalLM
+    elif arch == "llama":
         cfg = tf.LlamaConfig(**kw)
         cls = tf.LlamaForCausalLM
     elif arch == "qwen2":
