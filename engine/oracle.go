@@ -183,3 +183,68 @@ func (x *opRun) oracle(dt capture.DType) ([]float32, int, error) {
 	}
 	return out, width, nil
 }
+
+// CapturedRows is one op's captured output for one sequence of one step, reassembled from any chunking over
+// positions and any TP shards, as Oracle's and RunOp's outputs are laid out.
+type CapturedRows struct {
+	op  string
+	cfg Config
+	in  OpInputs
+	st  *seqTensor
+}
+
+// Captured reassembles op's output for (in.Step, in.Seq) from in.Tensors[op]. It fails when there is none.
+func (m *Model) Captured(op string, in OpInputs) (*CapturedRows, error) {
+	if err := checkOp(m.Config, op); err != nil {
+		return nil, err
+	}
+	only := in
+	only.Tensors = map[string][]capture.Tensor{op: in.Tensors[op]}
+	asm, err := only.assemble("Captured " + op)
+	if err != nil {
+		return nil, err
+	}
+	st := asm[tensorKey{in.Step, in.Seq, op}]
+	if st == nil {
+		return nil, fmt.Errorf("engine: no %s tensor for step %d seq %d", op, in.Step, in.Seq)
+	}
+	return &CapturedRows{op: op, cfg: m.Config, in: in, st: st}, nil
+}
+
+// DType is the captured dtype.
+func (r *CapturedRows) DType() capture.DType { return r.st.dtype }
+
+// Runs returns the maximal runs of consecutive positions held completely (every column), ascending, as
+// [first position, count].
+func (r *CapturedRows) Runs() [][2]int {
+	var runs [][2]int
+	for _, p := range r.st.positions() {
+		if r.st.complete(p, 1) != nil {
+			continue
+		}
+		if n := len(runs); n > 0 && runs[n-1][0]+runs[n-1][1] == p {
+			runs[n-1][1]++
+			continue
+		}
+		runs = append(runs, [2]int{p, 1})
+	}
+	return runs
+}
+
+// Tensor returns positions [pos, pos+n) (from Runs) as one unsharded tensor, the shape Oracle and RunOp give.
+func (r *CapturedRows) Tensor(pos, n int) (capture.Tensor, error) {
+	if err := r.st.complete(pos, n); err != nil {
+		return capture.Tensor{}, fmt.Errorf("engine: captured %s step %d seq %d: %v", r.op, r.in.Step, r.in.Seq, err)
+	}
+	var data []byte
+	for p := pos; p < pos+n; p++ {
+		data = append(data, r.st.rows[p]...)
+	}
+	t := capture.Tensor{Step: r.in.Step, Seq: r.in.Seq, Pos: int64(pos), NTok: int64(n), Op: r.op,
+		Index: int32(OpIndex(r.cfg, r.op)), Role: "out", DType: r.st.dtype, Shard: capture.NoShard, Data: data,
+		Shape: []int64{int64(n), int64(r.st.width)}}
+	if opWidth(r.cfg, r.op) == 0 && r.st.width == 1 {
+		t.Shape = []int64{int64(n)}
+	}
+	return t, nil
+}

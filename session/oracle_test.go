@@ -1,0 +1,172 @@
+package session
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"bitalign/capture"
+	"bitalign/engine"
+	"bitalign/kernels"
+)
+
+func openDemo(t *testing.T, fault string, layer int) (*Session, *engine.Model) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := engine.Demo(dir, engine.DemoOptions{Fault: fault, Layer: layer}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := engine.Load(filepath.Join(dir, "checkpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), filepath.Join(dir, "trainer"), filepath.Join(dir, "sampler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, m
+}
+
+// TestLocalErrorsStaleWeights: the demo sampler's layer 2 runs on other weights. Measured against the oracle
+// of each side's own inputs, only the sampler's layer-2 ops that read those weights are far off; every other
+// op of both sides, and the engine's re-execution everywhere, is within a correct kernel's bounds, although the
+// sampler's inputs differ from the trainer's after layer 2.
+func TestLocalErrorsStaleWeights(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the engine's demo")
+	}
+	const layer = 2
+	s, m := openDemo(t, "stale-weights", layer)
+	start := time.Now()
+	calls, last := 0, 0
+	res, err := LocalErrors(context.Background(), s, m, LocalOptions{Progress: func(done, total int) {
+		calls++
+		if done != last+1 || done > total {
+			t.Errorf("progress %d/%d after %d", done, total, last)
+		}
+		last = done
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d (op, step, seq) measured in %v", len(res), time.Since(start))
+	if calls != len(res) || len(res) == 0 {
+		t.Fatalf("%d progress calls for %d results", calls, len(res))
+	}
+	weighted := map[string]bool{"attn_norm": true, "attn.q_proj": true, "attn.k_proj": true, "attn.v_proj": true,
+		"attn.o_proj": true, "mlp_norm": true, "mlp.gate_proj": true, "mlp.up_proj": true, "mlp.down_proj": true}
+	var worstOK ErrStats
+	for _, r := range res {
+		for i, side := range []LocalSide{r.A, r.B} {
+			if side.Err != "" || side.EngineErr != "" {
+				t.Fatalf("%s seq %d side %d: %s %s", r.Op, r.Seq, i, side.Err, side.EngineErr)
+			}
+			if !side.Engine.OK() {
+				t.Errorf("%s seq %d side %d: the engine is off its oracle: %+v", r.Op, r.Seq, i, side.Engine)
+			}
+			l, suffix, _ := engine.SplitLayerOp(r.Op)
+			faulty := i == 1 && l == layer && weighted[suffix] && strings.HasPrefix(r.Op, "layers.")
+			switch ok := side.Captured.OK(); {
+			case faulty && ok:
+				t.Errorf("%s seq %d: the stale sampler looks correct: %+v", r.Op, r.Seq, side.Captured)
+			case !faulty && !ok:
+				t.Errorf("%s seq %d side %d: a correct kernel is off its oracle: %+v", r.Op, r.Seq, i, side.Captured)
+			case faulty && side.Captured.Scale < 0x1p-10:
+				t.Errorf("%s seq %d: the stale weights are only %.3g of the RMS off", r.Op, r.Seq, side.Captured.Scale)
+			case !faulty && side.Captured.DType != capture.F32:
+				worstOK.MaxULP = max(worstOK.MaxULP, side.Captured.MaxULP)
+			case !faulty:
+				worstOK.Scale = max(worstOK.Scale, side.Captured.Scale)
+			}
+		}
+	}
+	t.Logf("correct ops: max %d ulp (bf16), %.3g of the row's RMS (float32)", worstOK.MaxULP, worstOK.Scale)
+	one, err := LocalError(context.Background(), s, m, engine.LayerOp(layer, "attn.q_proj"), engine.DemoStep, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stale %s seq 0: trainer %d ulp, sampler %d ulp (%d of %d elements inexact, %.3g of the RMS at %+v)",
+		one.Op, one.A.Captured.MaxULP, one.B.Captured.MaxULP, one.B.Captured.Inexact, one.B.Captured.Elements,
+		one.B.Captured.Scale, *one.B.Captured.WorstScale)
+	if _, err := LocalError(context.Background(), s, m, engine.OpSample, engine.DemoStep, 0); err == nil {
+		t.Error("LocalError of sample succeeded")
+	}
+	if _, err := LocalError(context.Background(), s, m, "layers.9.attn_norm", engine.DemoStep, 0); err == nil {
+		t.Error("LocalError of a layer the model lacks succeeded")
+	}
+}
+
+// TestLocalErrorPlantedRow: the sampler's model has one q_proj weight row scaled by 1.25. Its q_proj is far
+// from its oracle in that column only; the trainer's is within bounds, and so is every later op of the sampler
+// (measured from its own, already different, inputs).
+func TestLocalErrorPlantedRow(t *testing.T) {
+	cfg := engine.Config{Architecture: engine.ArchQwen2, Vocab: 64, Hidden: 64, Intermediate: 128, Layers: 2,
+		Heads: 4, KVHeads: 2, HeadDim: 16, RopeTheta: 10000, Eps: 1e-6, MaxPositions: 64, DType: capture.BF16,
+		QKVBias: true}
+	m := engine.NewRandom(cfg, 4)
+	bad := *m
+	bad.Layers = append([]engine.Layer(nil), m.Layers...)
+	const row = 5
+	q := append([]float32(nil), m.Layers[1].Q...)
+	for k := row * cfg.Hidden; k < (row+1)*cfg.Hidden; k++ {
+		q[k] = kernels.BF16.Round(q[k] * 1.25)
+	}
+	bad.Layers[1].Q = q
+	root := t.TempDir()
+	prompts := [][]int32{{1, 2, 3, 4, 5}, {9, 8, 7}}
+	out, err := bad.Sample(context.Background(), prompts, engine.SampleOptions{RunOptions: engine.RunOptions{TP: 1,
+		Seed: 3, CaptureDir: filepath.Join(root, "sampler")}, Slots: 2, MaxNew: []int{6, 6}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs [][]int32
+	var plen []int
+	for _, s := range out.Seqs {
+		seqs, plen = append(seqs, s.Tokens), append(plen, s.Prompt)
+	}
+	if _, err := m.Train(context.Background(), seqs, engine.TrainOptions{RunOptions: engine.RunOptions{TP: 2, Seed: 3,
+		CaptureDir: filepath.Join(root, "trainer")}, PromptLens: plen}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), filepath.Join(root, "trainer"), filepath.Join(root, "sampler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := LocalErrors(context.Background(), s, m, LocalOptions{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted := engine.LayerOp(1, "attn.q_proj")
+	seen := 0
+	for _, r := range res {
+		if r.A.Err != "" || r.B.Err != "" {
+			t.Fatalf("%s seq %d: %q %q", r.Op, r.Seq, r.A.Err, r.B.Err)
+		}
+		if !r.A.Captured.OK() {
+			t.Errorf("trainer %s seq %d off its oracle: %+v", r.Op, r.Seq, r.A.Captured)
+		}
+		if r.Op != planted {
+			if !r.B.Captured.OK() {
+				t.Errorf("sampler %s seq %d off its oracle: %+v", r.Op, r.Seq, r.B.Captured)
+			}
+			continue
+		}
+		seen++
+		b := r.B.Captured
+		if b.OK() || b.WorstULP == nil || b.WorstULP.Col != row || b.Scale < 0.01 {
+			t.Errorf("sampler %s seq %d: %+v, want a large error in column %d", r.Op, r.Seq, b, row)
+		} else {
+			t.Logf("sampler %s seq %d: %d ulp, %.3g of the RMS, worst at %+v", r.Op, r.Seq, b.MaxULP, b.Scale, *b.WorstULP)
+		}
+		if b.Inexact > int64(r.B.Positions) { // one column per position at most
+			t.Errorf("sampler %s seq %d: %d inexact elements over %d positions", r.Op, r.Seq, b.Inexact, r.B.Positions)
+		}
+	}
+	if seen != len(seqs) {
+		t.Fatalf("%d results for %s, want %d", seen, planted, len(seqs))
+	}
+}
