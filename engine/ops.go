@@ -114,8 +114,9 @@ func SplitLayerOp(op string) (layer int, suffix string, ok bool) {
 }
 
 // Producers names the ops whose outputs op reads, in argument order. `tokens` has none. The attention
-// (`layers.L.attn.sdpa`) reads q_rope at its own positions and k_rope, v_proj at every position ≤ the query's;
-// `logprobs` reads `tokens` at pos+1. It returns nil for an op not in OpNames(cfg).
+// (`layers.L.attn.sdpa`) reads q_rope at its own positions and k_rope, v_proj at every position ≤ the query's
+// (AltProducers when q_rope and k_rope are not captured); `logprobs` reads `tokens` at pos+1. It returns nil
+// for an op not in OpNames(cfg).
 func Producers(cfg Config, op string) []string {
 	if OpIndex(cfg, op) < 0 {
 		return nil

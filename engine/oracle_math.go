@@ -90,68 +90,144 @@ func roundSum(s, abs float64, n int, dt capture.DType, exact func() *big.Float) 
 	if lo, hi := roundOnce(s-e, 0, dt), roundOnce(s+e, 0, dt); lo == hi && (lo != 0 || s-e > 0 || s+e < 0) {
 		return lo
 	}
-	return roundBig(exact(), dt)
+	if x := exact(); x != nil {
+		return roundBig(x, dt)
+	}
+	return roundOnce(s, 0, dt) // not exactly summable: the float64 sum
 }
-
-// sumPrec is the precision of an exact sum of products of two float32 values: their exponents span
-// [-298, 256], plus 64 bits of carries.
-const sumPrec = 640
 
 // roundBig rounds an exact big.Float to dt once.
 func roundBig(x *big.Float, dt capture.DType) float32 {
 	hi, _ := x.Float64()
-	lo, _ := new(big.Float).SetPrec(sumPrec).Sub(x, big.NewFloat(hi)).Float64()
+	lo, _ := new(big.Float).SetPrec(x.MinPrec()+64).Sub(x, big.NewFloat(hi)).Float64()
 	return roundOnce(hi, lo, dt)
 }
 
-// exactDot returns Σ x[k]·w[k] + bias exactly (every product of two float32 values is exact in float64).
-func exactDot(x []float64, w []float32, bias float64) *big.Float {
-	acc := new(big.Float).SetPrec(sumPrec)
-	t := new(big.Float).SetPrec(sumPrec)
-	for k, xv := range x {
-		acc.Add(acc, t.SetFloat64(xv*float64(w[k])))
+// exactAcc is an exact fixed-point accumulator for sums of float64 values m·2^e (m < 2^53) with
+// e ≥ exactMinExp: 32-bit limbs at weights 2^(exactMinExp + 32i) held in int64s, so each limb absorbs 2^31
+// additions before it could overflow. Products of two float32 values (≥ 2^-298 in magnitude, e ≥ -350, and
+// < 2^256) always fit.
+type exactAcc [exactLimbs]int64
+
+const (
+	exactMinExp = -352
+	exactLimbs  = 22 // 704 bits: up to 2^352
+)
+
+// add adds v exactly; it reports false when v is outside the accumulator's range (the caller falls back).
+func (a *exactAcc) add(v float64) bool {
+	if v == 0 {
+		return true
 	}
-	return acc.Add(acc, t.SetFloat64(bias))
+	fr, e := math.Frexp(v) // v = fr·2^e, 0.5 ≤ |fr| < 1
+	m := int64(math.Ldexp(fr, 53))
+	e -= 53
+	off := e - exactMinExp
+	if off < 0 || off/32+3 > exactLimbs {
+		return false
+	}
+	neg := m < 0
+	u := uint64(m)
+	if neg {
+		u = uint64(-m)
+	}
+	i, sh := off/32, uint(off%32)
+	lo := u << sh
+	var hi uint64
+	if sh > 0 {
+		hi = u >> (64 - sh)
+	}
+	c := [3]int64{int64(lo & 0xffffffff), int64(lo >> 32), int64(hi)}
+	for j, x := range c {
+		if neg {
+			x = -x
+		}
+		a[i+j] += x
+	}
+	return true
+}
+
+// value returns the exact sum.
+func (a *exactAcc) value() *big.Float {
+	v, t := new(big.Int), new(big.Int)
+	for i := exactLimbs - 1; i >= 0; i-- {
+		v.Lsh(v, 32)
+		v.Add(v, t.SetInt64(a[i]))
+	}
+	f := new(big.Float).SetPrec(uint(max(v.BitLen(), 64))).SetInt(v)
+	return f.SetMantExp(f, exactMinExp)
+}
+
+// exactDot returns Σ x[k]·w[k] + bias exactly (every product of two float32 values is exact in float64); nil
+// when a term is outside exactAcc's range (not a product of float32 values).
+func exactDot(x []float64, w []float32, bias float64) *big.Float {
+	var acc exactAcc
+	for k, xv := range x {
+		if !acc.add(xv * float64(w[k])) {
+			return nil
+		}
+	}
+	if !acc.add(bias) {
+		return nil
+	}
+	return acc.value()
 }
 
 // oracleMatmul computes out (M, N) = x (M, K) · wᵀ + bias, w (N, K), each element the exact dot product
-// rounded once to dt. Four output columns at a time share each x value (independent float64 chains).
+// rounded once to dt. The float64 sums' error bound takes Σ|x_k·w_k| ≤ ‖x‖·‖w‖ (Cauchy–Schwarz), so the inner
+// loop is only the products and sums; four output columns at a time share each x value (independent chains).
 func oracleMatmul(out []float32, x []float32, w, bias []float32, M, K, N int, dt capture.DType) {
+	wn := make([]float64, N) // ‖w_n‖, rounded up
+	for n := range wn {
+		wn[n] = norm2(w[n*K : (n+1)*K])
+	}
 	xr := make([]float64, K)
 	for m := 0; m < M; m++ {
 		for k := range xr {
 			xr[k] = float64(x[m*K+k])
 		}
+		xn := norm2(x[m*K : (m+1)*K])
 		n := 0
 		for ; n+4 <= N; n += 4 {
 			w0, w1, w2, w3 := w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K]
-			var s0, s1, s2, s3, a0, a1, a2, a3 float64
+			w0, w1, w2, w3 = w0[:len(xr)], w1[:len(xr)], w2[:len(xr)], w3[:len(xr)]
+			var s0, s1, s2, s3 float64
 			for k, xv := range xr {
-				p0, p1, p2, p3 := xv*float64(w0[k]), xv*float64(w1[k]), xv*float64(w2[k]), xv*float64(w3[k])
-				s0, s1, s2, s3 = s0+p0, s1+p1, s2+p2, s3+p3
-				a0, a1, a2, a3 = a0+math.Abs(p0), a1+math.Abs(p1), a2+math.Abs(p2), a3+math.Abs(p3)
+				s0 += xv * float64(w0[k])
+				s1 += xv * float64(w1[k])
+				s2 += xv * float64(w2[k])
+				s3 += xv * float64(w3[k])
 			}
-			for j, sa := range [4][2]float64{{s0, a0}, {s1, a1}, {s2, a2}, {s3, a3}} {
-				out[m*N+n+j] = finishDot(sa[0], sa[1], xr, w[(n+j)*K:(n+j+1)*K], bias, n+j, dt)
+			for j, s := range [4]float64{s0, s1, s2, s3} {
+				out[m*N+n+j] = finishDot(s, xn*wn[n+j], xr, w[(n+j)*K:(n+j+1)*K], bias, n+j, dt)
 			}
 		}
 		for ; n < N; n++ {
-			wn := w[n*K : (n+1)*K]
-			var s, a float64
+			wr := w[n*K : (n+1)*K]
+			var s float64
 			for k, xv := range xr {
-				p := xv * float64(wn[k])
-				s, a = s+p, a+math.Abs(p)
+				s += xv * float64(wr[k])
 			}
-			out[m*N+n] = finishDot(s, a, xr, wn, bias, n, dt)
+			out[m*N+n] = finishDot(s, xn*wn[n], xr, wr, bias, n, dt)
 		}
 	}
 }
 
-// finishDot adds column n's bias to a float64 dot product and rounds it once (roundSum).
-func finishDot(s, a float64, x []float64, w, bias []float32, n int, dt capture.DType) float32 {
+// norm2 is ‖v‖₂ in float64, rounded up by a margin that covers its own rounding errors.
+func norm2(v []float32) float64 {
+	var ss float64
+	for _, x := range v {
+		ss += float64(x) * float64(x)
+	}
+	return math.Sqrt(ss) * (1 + gamma(len(v)+2))
+}
+
+// finishDot adds column n's bias to a float64 dot product whose terms' magnitudes sum to at most abs, and
+// rounds it once (roundSum).
+func finishDot(s, abs float64, x []float64, w, bias []float32, n int, dt capture.DType) float32 {
 	b := 0.0
 	if bias != nil {
 		b = float64(bias[n])
 	}
-	return roundSum(s+b, a+math.Abs(b), len(x)+1, dt, func() *big.Float { return exactDot(x, w, b) })
+	return roundSum(s+b, abs+math.Abs(b), len(x)+1, dt, func() *big.Float { return exactDot(x, w, b) })
 }

@@ -276,3 +276,25 @@ func TestOracleMatmulCancellation(t *testing.T) {
 		t.Fatalf("oracle dot + bias = %g, want 1.5", out[0])
 	}
 }
+
+// TestExactDot checks the fixed-point accumulator against math/big on products spanning float32's range.
+func TestExactDot(t *testing.T) {
+	rng := splitmix64(11)
+	for trial := 0; trial < 200; trial++ {
+		n := 1 + int(rng.next()%300)
+		x, w := make([]float64, n), make([]float32, n)
+		want := new(big.Float).SetPrec(2000)
+		for k := range x {
+			// exponents from float32 subnormals to near overflow
+			x[k] = float64(float32(math.Ldexp(rng.uniform(), int(rng.next()%250)-149)))
+			w[k] = float32(math.Ldexp(rng.uniform(), int(rng.next()%250)-149))
+			want.Add(want, new(big.Float).SetFloat64(x[k]*float64(w[k])))
+		}
+		bias := float64(float32(rng.uniform()))
+		want.Add(want, new(big.Float).SetFloat64(bias))
+		got := exactDot(x, w, bias)
+		if got == nil || got.Cmp(want) != 0 {
+			t.Fatalf("trial %d: exactDot = %v, want %v", trial, got, want)
+		}
+	}
+}

@@ -16,7 +16,8 @@ type OpInputs struct {
 	// Tensors holds producers' captured outputs by op name (Producers(cfg, op)): any chunking over positions
 	// (a trainer's one tensor per sequence, a sampler's prefill chunk and decode steps) and any TP shards
 	// (column-parallel ops from every rank); tensors of other sequences or steps are ignored. RunOp needs rows
-	// [Pos, Pos+N) of each producer, rows 0..Pos+N-1 of k_rope and v_proj for the attention, and for logprobs
+	// [Pos, Pos+N) of each producer, rows 0..Pos+N-1 of k_rope and v_proj for the attention (without q_rope or
+	// k_rope: AltProducers, rotated by the model's RoPE at their positions), and for logprobs
 	// the tokens at Pos+1..Pos+N: from "tokens", or from "sample" at the position before where "tokens" ends
 	// (the sampler's drawn token is the next input).
 	Tensors  map[string][]capture.Tensor
