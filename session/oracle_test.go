@@ -2,6 +2,8 @@ package session
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -192,5 +194,99 @@ func BenchmarkLocalErrors(b *testing.B) {
 		if _, err := LocalErrors(context.Background(), s, m, LocalOptions{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestLocalErrorsTransformers measures the committed transformers captures (testdata/python: a float32 Qwen3,
+// eager attention; a trainer forward and a generate loop) against the oracle: every op of both sides, the
+// attention from q_norm/k_norm with the checkpoint's RoPE (transformers captures no q_rope/k_rope) and the last
+// log-probability from the trainer's final token, is within a correct kernel's tolerance, and so is the engine
+// from the same inputs, though neither is bitwise the other.
+func TestLocalErrorsTransformers(t *testing.T) {
+	dir := filepath.Join("..", "testdata", "python")
+	m, err := engine.Load(filepath.Join(dir, "checkpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), filepath.Join(dir, "trainer.arrow"), filepath.Join(dir, "sampler.arrow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := LocalErrors(context.Background(), s, m, LocalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	var worst ErrStats
+	for _, r := range res {
+		count[r.Op]++
+		for i, side := range []LocalSide{r.A, r.B} {
+			if side.Err != "" || side.EngineErr != "" || side.Positions == 0 {
+				t.Fatalf("%s seq %d side %d: %d positions, %q %q", r.Op, r.Seq, i, side.Positions, side.Err, side.EngineErr)
+			}
+			if !side.Captured.OK() || !side.Engine.OK() {
+				t.Errorf("%s seq %d side %d: transformers %+v, engine %+v", r.Op, r.Seq, i, side.Captured, side.Engine)
+			}
+			worst.MaxULP = max(worst.MaxULP, side.Captured.MaxULP)
+			worst.Scale = max(worst.Scale, side.Captured.Scale)
+		}
+		if r.Op == engine.OpLogprobs && r.A.Positions != [...]int{4, 3}[r.Seq] {
+			t.Errorf("trainer logprobs of seq %d at %d positions: the final token's is missing", r.Seq, r.A.Positions)
+		}
+	}
+	for _, op := range engine.OpNames(m.Config) {
+		want := 2
+		if strings.HasSuffix(op, "_rope") || !hasOracle(op) {
+			want = 0 // RoPE is a function in transformers: not captured
+		}
+		if count[op] != want {
+			t.Errorf("%s measured for %d sequences, want %d", op, count[op], want)
+		}
+	}
+	t.Logf("transformers float32: at most %d ulp, %.3g of the row's RMS from the oracle", worst.MaxULP, worst.Scale)
+}
+
+func TestNarrowedDType(t *testing.T) {
+	mk := func(vals []float32) capture.Tensor {
+		tn := capture.Tensor{Op: engine.OpLogits, DType: capture.F32, Shape: []int64{1, int64(len(vals))}, NTok: 1}
+		for _, v := range vals {
+			tn.Data = binary.LittleEndian.AppendUint32(tn.Data, math.Float32bits(v))
+		}
+		return tn
+	}
+	bf := make([]float32, narrowMin)
+	for i := range bf {
+		bf[i] = kernels.BF16.Round(float32(i)*0.37 - 5)
+	}
+	if dt := narrowedDType(mk(bf), capture.BF16); dt != capture.BF16 {
+		t.Errorf("bf16 values in float32: %s, want bf16", dt)
+	}
+	if dt := narrowedDType(mk(bf), capture.F32); dt != capture.F32 {
+		t.Errorf("a float32 model's logits: %s, want f32", dt)
+	}
+	if dt := narrowedDType(mk(bf[:narrowMin-1]), capture.BF16); dt != capture.F32 {
+		t.Errorf("%d values: %s, want f32 (too few to tell)", narrowMin-1, dt)
+	}
+	other := append([]float32(nil), bf...)
+	other[7] = 1.0000001
+	if dt := narrowedDType(mk(other), capture.BF16); dt != capture.F32 {
+		t.Errorf("one float32 value among bf16 ones: %s, want f32", dt)
+	}
+	// measured in bf16: the oracle one bf16 ulp away in one element
+	oracle := capture.Tensor{Op: engine.OpLogits, DType: capture.BF16, Shape: []int64{1, int64(len(bf))}, NTok: 1}
+	for i, v := range bf {
+		b := kernels.ToBF16Bits(v)
+		if i == 3 {
+			b++
+		}
+		oracle.Data = binary.LittleEndian.AppendUint16(oracle.Data, b)
+	}
+	var acc statsAcc
+	if err := acc.add(mk(bf), oracle); err != nil {
+		t.Fatal(err)
+	}
+	if acc.DType != capture.BF16 || acc.MaxULP != 1 || acc.Inexact != 1 || acc.WorstULP.Col != 3 || !acc.OK() {
+		t.Errorf("stats %+v", acc.ErrStats)
 	}
 }
