@@ -275,23 +275,28 @@ func (o *oracleSide) measure(m *engine.Model, op string, step, seq int64) LocalS
 		ls.Err = err.Error()
 		return ls
 	}
-	ls.DType = rows.DType()
+	runs := rows.Runs()
+	if len(runs) == 0 {
+		ls.Err = fmt.Sprintf("no position of %s at step %d seq %d is complete (a rank's shard missing?)", op, step, seq)
+		return ls
+	}
+	got := make([]capture.Tensor, len(runs))
+	for i, run := range runs {
+		if got[i], err = rows.Tensor(run[0], run[1]); err != nil {
+			ls.Err = err.Error()
+			return ls
+		}
+	}
+	ls.DType = narrowedDType(got, m.Config.DType)
 	var capAcc, engAcc statsAcc
-	for _, run := range rows.Runs() {
+	for i, run := range runs {
 		in.Pos, in.N = run[0], run[1]
-		got, err := rows.Tensor(run[0], run[1])
+		oracle, err := m.Oracle(op, in, ls.DType)
 		if err != nil {
 			ls.Err = err.Error()
 			return ls
 		}
-		dt := narrowedDType(got, m.Config.DType)
-		ls.DType = dt
-		oracle, err := m.Oracle(op, in, dt)
-		if err != nil {
-			ls.Err = err.Error()
-			return ls
-		}
-		if err := capAcc.add(got, oracle); err != nil {
+		if err := capAcc.add(got[i], oracle); err != nil {
 			ls.Err = err.Error()
 			return ls
 		}
@@ -319,24 +324,37 @@ func (o *oracleSide) measure(m *engine.Model, op string, step, seq int64) LocalS
 	return ls
 }
 
-// narrowedDType is the precision a side's output is compared in: its captured dtype, except a float32 tensor
-// of a bf16 or f16 model that holds at least narrowMin elements, all of them values of the model dtype: that
-// side computed the op in the model dtype and widened it when recording (transformers' lm_head runs in the
-// model dtype; bitalign_capture stores logits as float32). The chance that narrowMin float32 values that were
-// not rounded to bf16 all are bf16 values is 2^-1024.
-func narrowedDType(t capture.Tensor, model capture.DType) capture.DType {
-	if t.DType != capture.F32 || (model != capture.BF16 && model != capture.F16) || len(t.Data) < 4*narrowMin {
-		return t.DType
+// narrowedDType is the precision a side's output (its runs of positions) is compared in: its captured dtype,
+// except float32 tensors of a bf16 or f16 model that hold at least narrowMin elements in all, every one a value
+// of the model dtype: that side computed the op in the model dtype and widened it when recording (transformers'
+// lm_head runs in the model dtype; bitalign_capture stores logits as float32). The chance that narrowMin float32
+// values that were not rounded to bf16 all are bf16 values is 2^-1024.
+func narrowedDType(ts []capture.Tensor, model capture.DType) capture.DType {
+	if len(ts) == 0 {
+		return capture.InvalidDType
+	}
+	if model != capture.BF16 && model != capture.F16 {
+		return ts[0].DType
 	}
 	kd := kernels.BF16
 	if model == capture.F16 {
 		kd = kernels.F16
 	}
-	for i := 0; i+4 <= len(t.Data); i += 4 {
-		v := math.Float32frombits(binary.LittleEndian.Uint32(t.Data[i:]))
-		if r := kd.Round(v); math.Float32bits(r) != math.Float32bits(v) && v == v {
+	n := 0
+	for _, t := range ts {
+		if t.DType != capture.F32 {
 			return t.DType
 		}
+		for i := 0; i+4 <= len(t.Data); i += 4 {
+			v := math.Float32frombits(binary.LittleEndian.Uint32(t.Data[i:]))
+			if r := kd.Round(v); math.Float32bits(r) != math.Float32bits(v) && v == v {
+				return capture.F32
+			}
+		}
+		n += len(t.Data) / 4
+	}
+	if n < narrowMin {
+		return capture.F32
 	}
 	return model
 }

@@ -259,18 +259,21 @@ func TestNarrowedDType(t *testing.T) {
 	for i := range bf {
 		bf[i] = kernels.BF16.Round(float32(i)*0.37 - 5)
 	}
-	if dt := narrowedDType(mk(bf), capture.BF16); dt != capture.BF16 {
+	if dt := narrowedDType([]capture.Tensor{mk(bf)}, capture.BF16); dt != capture.BF16 {
 		t.Errorf("bf16 values in float32: %s, want bf16", dt)
 	}
-	if dt := narrowedDType(mk(bf), capture.F32); dt != capture.F32 {
+	if dt := narrowedDType([]capture.Tensor{mk(bf)}, capture.F32); dt != capture.F32 {
 		t.Errorf("a float32 model's logits: %s, want f32", dt)
 	}
-	if dt := narrowedDType(mk(bf[:narrowMin-1]), capture.BF16); dt != capture.F32 {
+	if dt := narrowedDType([]capture.Tensor{mk(bf[:narrowMin-1])}, capture.BF16); dt != capture.F32 {
 		t.Errorf("%d values: %s, want f32 (too few to tell)", narrowMin-1, dt)
+	}
+	if dt := narrowedDType([]capture.Tensor{mk(bf[:narrowMin/2]), mk(bf[narrowMin/2:])}, capture.BF16); dt != capture.BF16 {
+		t.Errorf("two runs of %d bf16 values: %s, want bf16", narrowMin/2, dt)
 	}
 	other := append([]float32(nil), bf...)
 	other[7] = 1.0000001
-	if dt := narrowedDType(mk(other), capture.BF16); dt != capture.F32 {
+	if dt := narrowedDType([]capture.Tensor{mk(other)}, capture.BF16); dt != capture.F32 {
 		t.Errorf("one float32 value among bf16 ones: %s, want f32", dt)
 	}
 	// measured in bf16: the oracle one bf16 ulp away in one element
