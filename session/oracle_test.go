@@ -101,75 +101,95 @@ func TestLocalErrorsStaleWeights(t *testing.T) {
 	}
 }
 
-// TestLocalErrorPlantedRow: the sampler's model has one q_proj weight row scaled by 1.25. Its q_proj is far
-// from its oracle in that column only; the trainer's is within bounds, and so is every later op of the sampler
-// (measured from its own, already different, inputs).
-func TestLocalErrorPlantedRow(t *testing.T) {
+// TestLocalErrorPlanted plants a bug in the sampler's model: one q_proj weight row scaled by 1.25, or
+// rms_norm_eps 0.1 instead of 1e-6. Measured with the true model, the sampler's faulty ops are far from their
+// oracle (the row: in that column only); the trainer is within tolerance everywhere, and so is every other op
+// of the sampler (measured from its own, already different, inputs).
+func TestLocalErrorPlanted(t *testing.T) {
 	cfg := engine.Config{Architecture: engine.ArchQwen2, Vocab: 64, Hidden: 64, Intermediate: 128, Layers: 2,
 		Heads: 4, KVHeads: 2, HeadDim: 16, RopeTheta: 10000, Eps: 1e-6, MaxPositions: 64, DType: capture.BF16,
 		QKVBias: true}
 	m := engine.NewRandom(cfg, 4)
-	bad := *m
-	bad.Layers = append([]engine.Layer(nil), m.Layers...)
 	const row = 5
-	q := append([]float32(nil), m.Layers[1].Q...)
-	for k := row * cfg.Hidden; k < (row+1)*cfg.Hidden; k++ {
-		q[k] = kernels.BF16.Round(q[k] * 1.25)
-	}
-	bad.Layers[1].Q = q
-	root := t.TempDir()
-	prompts := [][]int32{{1, 2, 3, 4, 5}, {9, 8, 7}}
-	out, err := bad.Sample(context.Background(), prompts, engine.SampleOptions{RunOptions: engine.RunOptions{TP: 1,
-		Seed: 3, CaptureDir: filepath.Join(root, "sampler")}, Slots: 2, MaxNew: []int{6, 6}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seqs [][]int32
-	var plen []int
-	for _, s := range out.Seqs {
-		seqs, plen = append(seqs, s.Tokens), append(plen, s.Prompt)
-	}
-	if _, err := m.Train(context.Background(), seqs, engine.TrainOptions{RunOptions: engine.RunOptions{TP: 2, Seed: 3,
-		CaptureDir: filepath.Join(root, "trainer")}, PromptLens: plen}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(context.Background(), filepath.Join(root, "trainer"), filepath.Join(root, "sampler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	res, err := LocalErrors(context.Background(), s, m, LocalOptions{Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	planted := engine.LayerOp(1, "attn.q_proj")
-	seen := 0
-	for _, r := range res {
-		if r.A.Err != "" || r.B.Err != "" {
-			t.Fatalf("%s seq %d: %q %q", r.Op, r.Seq, r.A.Err, r.B.Err)
+	scaledRow := func() *engine.Model {
+		bad := *m
+		bad.Layers = append([]engine.Layer(nil), m.Layers...)
+		q := append([]float32(nil), m.Layers[1].Q...)
+		for k := row * cfg.Hidden; k < (row+1)*cfg.Hidden; k++ {
+			q[k] = kernels.BF16.Round(q[k] * 1.25)
 		}
-		if !r.A.Captured.OK() {
-			t.Errorf("trainer %s seq %d off its oracle: %+v", r.Op, r.Seq, r.A.Captured)
-		}
-		if r.Op != planted {
-			if !r.B.Captured.OK() {
-				t.Errorf("sampler %s seq %d off its oracle: %+v", r.Op, r.Seq, r.B.Captured)
+		bad.Layers[1].Q = q
+		return &bad
+	}
+	bigEps := func() *engine.Model {
+		bad := *m
+		bad.Config.Eps = 0.1
+		return &bad
+	}
+	for _, c := range []struct {
+		name   string
+		bad    *engine.Model
+		faulty func(op string) bool
+		col    int64 // the column of the worst element, -1: any
+	}{
+		{"q_proj row", scaledRow(), func(op string) bool { return op == engine.LayerOp(1, "attn.q_proj") }, row},
+		{"eps", bigEps(), func(op string) bool { return strings.HasSuffix(op, "norm") }, -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			prompts := [][]int32{{1, 2, 3, 4, 5}, {9, 8, 7}}
+			out, err := c.bad.Sample(context.Background(), prompts, engine.SampleOptions{RunOptions: engine.RunOptions{TP: 1,
+				Seed: 3, CaptureDir: filepath.Join(root, "sampler")}, Slots: 2, MaxNew: []int{6, 6}})
+			if err != nil {
+				t.Fatal(err)
 			}
-			continue
-		}
-		seen++
-		b := r.B.Captured
-		if b.OK() || b.WorstULP == nil || b.WorstULP.Col != row || b.Scale < 0.01 {
-			t.Errorf("sampler %s seq %d: %+v, want a large error in column %d", r.Op, r.Seq, b, row)
-		} else {
-			t.Logf("sampler %s seq %d: %d ulp, %.3g of the RMS, worst at %+v", r.Op, r.Seq, b.MaxULP, b.Scale, *b.WorstULP)
-		}
-		if b.Inexact > int64(r.B.Positions) { // one column per position at most
-			t.Errorf("sampler %s seq %d: %d inexact elements over %d positions", r.Op, r.Seq, b.Inexact, r.B.Positions)
-		}
-	}
-	if seen != len(seqs) {
-		t.Fatalf("%d results for %s, want %d", seen, planted, len(seqs))
+			var seqs [][]int32
+			var plen []int
+			for _, s := range out.Seqs {
+				seqs, plen = append(seqs, s.Tokens), append(plen, s.Prompt)
+			}
+			if _, err := m.Train(context.Background(), seqs, engine.TrainOptions{RunOptions: engine.RunOptions{TP: 2, Seed: 3,
+				CaptureDir: filepath.Join(root, "trainer")}, PromptLens: plen}); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(context.Background(), filepath.Join(root, "trainer"), filepath.Join(root, "sampler"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			res, err := LocalErrors(context.Background(), s, m, LocalOptions{Workers: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := 0
+			for _, r := range res {
+				if r.A.Err != "" || r.B.Err != "" {
+					t.Fatalf("%s seq %d: %q %q", r.Op, r.Seq, r.A.Err, r.B.Err)
+				}
+				if !r.A.Captured.OK() {
+					t.Errorf("trainer %s seq %d off its oracle: %+v", r.Op, r.Seq, r.A.Captured)
+				}
+				if !c.faulty(r.Op) {
+					if !r.B.Captured.OK() {
+						t.Errorf("sampler %s seq %d off its oracle: %+v", r.Op, r.Seq, r.B.Captured)
+					}
+					continue
+				}
+				seen++
+				b := r.B.Captured
+				if b.OK() || b.WorstULP == nil || (c.col >= 0 && b.WorstULP.Col != c.col) || b.Scale < 0.01 {
+					t.Errorf("sampler %s seq %d: %+v, want a large error (column %d)", r.Op, r.Seq, b, c.col)
+					continue
+				}
+				t.Logf("sampler %s seq %d: %d ulp, %.3g of the RMS, worst at %+v", r.Op, r.Seq, b.MaxULP, b.Scale, *b.WorstULP)
+				if c.col >= 0 && b.Inexact > int64(r.B.Positions) { // one column per position at most
+					t.Errorf("sampler %s seq %d: %d inexact elements over %d positions", r.Op, r.Seq, b.Inexact, r.B.Positions)
+				}
+			}
+			if seen == 0 {
+				t.Fatal("no faulty op measured")
+			}
+		})
 	}
 }
 
