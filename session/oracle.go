@@ -63,10 +63,11 @@ type ErrStats struct {
 	WorstScale     *Coord // the element of Scale
 }
 
-// The tolerance of a correct kernel (ErrStats.OutOfTolerance). The canonical engine is at most 2 ulps (bf16, f16)
-// and 2^-20.3 of the row's RMS (float32 sums over 64..512 terms) from its oracle; a float32 accumulation over K
-// terms grows as √K·2^-24, so 2^-16 leaves room for K in the ten thousands. Bugs seen: one weight row scaled by
-// 1.25 (0.28 of the RMS), stale weights (2^-6 relative: 0.05), a residual add fused into the norm (2^-9).
+// The tolerance of a correct kernel (ErrStats.OutOfTolerance; docs/arithmetic.md §17 has the measurements). The
+// canonical engine is at most 2 ulps (bf16, f16) and 2^-20.3 of the row's RMS (float32 sums over 64..512 terms)
+// from its oracle; a float32 accumulation over K terms grows as √K·2^-24, so 2^-16 leaves room for K in the
+// ten thousands. The bugs measured are 10^-2 of the RMS and more (approximate exp, bf16 all-reduce partials,
+// stale weights, a scaled weight row).
 const (
 	ToleranceULP   = 4
 	ToleranceScale = 0x1p-16
