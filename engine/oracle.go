@@ -11,7 +11,7 @@ import (
 // (the same OpInputs: one side's captured producers), as the exact math function of those inputs rounded once
 // to the output dtype: the correctly rounded result of that side's inputs, against which a kernel's local
 // error is measured. The rounding points inside an op that the model itself defines (RMSNorm's cast before the
-// weight, SwiGLU's rounded SiLU, RoPE's rounded cos/sin and products) are kept; docs/arithmetic.md ("Oracle")
+// weight, SwiGLU's rounded SiLU, RoPE's rounded cos/sin and products) are kept; docs/arithmetic.md ("The oracle")
 // lists them and says where float64 is exact and where it is only correctly rounded away from ties.
 //
 // out is the dtype to round to: capture.InvalidDType for the op's own (the model dtype; F32 for logits and

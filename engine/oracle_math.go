@@ -8,7 +8,7 @@ import (
 	"bitalign/kernels"
 )
 
-// The oracle's arithmetic (docs/arithmetic.md, "Oracle"): float64 values with their rounding error tracked where
+// The oracle's arithmetic (docs/arithmetic.md, "The oracle"): float64 values with their rounding error tracked where
 // it matters, rounded once to the output dtype.
 
 // precision is a binary format's rounding parameters: p significant bits, the smallest normal exponent emin

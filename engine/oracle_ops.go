@@ -6,7 +6,7 @@ import (
 	"bitalign/capture"
 )
 
-// The oracle's per-op arithmetic (docs/arithmetic.md, "Oracle"). act is the dtype of the rounding points the
+// The oracle's per-op arithmetic (docs/arithmetic.md, "The oracle"). act is the dtype of the rounding points the
 // model defines inside an op (its activation dtype), dt the output's.
 
 // oracleRMSNorm is HF's RMSNorm over rows of C: r = 1/√(mean(x²) + eps) in float64, h = round_act(x·r) (HF's

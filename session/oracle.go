@@ -63,7 +63,7 @@ type ErrStats struct {
 	WorstScale     *Coord // the element of Scale
 }
 
-// The tolerance of a correct kernel (ErrStats.OutOfTolerance; docs/arithmetic.md §17 has the measurements). The
+// The tolerance of a correct kernel (ErrStats.OutOfTolerance; docs/arithmetic.md, "The oracle", has the measurements). The
 // canonical engine is at most 2 ulps (bf16, f16) and 2^-20.3 of the row's RMS (float32 sums over 64..512 terms)
 // from its oracle; a float32 accumulation over K terms grows as √K·2^-24, so 2^-16 leaves room for K in the
 // ten thousands. The bugs measured are 10^-2 of the RMS and more (approximate exp, bf16 all-reduce partials,
