@@ -31,11 +31,7 @@ func TestHFOracle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := Open(context.Background(), filepath.Join(dir, "trainer.arrow"), filepath.Join(dir, "sampler.arrow"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := openSides(t, filepath.Join(dir, "trainer.arrow"), filepath.Join(dir, "sampler.arrow"))
 			res, err := LocalErrors(context.Background(), s, m, LocalOptions{})
 			if err != nil {
 				t.Fatal(err)

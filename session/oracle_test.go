@@ -14,6 +14,24 @@ import (
 	"bitalign/kernels"
 )
 
+// openSides opens two captures as a session (no diff report: the local error needs none), closed when the test
+// ends.
+func openSides(t testing.TB, pathA, pathB string) *Session {
+	t.Helper()
+	a, err := capture.Open(pathA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := capture.Open(pathB)
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	s := NewSession(a, b, nil)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func openDemo(t *testing.T, fault string, layer int) (*Session, *engine.Model) {
 	t.Helper()
 	dir := t.TempDir()
@@ -24,11 +42,7 @@ func openDemo(t *testing.T, fault string, layer int) (*Session, *engine.Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(context.Background(), filepath.Join(dir, "trainer"), filepath.Join(dir, "sampler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openSides(t, filepath.Join(dir, "trainer"), filepath.Join(dir, "sampler"))
 	return s, m
 }
 
@@ -152,11 +166,7 @@ func TestLocalErrorPlanted(t *testing.T) {
 				CaptureDir: filepath.Join(root, "trainer")}, PromptLens: plen}); err != nil {
 				t.Fatal(err)
 			}
-			s, err := Open(context.Background(), filepath.Join(root, "trainer"), filepath.Join(root, "sampler"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := openSides(t, filepath.Join(root, "trainer"), filepath.Join(root, "sampler"))
 			res, err := LocalErrors(context.Background(), s, m, LocalOptions{Workers: 2})
 			if err != nil {
 				t.Fatal(err)
@@ -204,11 +214,7 @@ func BenchmarkLocalErrors(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := Open(context.Background(), filepath.Join(dir, "trainer"), filepath.Join(dir, "sampler"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openSides(b, filepath.Join(dir, "trainer"), filepath.Join(dir, "sampler"))
 	b.ResetTimer()
 	for range b.N {
 		if _, err := LocalErrors(context.Background(), s, m, LocalOptions{}); err != nil {
@@ -228,11 +234,7 @@ func TestLocalErrorsTransformers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(context.Background(), filepath.Join(dir, "trainer.arrow"), filepath.Join(dir, "sampler.arrow"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSides(t, filepath.Join(dir, "trainer.arrow"), filepath.Join(dir, "sampler.arrow"))
 	res, err := LocalErrors(context.Background(), s, m, LocalOptions{})
 	if err != nil {
 		t.Fatal(err)
