@@ -34,6 +34,9 @@ type LocalSide struct {
 	// Positions measured: every position at which the side holds the op's output (in runs of consecutive
 	// positions, each run one oracle call).
 	Positions int
+	// Inputs are the producers the oracle read: engine.Producers, or for the attention without captured
+	// q_rope/k_rope, engine.AltProducers (the projections, rotated by the checkpoint's RoPE).
+	Inputs []string
 	// DType is the precision compared in: the captured dtype, or the model dtype when a float32 capture holds
 	// only model-dtype values (narrowedDType).
 	DType    capture.DType
@@ -270,6 +273,10 @@ func (o *oracleSide) measure(m *engine.Model, op string, step, seq int64) LocalS
 	if len(in.Tensors[op]) == 0 {
 		ls.Err = fmt.Sprintf("no %s output at step %d seq %d", op, step, seq)
 		return ls
+	}
+	ls.Inputs = engine.Producers(m.Config, op)
+	if alt := engine.AltProducers(m.Config, op); alt != nil && (len(in.Tensors[ls.Inputs[0]]) == 0 || len(in.Tensors[ls.Inputs[1]]) == 0) {
+		ls.Inputs = alt
 	}
 	rows, err := m.Captured(op, in)
 	if err != nil {

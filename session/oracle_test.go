@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -252,6 +253,9 @@ func TestLocalErrorsTransformers(t *testing.T) {
 			}
 			worst.MaxULP = max(worst.MaxULP, side.Captured.MaxULP)
 			worst.Scale = max(worst.Scale, side.Captured.Scale)
+		}
+		if l, suffix, _ := engine.SplitLayerOp(r.Op); suffix == "attn.sdpa" && !slices.Equal(r.B.Inputs, engine.AltProducers(m.Config, r.Op)) {
+			t.Errorf("layer %d attention read %v, want the q/k norms and v_proj", l, r.B.Inputs)
 		}
 		if r.Op == engine.OpLogprobs && r.A.Positions != [...]int{4, 3}[r.Seq] {
 			t.Errorf("trainer logprobs of seq %d at %d positions: the final token's is missing", r.Seq, r.A.Positions)
