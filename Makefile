@@ -42,6 +42,8 @@ test-torch: build
 	BITALIGN_BIN=$(abspath $(BIN)) $(TORCH_PYTHON) -m pytest -q -rs capture/python/tests -m torch
 	rm -rf .hfparity && $(TORCH_PYTHON) testdata/engine/hf_parity.py .hfparity
 	BITALIGN_HF_PARITY=$(abspath .hfparity) $(GO) test -count=1 -run HFParity -v ./engine
+	rm -rf .hforacle && $(TORCH_PYTHON) testdata/session/hf_oracle.py .hforacle
+	BITALIGN_HF_ORACLE=$(abspath .hforacle) $(GO) test -count=1 -run HFOracle -v ./session
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...

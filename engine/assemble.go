@@ -75,8 +75,9 @@ func (a assembly) add(t capture.Tensor) error {
 			st.have[p] = make([]bool, st.width)
 		}
 		copy(row[int(start)*sz:], t.Data[i*local*int64(sz):(i+1)*local*int64(sz)])
+		have := st.have[p]
 		for c := start; c < start+local; c++ {
-			st.have[p][c] = true
+			have[c] = true
 		}
 	}
 	return nil

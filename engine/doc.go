@@ -18,9 +18,10 @@
 // docs/design.md: one file per rank (DIR/rank0.arrow, ...), one tensor per (sequence, op) per forward,
 // column-parallel outputs sharded along dim 1, replicated outputs on every rank.
 //
-// RunOp re-executes one op from its producers' captured tensors; Replay re-executes a whole captured step from
-// its tokens; Demo writes a checkpoint, a sampler capture and a trainer capture, optionally with one planted
-// fault from the Faults catalog.
+// RunOp re-executes one op from its producers' captured tensors; Oracle computes the same op from the same
+// tensors exactly, rounded once (the reference a side's local error is measured against: docs/arithmetic.md,
+// "The oracle"); Replay re-executes a whole captured step from its tokens; Demo writes a checkpoint, a sampler
+// capture and a trainer capture, optionally with one planted fault from the Faults catalog.
 //
 // # Backends
 //

@@ -51,8 +51,9 @@ func OpIndex(cfg Config, op string) int { return capture.OpIndex(op, cfg.Layers,
 func SplitLayerOp(op string) (layer int, suffix string, ok bool) { return capture.SplitLayerOp(op) }
 
 // Producers names the ops whose outputs op reads, in argument order. `tokens` has none. The attention
-// (`layers.L.attn.sdpa`) reads q_rope at its own positions and k_rope, v_proj at every position ≤ the query's;
-// `logprobs` reads `tokens` at pos+1. It returns nil for an op not in OpNames(cfg).
+// (`layers.L.attn.sdpa`) reads q_rope at its own positions and k_rope, v_proj at every position ≤ the query's
+// (AltProducers when q_rope and k_rope are not captured); `logprobs` reads `tokens` at pos+1. It returns nil
+// for an op not in OpNames(cfg).
 func Producers(cfg Config, op string) []string {
 	if OpIndex(cfg, op) < 0 {
 		return nil
@@ -118,6 +119,23 @@ func Producers(cfg Config, op string) []string {
 		return []string{OpLogits}
 	}
 	return nil
+}
+
+// AltProducers is the attention's other producer set, for captures without q_rope and k_rope (transformers
+// applies RoPE as a function, not a module): the RoPE inputs (q_norm and k_norm with Qwen3's q/k norm, else
+// q_proj and k_proj) and v_proj, read like Producers' (q at the query positions, k and v at every position ≤
+// the query's). RunOp and Oracle apply the model's RoPE to them at their captured positions when q_rope or
+// k_rope is missing. It returns nil for every other op.
+func AltProducers(cfg Config, op string) []string {
+	l, s, ok := SplitLayerOp(op)
+	if !ok || s != opSDPA || OpIndex(cfg, op) < 0 {
+		return nil
+	}
+	q, k := opQProj, opKProj
+	if cfg.QKNorm {
+		q, k = opQNorm, opKNorm
+	}
+	return []string{LayerOp(l, q), LayerOp(l, k), LayerOp(l, opVProj)}
 }
 
 // opShard describes how an op's output is laid out over TP ranks.

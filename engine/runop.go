@@ -16,7 +16,8 @@ type OpInputs struct {
 	// Tensors holds producers' captured outputs by op name (Producers(cfg, op)): any chunking over positions
 	// (a trainer's one tensor per sequence, a sampler's prefill chunk and decode steps) and any TP shards
 	// (column-parallel ops from every rank); tensors of other sequences or steps are ignored. RunOp needs rows
-	// [Pos, Pos+N) of each producer, rows 0..Pos+N-1 of k_rope and v_proj for the attention, and for logprobs
+	// [Pos, Pos+N) of each producer, rows 0..Pos+N-1 of k_rope and v_proj for the attention (without q_rope or
+	// k_rope: AltProducers, rotated by the model's RoPE at their positions), and for logprobs
 	// the tokens at Pos+1..Pos+N: from "tokens", or from "sample" at the position before where "tokens" ends
 	// (the sampler's drawn token is the next input).
 	Tensors  map[string][]capture.Tensor
@@ -50,25 +51,12 @@ func (m *Model) RunOp(op string, in OpInputs, opts ...Option) (capture.Tensor, e
 	if err := checkOp(cfg, op); err != nil {
 		return capture.Tensor{}, err
 	}
-	if in.N <= 0 || in.Pos < 0 {
-		return capture.Tensor{}, fmt.Errorf("engine: RunOp %s: positions [%d, %d) are empty or negative", op, in.Pos, in.Pos+in.N)
+	if err := in.check("RunOp", op); err != nil {
+		return capture.Tensor{}, err
 	}
-	if cfg.MaxPositions > 0 && in.Pos+in.N > 1<<20 {
-		return capture.Tensor{}, fmt.Errorf("engine: RunOp %s: position %d too large", op, in.Pos+in.N)
-	}
-	if op == OpTokens {
-		return capture.Tensor{}, fmt.Errorf("engine: RunOp: tokens are an input, not computed")
-	}
-	asm := assembly{}
-	for name, ts := range in.Tensors {
-		for _, t := range ts {
-			if t.Step != in.Step || t.Seq != in.Seq || t.Op != name {
-				continue
-			}
-			if err := asm.add(t); err != nil {
-				return capture.Tensor{}, fmt.Errorf("engine: RunOp %s: input %v", op, err)
-			}
-		}
+	asm, err := in.assemble("RunOp " + op)
+	if err != nil {
+		return capture.Tensor{}, err
 	}
 	be := o.backend
 	if be == nil {
@@ -79,6 +67,42 @@ func (m *Model) RunOp(op string, in OpInputs, opts ...Option) (capture.Tensor, e
 	if err != nil {
 		return capture.Tensor{}, err
 	}
+	return in.output(cfg, op, out, dt, width), nil
+}
+
+// check rejects positions RunOp and Oracle cannot compute.
+func (in OpInputs) check(what, op string) error {
+	if in.N <= 0 || in.Pos < 0 {
+		return fmt.Errorf("engine: %s %s: positions [%d, %d) are empty or negative", what, op, in.Pos, in.Pos+in.N)
+	}
+	if in.Pos+in.N > 1<<20 {
+		return fmt.Errorf("engine: %s %s: position %d too large", what, op, in.Pos+in.N)
+	}
+	if op == OpTokens {
+		return fmt.Errorf("engine: %s: tokens are an input, not computed", what)
+	}
+	return nil
+}
+
+// assemble gathers the tensors of (in.Step, in.Seq) by op.
+func (in OpInputs) assemble(what string) (assembly, error) {
+	asm := assembly{}
+	for name, ts := range in.Tensors {
+		for _, t := range ts {
+			if t.Step != in.Step || t.Seq != in.Seq || t.Op != name {
+				continue
+			}
+			if err := asm.add(t); err != nil {
+				return nil, fmt.Errorf("engine: %s: input %v", what, err)
+			}
+		}
+	}
+	return asm, nil
+}
+
+// output wraps an op's result for positions [in.Pos, in.Pos+in.N) as an unsharded capture tensor: out is
+// []int32 for I32, else []float32 values representable in dt.
+func (in OpInputs) output(cfg Config, op string, out any, dt capture.DType, width int) capture.Tensor {
 	t := capture.Tensor{Step: in.Step, Seq: in.Seq, Pos: int64(in.Pos), NTok: int64(in.N), Op: op,
 		Index: int32(OpIndex(cfg, op)), Role: "out", DType: dt, Shard: capture.NoShard}
 	switch dt {
@@ -94,7 +118,7 @@ func (m *Model) RunOp(op string, in OpInputs, opts ...Option) (capture.Tensor, e
 		}
 		t.Data = encode(dt, f)
 	}
-	return t, nil
+	return t
 }
 
 // opRun is one RunOp execution.
@@ -110,20 +134,62 @@ type opRun struct {
 
 // input returns producer rows [pos, pos+n) as a backend buffer.
 func (x *opRun) input(name string, pos, n int) (Buf, error) {
+	v, err := x.floats(name, pos, n)
+	if err != nil {
+		return nil, err
+	}
+	return x.upload(v), nil
+}
+
+// floats returns producer rows [pos, pos+n) decoded to float32 (exact for bf16, f16, f32).
+func (x *opRun) floats(name string, pos, n int) ([]float32, error) {
 	st := x.asm[tensorKey{x.in.Step, x.in.Seq, name}]
 	if st == nil {
-		return nil, fmt.Errorf("engine: RunOp %s: no %s tensor for step %d seq %d", x.op, name, x.in.Step, x.in.Seq)
+		return nil, fmt.Errorf("engine: %s %s: no %s tensor for step %d seq %d", x.what(), x.op, name, x.in.Step, x.in.Seq)
 	}
 	if err := st.complete(pos, n); err != nil {
-		return nil, fmt.Errorf("engine: RunOp %s: input %s: %v", x.op, name, err)
+		return nil, fmt.Errorf("engine: %s %s: input %s: %v", x.what(), x.op, name, err)
 	}
-	if st.dtype == capture.I32 {
-		return nil, fmt.Errorf("engine: RunOp %s: input %s is not a float tensor", x.op, name)
+	switch st.dtype {
+	case capture.BF16, capture.F16, capture.F32, capture.F64:
+	default:
+		return nil, fmt.Errorf("engine: %s %s: input %s is %s, not a bf16, f16, f32 or f64 tensor", x.what(), x.op, name, st.dtype)
 	}
 	if w := opWidth(x.m.Config, name); w != 0 && w != st.width {
-		return nil, fmt.Errorf("engine: RunOp %s: input %s has %d features, the model needs %d", x.op, name, st.width, w)
+		return nil, fmt.Errorf("engine: %s %s: input %s has %d features, the model needs %d", x.what(), x.op, name, st.width, w)
 	}
-	return x.upload(st.floats(pos, n)), nil
+	return st.floats(pos, n), nil
+}
+
+// what names the function running, for errors.
+func (x *opRun) what() string {
+	if x.be == nil {
+		return "Oracle"
+	}
+	return "RunOp"
+}
+
+// has reports whether the inputs hold a tensor of op name for this step and sequence.
+func (x *opRun) has(name string) bool { return x.asm[tensorKey{x.in.Step, x.in.Seq, name}] != nil }
+
+// attnInputs returns the attention's q, k and v names and whether q and k still need RoPE: q_rope and k_rope
+// when both are captured, else AltProducers (the rotary inputs and v_proj).
+func (x *opRun) attnInputs() (q, k, v string, rope bool) {
+	p := Producers(x.m.Config, x.op)
+	if x.has(p[0]) && x.has(p[1]) {
+		return p[0], p[1], p[2], false
+	}
+	a := AltProducers(x.m.Config, x.op)
+	return a[0], a[1], a[2], true
+}
+
+// positions returns pos, pos+1, ..., pos+n-1.
+func positions(pos, n int) []int32 {
+	ps := make([]int32, n)
+	for i := range ps {
+		ps[i] = int32(pos + i)
+	}
+	return ps
 }
 
 func (x *opRun) upload(v []float32) Buf {
@@ -209,11 +275,7 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 			return err
 		}
 		cos, sin := kernels.RoPETables(cfg.RopeTheta, hd, P+N, kd)
-		pos := make([]int32, N)
-		for i := range pos {
-			pos[i] = int32(P + i)
-		}
-		be.RoPE(out, a, pos, N, heads, hd, w(cos), w(sin), kd)
+		be.RoPE(out, a, positions(P, N), N, heads, hd, w(cos), w(sin), kd)
 		return nil
 	}
 	binary := func(f func(a, b Buf)) error {
@@ -288,17 +350,26 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 	case s == opKRope:
 		err = rope(cfg.KVHeads)
 	case s == opSDPA:
-		q, e := x.input(prod[0], P, N)
+		qName, kName, vName, needRope := x.attnInputs()
+		q, e := x.input(qName, P, N)
 		if e != nil {
 			return nil, 0, 0, e
 		}
-		k, e := x.input(prod[1], 0, P+N)
+		k, e := x.input(kName, 0, P+N)
 		if e != nil {
 			return nil, 0, 0, e
 		}
-		v, e := x.input(prod[2], 0, P+N)
+		v, e := x.input(vName, 0, P+N)
 		if e != nil {
 			return nil, 0, 0, e
+		}
+		if needRope { // q_rope and k_rope not captured (transformers): the model's RoPE, as the forward does
+			cos, sin := kernels.RoPETables(cfg.RopeTheta, hd, P+N, kd)
+			cb, sb := w(cos), w(sin)
+			qr, kr := x.alloc(N*cfg.QDim()), x.alloc((P+N)*cfg.KVDim())
+			be.RoPE(qr, q, positions(P, N), N, cfg.Heads, hd, cb, sb, kd)
+			be.RoPE(kr, k, positions(0, P+N), P+N, cfg.KVHeads, hd, cb, sb, kd)
+			q, k = qr, kr
 		}
 		be.Attention(x.prof, out, q, k, v, P, N, cfg.Heads, cfg.KVHeads, hd, kd, AttnOptions{})
 	case s == opOProj:

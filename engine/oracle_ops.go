@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"math"
+
+	"bitalign/capture"
+)
+
+// The oracle's per-op arithmetic (docs/arithmetic.md, "The oracle"). act is the dtype of the rounding points the
+// model defines inside an op (its activation dtype), dt the output's.
+
+// oracleRMSNorm is HF's RMSNorm over rows of C: r = 1/√(mean(x²) + eps) in float64, h = round_act(x·r) (HF's
+// hidden.to(input_dtype)), out = round_dt(w·h) (exact product, one rounding). x is (rows, C), w is (C).
+func oracleRMSNorm(out, x, w []float32, rows, C int, eps float32, act, dt capture.DType) {
+	for r := 0; r < rows; r++ {
+		xr := x[r*C : (r+1)*C]
+		var ss float64
+		for _, v := range xr {
+			ss += float64(v) * float64(v)
+		}
+		rs := 1 / math.Sqrt(ss/float64(C)+float64(eps))
+		for k, v := range xr {
+			h := roundOnce(float64(v)*rs, 0, act)
+			out[r*C+k] = roundOnce(float64(w[k])*float64(h), 0, dt)
+		}
+	}
+}
+
+// ropeTables are the rotary tables for positions 0..n-1: cos[p·h + j], sin[p·h + j], h = head_dim/2.
+type ropeTables struct {
+	h        int
+	cos, sin []float32
+}
+
+// oracleRoPETables rounds cos(p·ω_j) and sin(p·ω_j), ω_j = θ^(−2j/hd), from float64 to act once (HF casts its
+// tables to the activation dtype; the engine's tables go through float32 first, a double rounding that can move
+// an entry by one ulp of act).
+func oracleRoPETables(cfg Config, n int, act capture.DType) ropeTables {
+	h := cfg.HeadDim / 2
+	t := ropeTables{h: h, cos: make([]float32, n*h), sin: make([]float32, n*h)}
+	for j := 0; j < h; j++ {
+		inv := 1 / math.Pow(cfg.RopeTheta, float64(2*j)/float64(cfg.HeadDim))
+		for p := 0; p < n; p++ {
+			a := float64(p) * inv
+			t.cos[p*h+j] = roundOnce(math.Cos(a), 0, act)
+			t.sin[p*h+j] = roundOnce(math.Sin(a), 0, act)
+		}
+	}
+	return t
+}
+
+// oracleRoPE is HF's q·cos + rotate_half(q)·sin for rows at positions pos0.., x and out (n, heads·hd), with
+// its rounding points: each product rounded to dt, then the sum (every step exact before its one rounding).
+func oracleRoPE(out, x []float32, t ropeTables, pos0, n, heads, hd int, dt capture.DType) {
+	h := hd / 2
+	for r := 0; r < n; r++ {
+		c := t.cos[(pos0+r)*h : (pos0+r+1)*h]
+		s := t.sin[(pos0+r)*h : (pos0+r+1)*h]
+		for hh := 0; hh < heads; hh++ {
+			xv := x[(r*heads+hh)*hd : (r*heads+hh+1)*hd]
+			ov := out[(r*heads+hh)*hd : (r*heads+hh+1)*hd]
+			for i := 0; i < h; i++ {
+				a := roundOnce(float64(xv[i])*float64(c[i]), 0, dt)
+				b := roundOnce(float64(xv[i+h])*float64(s[i]), 0, dt)
+				hi, lo := twoSum(float64(a), -float64(b))
+				ov[i] = roundOnce(hi, lo, dt)
+				a = roundOnce(float64(xv[i+h])*float64(c[i]), 0, dt)
+				b = roundOnce(float64(xv[i])*float64(s[i]), 0, dt)
+				hi, lo = twoSum(float64(a), float64(b))
+				ov[i+h] = roundOnce(hi, lo, dt)
+			}
+		}
+	}
+}
+
+// oracleSDPA is the attention for the query rows [P, P+N): from q_rope and k_rope, or from AltProducers with
+// the oracle's RoPE (rounded to act, as the model's rotated q and k are tensors of that dtype).
+func (x *opRun) oracleSDPA(out []float32, act, dt capture.DType) error {
+	cfg := x.m.Config
+	P, N := x.in.Pos, x.in.N
+	qName, kName, vName, needRope := x.attnInputs()
+	q, err := x.floats(qName, P, N)
+	if err != nil {
+		return err
+	}
+	k, err := x.floats(kName, 0, P+N)
+	if err != nil {
+		return err
+	}
+	v, err := x.floats(vName, 0, P+N)
+	if err != nil {
+		return err
+	}
+	if needRope {
+		t := oracleRoPETables(cfg, P+N, act)
+		qr, kr := make([]float32, len(q)), make([]float32, len(k))
+		oracleRoPE(qr, q, t, P, N, cfg.Heads, cfg.HeadDim, act)
+		oracleRoPE(kr, k, t, 0, P+N, cfg.KVHeads, cfg.HeadDim, act)
+		q, k = qr, kr
+	}
+	oracleAttention(out, q, k, v, P, N, cfg.Heads, cfg.KVHeads, cfg.HeadDim, dt)
+	return nil
+}
+
+// oracleAttention is causal grouped-query softmax attention in float64, each output rounded once: q is
+// (N, heads·hd) at positions P..P+N-1, k and v are (P+N, kvHeads·hd), out is (N, heads·hd). Scores use the
+// exact scale 1/√hd; nothing is rounded before the output.
+func oracleAttention(out, q, k, v []float32, P, N, heads, kvHeads, hd int, dt capture.DType) {
+	S := P + N
+	kw := kvHeads * hd
+	k64, v64 := make([]float64, S*kw), make([]float64, S*kw)
+	for i := range k64 {
+		k64[i], v64[i] = float64(k[i]), float64(v[i])
+	}
+	scale := 1 / math.Sqrt(float64(hd))
+	group := heads / kvHeads
+	sc := make([]float64, S)
+	acc := make([]float64, hd)
+	qv := make([]float64, hd)
+	for t := 0; t < N; t++ {
+		keys := P + t + 1
+		for h := 0; h < heads; h++ {
+			g := h / group
+			for i := range qv {
+				qv[i] = float64(q[(t*heads+h)*hd+i])
+			}
+			mx := math.Inf(-1)
+			for j := 0; j < keys; j++ {
+				kj := k64[j*kw+g*hd : j*kw+(g+1)*hd]
+				var d float64
+				for i, a := range qv {
+					d += a * kj[i]
+				}
+				sc[j] = d * scale
+				mx = max(mx, sc[j])
+			}
+			clear(acc)
+			var l float64
+			for j := 0; j < keys; j++ {
+				e := math.Exp(sc[j] - mx)
+				l += e
+				vj := v64[j*kw+g*hd : j*kw+(g+1)*hd]
+				for i := range acc {
+					acc[i] += e * vj[i]
+				}
+			}
+			o := out[(t*heads+h)*hd : (t*heads+h+1)*hd]
+			for i, a := range acc {
+				o[i] = roundOnce(a/l, 0, dt)
+			}
+		}
+	}
+}
+
+// oracleLogprob is log softmax(x)[tok] in float64: (x_tok − m) − log1p(Σ_{j ≠ argmax} e^(x_j − m)), the log1p
+// keeping its relative accuracy when the target holds almost all the probability.
+func oracleLogprob(x []float32, tok int) float64 {
+	am := 0
+	for j, v := range x {
+		if v != v {
+			return math.NaN()
+		}
+		if v > x[am] {
+			am = j
+		}
+	}
+	m := float64(x[am])
+	var rest float64
+	for j, v := range x {
+		if j != am {
+			rest += math.Exp(float64(v) - m)
+		}
+	}
+	return (float64(x[tok]) - m) - math.Log1p(rest)
+}
