@@ -63,7 +63,11 @@ func (f *reportFlags) resolve(command string) error {
 // write writes r to stdout, or atomically to -o (internal/atomicfile: a crash never leaves a half-written
 // file under the final name, and without --overwrite an existing file is never replaced).
 func (f *reportFlags) write(cmd *cobra.Command, r *session.Report) error {
-	fill := func(w io.Writer) error { return session.WriteReport(w, r, f.format) }
+	return f.writeWith(cmd, func(w io.Writer) error { return session.WriteReport(w, r, f.format) })
+}
+
+// writeWith writes what fill writes (in f.format) as write does.
+func (f *reportFlags) writeWith(cmd *cobra.Command, fill func(io.Writer) error) error {
 	if f.out == "" {
 		return fill(cmd.OutOrStdout())
 	}

@@ -193,3 +193,15 @@ func (a *source) WriteReport(w io.Writer, format string) error {
 
 // Close closes the session's captures.
 func (a *source) Close() error { return a.s.Close() }
+
+// Audit implements view.Auditor.
+func (a *source) Audit(ctx context.Context, progress func(done, total int)) (*view.Audit, error) {
+	if a.model == nil {
+		return nil, view.ErrNoReplay
+	}
+	r, err := Audit(ctx, a.s, a.model, AuditOptions{Progress: progress})
+	if err != nil {
+		return nil, err
+	}
+	return r.View(), nil
+}

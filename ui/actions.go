@@ -111,6 +111,10 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 		}
 		m.setStatus(statusInfo, map[int]string{1: "no divergent op after this one", -1: "no divergent op before this one"}[d])
 		return nil
+	case keys.NextSuspect:
+		return m.gotoSuspect(1)
+	case keys.PrevSuspect:
+		return m.gotoSuspect(-1)
 	case keys.Top:
 		return m.jump(0, true)
 	case keys.Bottom:

@@ -28,6 +28,10 @@ type (
 		res *view.Replay
 		err error
 	}
+	auditMsg struct {
+		res *view.Audit
+		err error
+	}
 	exportMsg struct {
 		path  string
 		bytes int64
@@ -99,6 +103,10 @@ func (m *Model) pairLoaded(msg pairMsg) tea.Cmd {
 func (m *Model) show(d *heatmap.Data) {
 	m.data = d
 	m.pairLoading = false
+	if t := m.target; t != nil && d.Pair.Key.Step == t.Step && d.Pair.Key.Seq == t.Seq {
+		m.keepRow, m.keepCol = int(t.Pos-d.Pair.Pos0), int(t.Feature)
+		m.target = nil
+	}
 	m.heat.SetData(d, m.keepRow, m.keepCol)
 	m.keepRow, m.keepCol = -1, -1
 }
@@ -187,4 +195,82 @@ func (m *Model) Wait(d time.Duration) bool {
 	case <-time.After(d):
 		return false
 	}
+}
+
+// startAudit runs the audit in the background once the captures are loaded, when the source can (a
+// checkpoint was given): the op list then shows each side's local error and s/S go to the suspects.
+func (m *Model) startAudit() tea.Cmd {
+	a, ok := m.src.(view.Auditor)
+	if !ok || m.audit != nil || m.auditing {
+		return nil
+	}
+	m.auditing = true
+	ctx := m.ctx
+	return m.track(func() tea.Msg {
+		res, err := a.Audit(ctx, nil)
+		return auditMsg{res: res, err: err}
+	})
+}
+
+func (m *Model) auditDone(msg auditMsg) {
+	m.auditing = false
+	if errors.Is(msg.err, view.ErrNoReplay) {
+		return // no checkpoint: nothing to say, the op list stays as it is
+	}
+	if msg.err != nil {
+		if m.ctx.Err() == nil {
+			m.setStatus(statusErr, "audit: "+msg.err.Error())
+		}
+		return
+	}
+	m.audit = msg.res
+	m.list.SetAudit(msg.res)
+	kind := statusOK
+	if len(msg.res.Suspects) > 0 {
+		kind = statusErr
+	}
+	m.setStatus(kind, "audit: "+msg.res.Headline+suspectHint(msg.res))
+}
+
+func suspectHint(a *view.Audit) string {
+	if len(a.Suspects) == 0 {
+		return ""
+	}
+	return " (s goes to it)"
+}
+
+// gotoSuspect goes to the next (d = 1) or previous (d = -1) suspect, in rank order, with the tensor view's
+// cursor on the element where its error is largest.
+func (m *Model) gotoSuspect(d int) tea.Cmd {
+	switch {
+	case m.audit == nil && m.auditing:
+		m.setStatus(statusInfo, "the audit is still running")
+		return nil
+	case m.audit == nil:
+		m.setStatus(statusInfo, "no audit: open with --checkpoint DIR to audit every op against the oracle")
+		return nil
+	case len(m.audit.Suspects) == 0:
+		m.setStatus(statusOK, "audit: no suspects")
+		return nil
+	}
+	n := len(m.audit.Suspects)
+	m.suspect = ((m.suspect+d)%n + n) % n
+	if m.suspect < 0 {
+		m.suspect = 0
+	}
+	s := m.audit.Suspects[m.suspect]
+	i := m.rep.FindOp(s.Op, "out")
+	if i < 0 {
+		m.setStatus(statusErr, "suspect "+s.Op+" is not in the report")
+		return nil
+	}
+	if !m.list.Select(i) {
+		m.list.SetFilter("") // the suspect is filtered out: show everything
+		m.list.Select(i)
+	}
+	at := s.At
+	m.sel, m.seq, m.target, m.data = i, view.SeqKey{Step: at.Step, Seq: at.Seq}, &at, nil
+	m.keepRow, m.keepCol = -1, -1
+	m.setStatus(statusErr, fmt.Sprintf("suspect %d/%d: %s", m.suspect+1, n, s.Evidence))
+	return m.ensurePair()
 }

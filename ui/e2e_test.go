@@ -14,6 +14,7 @@ import (
 type tmuxScreen struct {
 	t      *testing.T
 	socket string
+	name   string // the tmux session the screen reads and types into
 }
 
 func (s *tmuxScreen) tmux(args ...string) (string, error) {
@@ -22,7 +23,7 @@ func (s *tmuxScreen) tmux(args ...string) (string, error) {
 }
 
 func (s *tmuxScreen) capture() string {
-	out, _ := s.tmux("capture-pane", "-p", "-t", "e2e")
+	out, _ := s.tmux("capture-pane", "-p", "-t", s.name)
 	return out
 }
 
@@ -44,7 +45,7 @@ func (s *tmuxScreen) waitFor(want string, timeout time.Duration) string {
 
 func (s *tmuxScreen) keys(k ...string) {
 	s.t.Helper()
-	if out, err := s.tmux(append([]string{"send-keys", "-t", "e2e"}, k...)...); err != nil {
+	if out, err := s.tmux(append([]string{"send-keys", "-t", s.name}, k...)...); err != nil {
 		s.t.Fatalf("send-keys %v: %v %s", k, err, out)
 	}
 }
@@ -77,7 +78,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	bin, _ := buildBinary(t)
 	cache := t.TempDir()
-	s := &tmuxScreen{t: t, socket: fmt.Sprintf("bitalign-e2e-%d", os.Getpid())}
+	s := &tmuxScreen{t: t, socket: fmt.Sprintf("bitalign-e2e-%d", os.Getpid()), name: "e2e"}
 	t.Cleanup(func() { s.tmux("kill-server") })
 	// the shell prints the exit status and waits, so the final screen can be read
 	script := fmt.Sprintf("XDG_CACHE_HOME=%s TERM=xterm-256color %s; echo EXIT=$?; sleep 60", cache, bin)
@@ -115,14 +116,16 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// second run: ctrl+c from the tensor view quits cleanly too, and a resize re-lays out
-	s.tmux("kill-session", "-t", "e2e")
-	if out, err := s.tmux("new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", "sh", "-c", script); err != nil {
+	// (the second session starts before the first is killed, so the tmux server never shuts down between them)
+	if out, err := s.tmux("new-session", "-d", "-s", "e2e2", "-x", "100", "-y", "30", "sh", "-c", script); err != nil {
 		t.Fatalf("tmux new-session: %v %s", err, out)
 	}
+	s.tmux("kill-session", "-t", "e2e")
+	s.name = "e2e2"
 	s.waitFor("first divergence", 30*time.Second)
 	s.keys("Enter")
 	s.waitFor("element bits", 10*time.Second)
-	s.tmux("resize-window", "-t", "e2e", "-x", "80", "-y", "24")
+	s.tmux("resize-window", "-t", s.name, "-x", "80", "-y", "24")
 	screen = s.waitFor("element bits", 10*time.Second)
 	for i, l := range strings.Split(strings.TrimRight(screen, "\n"), "\n") {
 		if n := len([]rune(l)); n > 80 {

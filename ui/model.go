@@ -75,6 +75,10 @@ type Model struct {
 	cacheOrder   []view.Key
 	keepRow      int // token (data row) to keep when the next pair arrives; -1: go to the worst element
 	keepCol      int
+	target       *view.Coord // the element to put the cursor on when the next pair arrives (a suspect's)
+	audit        *view.Audit // the audit's result, once it has run (nil before, or without a checkpoint)
+	auditing     bool
+	suspect      int // the suspect s/S last went to (index into audit.Suspects), -1 before
 	replays      map[view.Key]*replay.Status
 	prompt       promptKind
 	input        textinput.Model
@@ -90,7 +94,7 @@ func New(ctx context.Context, load view.Loader, title string) *Model {
 	st := theme.Default()
 	m := &Model{ctx: ctx, st: st, load: load, title: title, w: 80, h: 24, loading: true, sel: -1,
 		list: oplist.New(st), heat: heatmap.New(st), cache: map[view.Key]*heatmap.Data{},
-		replays: map[view.Key]*replay.Status{}, keepRow: -1, keepCol: -1}
+		replays: map[view.Key]*replay.Status{}, keepRow: -1, keepCol: -1, suspect: -1}
 	m.input = textinput.New()
 	m.input.Prompt = ""
 	is := textinput.DefaultDarkStyles()
@@ -176,6 +180,9 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 	case replayMsg:
 		m.replayDone(msg)
 		return nil
+	case auditMsg:
+		m.auditDone(msg)
+		return nil
 	case exportMsg:
 		m.exportDone(msg)
 		return nil
@@ -221,7 +228,7 @@ func (m *Model) loaded(msg loadedMsg) tea.Cmd {
 		m.seq = seqOf(&m.rep.Ops[m.sel], view.SeqKey{Step: -1})
 	}
 	m.resize()
-	return m.ensurePair()
+	return tea.Batch(m.ensurePair(), m.startAudit())
 }
 
 // seqOf picks the slice to show for op o: keep (when o has it), else o's worst slice.

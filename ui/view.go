@@ -6,6 +6,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/session/view"
 	"bitalign/ui/bits"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/help"
@@ -13,7 +14,6 @@ import (
 	"bitalign/ui/oplist"
 	"bitalign/ui/overview"
 	"bitalign/ui/replay"
-	"bitalign/session/view"
 	"bitalign/ui/theme"
 )
 

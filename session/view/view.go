@@ -262,3 +262,53 @@ func (r *ReplaySide) Bits(size, cols, row, col int) ([]byte, bool) {
 	}
 	return r.Out[i*size : (i+1)*size], true
 }
+
+// Auditor is a Source that can audit its captures (session.Audit: every op's local error on both sides
+// against the oracle of that side's own inputs, and the suspects). Only sources with a checkpoint implement it
+// usefully; the others return ErrNoReplay.
+type Auditor interface {
+	Audit(ctx context.Context, progress func(done, total int)) (*Audit, error)
+}
+
+// Audit is the audit as the TUI shows it.
+type Audit struct {
+	Headline string                // the one-line verdict, as every report words it
+	Local    map[string][2]float64 // op → each side's local error in ULPs at the row's scale; -1: not measured
+	Suspects []Suspect             // most severe first
+	Elapsed  time.Duration
+}
+
+// Suspect is an (op, side) whose local error stands far above its noise floor (docs/audit.md).
+type Suspect struct {
+	Op       string
+	Side     int // 0: A, 1: B
+	SideName string
+	At       Coord // where its error is largest
+	LocalULP float64
+	FloorULP float64
+	Ratio    float64
+	Evidence string
+}
+
+// SuspectOf reports the rank (1 = most severe) of op's suspect on side, 0 when it is none.
+func (a *Audit) SuspectOf(op string, side int) int {
+	if a == nil {
+		return 0
+	}
+	for i, s := range a.Suspects {
+		if s.Op == op && s.Side == side {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// FindOp returns the index in Ops of (op, role), or -1.
+func (r *Report) FindOp(op, role string) int {
+	for i := range r.Ops {
+		if r.Ops[i].Op == op && r.Ops[i].Role == role {
+			return i
+		}
+	}
+	return -1
+}

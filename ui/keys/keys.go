@@ -39,6 +39,8 @@ const (
 	MaxCell
 	NextSeq
 	PrevSeq
+	NextSuspect
+	PrevSuspect
 	Replay
 	Filter
 	Export
@@ -103,6 +105,8 @@ var Table = []Entry{
 	{MaxCell, "Debug", b([]string{"m"}, "m", "max difference of the slice, again: of the op"), tv, "tensor view"},
 	{NextSeq, "Debug", b([]string{"."}, ".", "next captured sequence"), 0, "tensor view"},
 	{PrevSeq, "Debug", b([]string{","}, ",", "previous captured sequence"), 0, "tensor view"},
+	{NextSuspect, "Debug", b([]string{"s"}, "s", "next suspect of the audit (--checkpoint)"), 0, "everywhere"},
+	{PrevSuspect, "Debug", b([]string{"S"}, "S", "previous audit suspect"), 0, "everywhere"},
 	{Replay, "Debug", b([]string{"r"}, "r", "replay the op from each side's inputs"), tv, "everywhere"},
 	{Filter, "Debug", b([]string{"/"}, "/", "filter ops by name"), ov, "everywhere"},
 	{Export, "Debug", b([]string{"e"}, "e", "export the report (.md .json .html)"), 0, "everywhere"},
@@ -141,7 +145,7 @@ func (KeyMap) ShortHelp() []key.Binding { return ShortFor(Overview) }
 
 // shortDesc is the terse description the one-line help uses.
 var shortDesc = map[Action]string{Open: "open", Back: "back", First: "first diff", NextDiv: "next/prev diff",
-	StepNext: "step", LayerNext: "layer", MaxCell: "max diff", Replay: "replay", Filter: "filter", Help: "help",
+	StepNext: "step", LayerNext: "layer", MaxCell: "max diff", NextSuspect: "suspect", Replay: "replay", Filter: "filter", Help: "help",
 	Quit: "quit"}
 
 // shortKey shows a key pair as one item of the one-line help.

@@ -9,8 +9,8 @@ import (
 	"charm.land/lipgloss/v2"
 
 	"bitalign/internal/fp"
-	"bitalign/ui/keys"
 	"bitalign/session/view"
+	"bitalign/ui/keys"
 	"bitalign/ui/theme"
 )
 
@@ -24,7 +24,12 @@ type Model struct {
 	cursor  int // into visible
 	offset  int // first visible row shown
 	w, h    int
+	audit   *view.Audit // nil until the audit has run: then the bar column shows each side's local error
 }
+
+// SetAudit shows the audit's local errors (ULPs at the row's scale, A / B) in place of the bar column, with
+// suspects marked.
+func (m *Model) SetAudit(a *view.Audit) { m.audit = a }
 
 // New returns an empty list.
 func New(st theme.Styles) Model { return Model{st: st, first: -1} }
@@ -210,7 +215,9 @@ func (m Model) View() string {
 	if c.numbers {
 		head += fmt.Sprintf("%8s%12s", "differ", "max diff")
 	}
-	if c.bar > 0 {
+	if c.bar > 0 && m.audit != nil {
+		head += "  " + "local error A / B (ulp at row scale)"
+	} else if c.bar > 0 {
 		head += "  " + "elements differing"
 	}
 	b.WriteString(m.st.Faint.Render(theme.Fit(head, m.w)))
@@ -274,7 +281,14 @@ func (m Model) row(i int, selected bool, c cols) string {
 		typ = theme.Fit(o.DType+" ["+strings.Join(shape, ",")+"]", c.typ-1) + " "
 	}
 	bar, barEmpty := "", ""
-	if c.bar > 0 {
+	local, suspect := "", false
+	if c.bar > 0 && m.audit != nil {
+		if l, ok := m.audit.Local[o.Op]; ok && (o.Role == "" || o.Role == "out") {
+			sa, sb := m.audit.SuspectOf(o.Op, 0), m.audit.SuspectOf(o.Op, 1)
+			suspect = sa > 0 || sb > 0
+			local = fmt.Sprintf("%7s%s / %-7s%s", fmtLocal(l[0]), mark1(sa), fmtLocal(l[1]), mark1(sb))
+		}
+	} else if c.bar > 0 {
 		n := int(o.MismatchFrac()*float64(c.bar) + 0.5)
 		if o.Mismatched > 0 && n == 0 {
 			n = 1
@@ -291,7 +305,7 @@ func (m Model) row(i int, selected bool, c cols) string {
 			line += fmt.Sprintf("%8s%12s", pct, ulp)
 		}
 		if c.bar > 0 {
-			line += "  " + bar + barEmpty
+			line += "  " + bar + barEmpty + local
 		}
 		return m.st.SelectedMark.Render(mark) + m.st.Selected.Render(theme.Fit(line, m.w-2))
 	}
@@ -300,7 +314,12 @@ func (m Model) row(i int, selected bool, c cols) string {
 	if c.numbers {
 		s += stStyle.Render(fmt.Sprintf("%8s", pct)) + heat(m.st, o).Render(fmt.Sprintf("%12s", ulp))
 	}
-	if c.bar > 0 {
+	switch {
+	case local != "" && suspect:
+		s += "  " + m.st.Bad.Render(local)
+	case local != "":
+		s += "  " + m.st.Faint.Render(local)
+	case c.bar > 0:
 		s += "  " + heat(m.st, o).Render(bar) + m.st.Faint.Render(barEmpty)
 	}
 	return theme.Fit(s, m.w)
@@ -389,4 +408,27 @@ func Describe(o *view.OpStat) string {
 		}
 	}
 	return s
+}
+
+// fmtLocal writes a local error (ULPs at the row's scale) compactly; "—" when it was not measured.
+func fmtLocal(x float64) string {
+	switch {
+	case x < 0:
+		return "—"
+	case x == 0:
+		return "0"
+	case x < 10:
+		return fmt.Sprintf("%.2g", x)
+	case x < 1e5:
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("%.2g", x)
+}
+
+// mark1 marks a suspect's side: "!" for a suspect, " " otherwise.
+func mark1(rank int) string {
+	if rank > 0 {
+		return "!"
+	}
+	return " "
 }

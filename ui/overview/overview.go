@@ -10,8 +10,8 @@ import (
 	"charm.land/lipgloss/v2"
 
 	"bitalign/internal/fp"
-	"bitalign/ui/oplist"
 	"bitalign/session/view"
+	"bitalign/ui/oplist"
 	"bitalign/ui/theme"
 )
 

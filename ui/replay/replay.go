@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"bitalign/ui/oplist"
 	"bitalign/session/view"
+	"bitalign/ui/oplist"
 	"bitalign/ui/theme"
 )
 
