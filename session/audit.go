@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -25,13 +26,17 @@ const AuditSchemaVersion = 1
 const (
 	// DefaultAuditMargin: a suspect's local error exceeds this many times its noise floor.
 	DefaultAuditMargin = 8
-	// auditMinFloorULP: no floor is below 2 ULPs at the row's scale (a correctly rounded kernel is within
-	// half an ULP of every element; two roundings, one ULP).
-	auditMinFloorULP = 2
+	// auditMinFloorULP: no floor is below 1 ULP (a correctly rounded kernel is within half an ULP of every
+	// element; one more rounding, one ULP).
+	auditMinFloorULP = 1
 	// auditMinFloorScale: nor below 2^-16 of the row's RMS (ToleranceScale: a correct float32 accumulation
 	// over tens of thousands of terms), which is what bounds float32 outputs.
 	auditMinFloorScale = ToleranceScale
 )
+
+// AuditNonFiniteULP is the local error of an output that is NaN or Inf where the oracle is a number (or a
+// number where it is NaN): larger than any finite error, and a number JSON can hold.
+const AuditNonFiniteULP = 1e30
 
 // AuditOptions configure Audit.
 type AuditOptions struct {
@@ -71,9 +76,11 @@ type AuditSide struct {
 	OutOfTolerance int64
 	MaxULP         uint64  // the largest element-wise distance (NaN against a number left out)
 	WorstULP       *Coord  // where
-	ScaleULP       float64 // the largest |out − oracle| in ULPs at the row's scale: Scale / eps(DType)
+	ScaleULP       float64 // the largest |out − oracle| in ULPs at the row's scale: Scale / Eps(DType)
 	WorstScale     *Coord  // where
-	EngineScaleULP float64 // the canonical engine's, from the same inputs (-1: it could not run)
+	LocalULP       float64 // the largest local error of an element (ErrStats.Local): what the rules judge
+	WorstLocal     *Coord  // where
+	EngineLocalULP float64 // the canonical engine's, from the same inputs (-1: it could not run)
 	FloorULP       float64 // the noise floor this side's local error is judged against (ULPs at the row's scale)
 }
 
@@ -86,16 +93,17 @@ type Suspect struct {
 	Step, Seq     int64
 	Pos           int64
 	Element       []int64
-	LocalMaxULP   uint64  // the side's largest element-wise distance from the oracle in this op
-	LocalScaleULP float64 // the side's largest distance at the row's scale (what is ranked)
+	LocalULP      float64 // the side's largest local error of an element in this op (what is ranked)
+	LocalMaxULP   uint64  // the side's largest element-wise ULP distance from the oracle
+	LocalScaleULP float64 // the side's largest distance in ULPs at the row's scale
 	NoiseFloorULP float64
-	Ratio         float64 // LocalScaleULP / NoiseFloorULP
+	Ratio         float64 // LocalULP / NoiseFloorULP
 	Rule          string  // "outlier" (above its own side's family) or "systematic" (the side's whole family)
 	Evidence      string
 }
 
-// epsOf is the ULP of 1.0 in dt: the unit in which ErrStats.Scale becomes ULPs at the row's scale.
-func epsOf(dt capture.DType) float64 {
+// Eps is the ULP of 1.0 in dt: the unit in which ErrStats.Scale becomes ULPs at the row's scale.
+func Eps(dt capture.DType) float64 {
 	switch dt {
 	case capture.BF16:
 		return 0x1p-7
@@ -111,7 +119,7 @@ func epsOf(dt capture.DType) float64 {
 
 // minFloorULP is the smallest noise floor an op of dtype dt gets, in ULPs at the row's scale.
 func minFloorULP(dt capture.DType) float64 {
-	return max(auditMinFloorULP, auditMinFloorScale/epsOf(dt))
+	return max(auditMinFloorULP, auditMinFloorScale/Eps(dt))
 }
 
 // Family names an op's family: the same op in every layer.
@@ -145,7 +153,7 @@ func Audit(ctx context.Context, s *Session, m *engine.Model, o AuditOptions) (*A
 			byOp[e.Op] = k
 			r.Ops = append(r.Ops, AuditOp{Op: e.Op, Index: e.Index, Family: fam, Layer: layer})
 			for j := range r.Ops[k].Sides {
-				r.Ops[k].Sides[j].ScaleULP, r.Ops[k].Sides[j].EngineScaleULP = -1, -1
+				r.Ops[k].Sides[j].ScaleULP, r.Ops[k].Sides[j].LocalULP, r.Ops[k].Sides[j].EngineLocalULP = -1, -1, -1
 			}
 		}
 		for j, ls := range [2]*LocalSide{&e.A, &e.B} {
@@ -177,12 +185,35 @@ func (a *AuditSide) add(ls *LocalSide) {
 	if c.MaxULP > a.MaxULP || a.WorstULP == nil && c.WorstULP != nil {
 		a.MaxULP, a.WorstULP = c.MaxULP, c.WorstULP
 	}
-	if sc := c.Scale / epsOf(c.DType); sc > a.ScaleULP {
+	sc, lo := finite(c.Scale/Eps(c.DType), c.NaN), finite(c.Local, c.NaN)
+	if sc > a.ScaleULP {
 		a.ScaleULP, a.WorstScale = sc, c.WorstScale
 	}
-	if ls.EngineErr == "" {
-		a.EngineScaleULP = max(a.EngineScaleULP, ls.Engine.Scale/epsOf(ls.Engine.DType))
+	if lo > a.LocalULP {
+		a.LocalULP, a.WorstLocal = lo, cmpOr(c.WorstLocal, c.WorstULP, c.WorstScale)
 	}
+	if ls.EngineErr == "" {
+		a.EngineLocalULP = max(a.EngineLocalULP, finite(ls.Engine.Local, ls.Engine.NaN))
+	}
+}
+
+// finite is x, or AuditNonFiniteULP when x is not finite or some element was NaN against a number: no correct
+// kernel gives either.
+func finite(x float64, nans int64) float64 {
+	if nans > 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+		return AuditNonFiniteULP
+	}
+	return x
+}
+
+// cmpOr is the first non-nil coordinate.
+func cmpOr(cs ...*Coord) *Coord {
+	for _, c := range cs {
+		if c != nil {
+			return c
+		}
+	}
+	return nil
 }
 
 func (a *AuditSide) measured() bool { return a.Err == "" && a.Positions > 0 }
@@ -205,7 +236,7 @@ func (r *AuditReport) familyLevel() map[string][2]float64 {
 		v := vals[o.Family]
 		for j := range o.Sides {
 			if o.Sides[j].measured() {
-				v[j] = append(v[j], max(o.Sides[j].ScaleULP, 0))
+				v[j] = append(v[j], max(o.Sides[j].LocalULP, 0))
 			}
 		}
 		vals[o.Family] = v
@@ -265,24 +296,21 @@ func (r *AuditReport) suspects(s *Session) {
 			dt, _ := capture.ParseDType(sd.DType)
 			minFloor := minFloorULP(dt)
 			rule, floor := "", 0.0
-			if members > 2 && sd.ScaleULP > r.Margin*sd.FloorULP {
+			if members > 2 && sd.LocalULP > r.Margin*sd.FloorULP {
 				rule, floor = "outlier", sd.FloorULP
 			}
 			if ol := lv[o.Family][1-j]; other.measured() && ol >= 0 {
 				cross := max(minFloor, ol)
-				if max(lv[o.Family][j], minFloor) > r.Margin*cross && sd.ScaleULP > r.Margin*cross && rule == "" {
+				if max(lv[o.Family][j], minFloor) > r.Margin*cross && sd.LocalULP > r.Margin*cross && rule == "" {
 					rule, floor = "systematic", cross
 				}
 			}
 			if rule == "" {
 				continue
 			}
-			at := sd.WorstScale
-			if at == nil {
-				at = sd.WorstULP
-			}
-			su := Suspect{Op: o.Op, Index: o.Index, Side: j, SideName: names[j], LocalMaxULP: sd.MaxULP,
-				LocalScaleULP: sd.ScaleULP, NoiseFloorULP: floor, Ratio: sd.ScaleULP / floor, Rule: rule}
+			at := cmpOr(sd.WorstLocal, sd.WorstScale, sd.WorstULP)
+			su := Suspect{Op: o.Op, Index: o.Index, Side: j, SideName: names[j], LocalULP: sd.LocalULP,
+				LocalMaxULP: sd.MaxULP, LocalScaleULP: sd.ScaleULP, NoiseFloorULP: floor, Ratio: sd.LocalULP / floor, Rule: rule}
 			if at != nil {
 				su.Step, su.Seq, su.Pos, su.Element = at.Step, at.Seq, at.Pos, at.Element
 			}
@@ -306,8 +334,8 @@ func sideName(c CaptureInfo, fallback string) string {
 func (su *Suspect) evidence(o *AuditOp, names [2]string) string {
 	sd, other := &o.Sides[su.Side], &o.Sides[1-su.Side]
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s's %s is %s ULP (at the row's scale) from the correctly rounded result of its own inputs at seq %d pos %d",
-		su.SideName, su.Op, fmtULP(sd.ScaleULP), su.Seq, su.Pos)
+	fmt.Fprintf(&b, "%s's %s is %s ULP from the correctly rounded result of its own inputs at seq %d pos %d",
+		su.SideName, su.Op, fmtULP(sd.LocalULP), su.Seq, su.Pos)
 	if len(su.Element) > 0 {
 		fmt.Fprintf(&b, " element %v", su.Element)
 	}
@@ -319,10 +347,10 @@ func (su *Suspect) evidence(o *AuditOp, names [2]string) string {
 			su.SideName, names[1-su.Side], fmtULP(su.NoiseFloorULP))
 	}
 	if other.measured() {
-		fmt.Fprintf(&b, "; %s's own %s is %s", names[1-su.Side], o.Op, fmtULP(other.ScaleULP))
+		fmt.Fprintf(&b, "; %s's own %s is %s", names[1-su.Side], o.Op, fmtULP(other.LocalULP))
 	}
-	if sd.EngineScaleULP >= 0 {
-		fmt.Fprintf(&b, "; the canonical engine from %s's inputs %s", su.SideName, fmtULP(sd.EngineScaleULP))
+	if sd.EngineLocalULP >= 0 {
+		fmt.Fprintf(&b, "; the canonical engine from %s's inputs %s", su.SideName, fmtULP(sd.EngineLocalULP))
 	}
 	return b.String()
 }
@@ -332,6 +360,8 @@ func fmtULP(x float64) string {
 	switch {
 	case x < 0:
 		return "—"
+	case x >= AuditNonFiniteULP:
+		return "NaN/Inf"
 	case x == 0:
 		return "0"
 	case x < 10:
@@ -358,7 +388,7 @@ func (r *AuditReport) View() *view.Audit {
 		for j, sd := range o.Sides {
 			l[j] = -1
 			if sd.measured() {
-				l[j] = sd.ScaleULP
+				l[j] = sd.LocalULP
 			}
 		}
 		out.Local[o.Op] = l
@@ -369,8 +399,16 @@ func (r *AuditReport) View() *view.Audit {
 			col = s.Element[0]
 		}
 		out.Suspects = append(out.Suspects, view.Suspect{Op: s.Op, Side: s.Side, SideName: s.SideName,
-			At: view.Coord{Step: s.Step, Seq: s.Seq, Pos: s.Pos, Feature: col}, LocalULP: s.LocalScaleULP,
+			At: view.Coord{Step: s.Step, Seq: s.Seq, Pos: s.Pos, Feature: col}, LocalULP: s.LocalULP,
 			FloorULP: s.NoiseFloorULP, Ratio: s.Ratio, Evidence: s.Evidence})
 	}
 	return out
+}
+
+// fmtRatio prints a local error's multiple of its floor.
+func fmtRatio(x float64) string {
+	if x >= AuditNonFiniteULP/1e3 {
+		return "∞"
+	}
+	return fmtULP(x)
 }

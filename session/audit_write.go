@@ -32,8 +32,8 @@ func (r *AuditReport) Headline() string {
 		return fmt.Sprintf("no suspects: every op of both sides is within %g× its noise floor of the correctly rounded result of its own inputs", r.Margin)
 	}
 	s := r.Suspects[0]
-	return fmt.Sprintf("%s; first: %s on %s (%s ULP at the row's scale, %.0f× its noise floor of %s) at seq %d pos %d",
-		plural(len(r.Suspects), "suspect"), s.Op, s.SideName, fmtULP(s.LocalScaleULP), s.Ratio,
+	return fmt.Sprintf("%s; first: %s on %s (%s ULP, %s× its noise floor of %s) at seq %d pos %d",
+		plural(len(r.Suspects), "suspect"), s.Op, s.SideName, fmtULP(s.LocalULP), fmtRatio(s.Ratio),
 		fmtULP(s.NoiseFloorULP), s.Seq, s.Pos)
 }
 
@@ -46,12 +46,13 @@ func writeAuditText(w io.Writer, r *AuditReport) error {
 	fmt.Fprintf(w, "model %s; %d (op, step, seq) measured on both sides in %.2fs; margin %g\n\n", r.Model, r.Measured,
 		r.Elapsed.Seconds(), r.Margin)
 	if len(r.Suspects) > 0 {
-		fmt.Fprintln(w, "Suspects (most severe first; ULP at the row's scale):")
+		fmt.Fprintln(w, "Suspects (most severe first; local error in ULPs, docs/audit.md):")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "#\top\tside\tseq\tpos\telement\tlocal\tfloor\t×floor\tmax ULP\trule")
+		fmt.Fprintln(tw, "#\top\tside\tseq\tpos\telement\tlocal\tfloor\t×floor\tmax ULP\tat scale\trule")
 		for i, s := range r.Suspects {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%.0f\t%d\t%s\n", i+1, s.Op, s.SideName, s.Seq, s.Pos,
-				fmtElement(s.Element), fmtULP(s.LocalScaleULP), fmtULP(s.NoiseFloorULP), s.Ratio, s.LocalMaxULP, s.Rule)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", i+1, s.Op, s.SideName, s.Seq, s.Pos,
+				fmtElement(s.Element), fmtULP(s.LocalULP), fmtULP(s.NoiseFloorULP), fmtRatio(s.Ratio), s.LocalMaxULP,
+				fmtULP(s.LocalScaleULP), s.Rule)
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
@@ -60,12 +61,12 @@ func writeAuditText(w io.Writer, r *AuditReport) error {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "Local error per op (ULP at the row's scale; max element ULP in brackets; floor = noise floor):\n")
+	fmt.Fprintf(w, "Local error per op (ULPs; max element ULP and ULPs at the row's scale in brackets; floor = noise floor):\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "#\top\tdtype\t%s\tfloor\t%s\tfloor\tengine\n", names[0], names[1])
 	for _, o := range r.Ops {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Index, o.Op, o.dtype(), o.Sides[0].cell(), fmtULP(o.Sides[0].FloorULP),
-			o.Sides[1].cell(), fmtULP(o.Sides[1].FloorULP), fmtULP(max(o.Sides[0].EngineScaleULP, o.Sides[1].EngineScaleULP)))
+			o.Sides[1].cell(), fmtULP(o.Sides[1].FloorULP), fmtULP(max(o.Sides[0].EngineLocalULP, o.Sides[1].EngineLocalULP)))
 	}
 	return tw.Flush()
 }
@@ -87,7 +88,7 @@ func (a *AuditSide) cell() string {
 		}
 		return "—"
 	}
-	return fmt.Sprintf("%s [%d]", fmtULP(a.ScaleULP), a.MaxULP)
+	return fmt.Sprintf("%s [%d, %s]", fmtULP(a.LocalULP), a.MaxULP, fmtULP(a.ScaleULP))
 }
 
 func fmtElement(e []int64) string {
@@ -103,10 +104,11 @@ func writeAuditMarkdown(w io.Writer, r *AuditReport) error {
 	fmt.Fprintf(w, "- A: %s `%s`\n- B: %s `%s`\n- model %s; %d (op, step, seq) measured in %.2fs; margin %g\n\n",
 		names[0], r.A.Path, names[1], r.B.Path, r.Model, r.Measured, r.Elapsed.Seconds(), r.Margin)
 	if len(r.Suspects) > 0 {
-		fmt.Fprintln(w, "## Suspects\n\n| # | op | side | seq | pos | element | local | floor | ×floor | max ULP | rule |\n|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "## Suspects\n\n| # | op | side | seq | pos | element | local | floor | ×floor | max ULP | at scale | rule |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for i, s := range r.Suspects {
-			fmt.Fprintf(w, "| %d | `%s` | %s | %d | %d | %s | %s | %s | %.0f | %d | %s |\n", i+1, s.Op, s.SideName, s.Seq,
-				s.Pos, fmtElement(s.Element), fmtULP(s.LocalScaleULP), fmtULP(s.NoiseFloorULP), s.Ratio, s.LocalMaxULP, s.Rule)
+			fmt.Fprintf(w, "| %d | `%s` | %s | %d | %d | %s | %s | %s | %s | %d | %s | %s |\n", i+1, s.Op, s.SideName, s.Seq,
+				s.Pos, fmtElement(s.Element), fmtULP(s.LocalULP), fmtULP(s.NoiseFloorULP), fmtRatio(s.Ratio), s.LocalMaxULP,
+				fmtULP(s.LocalScaleULP), s.Rule)
 		}
 		fmt.Fprintln(w)
 		for i, s := range r.Suspects {
@@ -114,11 +116,11 @@ func writeAuditMarkdown(w io.Writer, r *AuditReport) error {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "## Local error per op\n\nULP at the row's scale, max element ULP in brackets.\n\n| # | op | dtype | %s | floor | %s | floor | engine |\n|---|---|---|---|---|---|---|---|\n", names[0], names[1])
+	fmt.Fprintf(w, "## Local error per op\n\nULPs (docs/audit.md); max element ULP and ULPs at the row's scale in brackets.\n\n| # | op | dtype | %s | floor | %s | floor | engine |\n|---|---|---|---|---|---|---|---|\n", names[0], names[1])
 	for _, o := range r.Ops {
 		fmt.Fprintf(w, "| %d | `%s` | %s | %s | %s | %s | %s | %s |\n", o.Index, o.Op, o.dtype(), o.Sides[0].cell(),
 			fmtULP(o.Sides[0].FloorULP), o.Sides[1].cell(), fmtULP(o.Sides[1].FloorULP),
-			fmtULP(max(o.Sides[0].EngineScaleULP, o.Sides[1].EngineScaleULP)))
+			fmtULP(max(o.Sides[0].EngineLocalULP, o.Sides[1].EngineLocalULP)))
 	}
 	return nil
 }
@@ -146,6 +148,7 @@ type suspectJSON struct {
 	Seq           int64   `json:"seq"`
 	Pos           int64   `json:"pos"`
 	Element       []int64 `json:"element"`
+	LocalULP      float64 `json:"local_ulp"`
 	LocalMaxULP   uint64  `json:"local_max_ulp"`
 	LocalScaleULP float64 `json:"local_scale_ulp"`
 	NoiseFloorULP float64 `json:"noise_floor_ulp"`
@@ -171,8 +174,9 @@ type auditSideJSON struct {
 	Inexact        int64    `json:"inexact"`
 	OutOfTolerance int64    `json:"out_of_tolerance"`
 	MaxULP         uint64   `json:"max_ulp"`
+	LocalULP       *float64 `json:"local_ulp,omitempty"`
 	ScaleULP       *float64 `json:"scale_ulp,omitempty"`
-	EngineScaleULP *float64 `json:"engine_scale_ulp,omitempty"`
+	EngineLocalULP *float64 `json:"engine_local_ulp,omitempty"`
 	NoiseFloorULP  *float64 `json:"noise_floor_ulp,omitempty"`
 }
 
@@ -186,9 +190,9 @@ func (a *AuditSide) json() auditSideJSON {
 		return j
 	}
 	pf := func(x float64) *float64 { return &x }
-	j.ScaleULP, j.NoiseFloorULP = pf(a.ScaleULP), pf(a.FloorULP)
-	if a.EngineScaleULP >= 0 {
-		j.EngineScaleULP = pf(a.EngineScaleULP)
+	j.LocalULP, j.ScaleULP, j.NoiseFloorULP = pf(a.LocalULP), pf(a.ScaleULP), pf(a.FloorULP)
+	if a.EngineLocalULP >= 0 {
+		j.EngineLocalULP = pf(a.EngineLocalULP)
 	}
 	return j
 }
@@ -198,7 +202,7 @@ func writeAuditJSON(w io.Writer, r *AuditReport) error {
 		ElapsedMS: r.Elapsed.Milliseconds(), Headline: r.Headline(), Suspects: []suspectJSON{}, Ops: []auditOpJSON{}}
 	for _, s := range r.Suspects {
 		j.Suspects = append(j.Suspects, suspectJSON{Op: s.Op, Index: s.Index, Side: [...]string{"a", "b"}[s.Side],
-			SideName: s.SideName, Step: s.Step, Seq: s.Seq, Pos: s.Pos, Element: s.Element, LocalMaxULP: s.LocalMaxULP,
+			SideName: s.SideName, Step: s.Step, Seq: s.Seq, Pos: s.Pos, Element: s.Element, LocalULP: s.LocalULP, LocalMaxULP: s.LocalMaxULP,
 			LocalScaleULP: s.LocalScaleULP, NoiseFloorULP: s.NoiseFloorULP, Ratio: s.Ratio, Rule: s.Rule, Evidence: s.Evidence})
 	}
 	for _, o := range r.Ops {
@@ -211,7 +215,7 @@ func writeAuditJSON(w io.Writer, r *AuditReport) error {
 }
 
 var auditHTML = template.Must(template.New("audit").Funcs(template.FuncMap{"ulp": fmtULP, "el": fmtElement,
-	"inc": func(i int) int { return i + 1 }, "ratio": func(x float64) string { return fmt.Sprintf("%.0f", x) },
+	"inc": func(i int) int { return i + 1 }, "ratio": fmtRatio,
 	"bar": func(x, floor float64) float64 {
 		if floor <= 0 || x <= 0 {
 			return 0
@@ -231,16 +235,16 @@ td.n{text-align:right}tr.suspect td{background:#fde8e8}.head{font-weight:600;pad
 <p>A: {{.NameA}} <code>{{.R.A.Path}}</code><br>B: {{.NameB}} <code>{{.R.B.Path}}</code><br>
 model {{.R.Model}}; {{.R.Measured}} (op, step, seq) measured; margin {{.R.Margin}}</p>
 {{if .R.Suspects}}<h2>Suspects</h2>
-<table><tr><th>#</th><th>op</th><th>side</th><th>seq</th><th>pos</th><th>element</th><th>local (ULP at row scale)</th><th>floor</th><th>× floor</th><th>max ULP</th><th>rule</th></tr>
-{{range $i, $s := .R.Suspects}}<tr><td class="n">{{inc $i}}</td><td><code>{{$s.Op}}</code></td><td>{{$s.SideName}}</td><td class="n">{{$s.Seq}}</td><td class="n">{{$s.Pos}}</td><td>{{el $s.Element}}</td><td class="n">{{ulp $s.LocalScaleULP}}</td><td class="n">{{ulp $s.NoiseFloorULP}}</td><td class="n">{{ratio $s.Ratio}}</td><td class="n">{{$s.LocalMaxULP}}</td><td>{{$s.Rule}}</td></tr>
+<table><tr><th>#</th><th>op</th><th>side</th><th>seq</th><th>pos</th><th>element</th><th>local (ULP)</th><th>floor</th><th>× floor</th><th>max ULP</th><th>rule</th></tr>
+{{range $i, $s := .R.Suspects}}<tr><td class="n">{{inc $i}}</td><td><code>{{$s.Op}}</code></td><td>{{$s.SideName}}</td><td class="n">{{$s.Seq}}</td><td class="n">{{$s.Pos}}</td><td>{{el $s.Element}}</td><td class="n">{{ulp $s.LocalULP}}</td><td class="n">{{ulp $s.NoiseFloorULP}}</td><td class="n">{{ratio $s.Ratio}}</td><td class="n">{{$s.LocalMaxULP}}</td><td>{{$s.Rule}}</td></tr>
 {{end}}</table>
 <ol>{{range .R.Suspects}}<li>{{.Evidence}}</li>{{end}}</ol>{{end}}
 <h2>Local error per op</h2>
-<p>ULP at the row's scale (max element ULP in brackets); the bar is the error against 32× the noise floor.</p>
+<p>Local error in ULPs (docs/audit.md; max element ULP and ULPs at the row's scale in brackets); the bar is the error against 32× the noise floor.</p>
 <table><tr><th>#</th><th>op</th><th>dtype</th><th>{{.NameA}}</th><th></th><th>floor</th><th>{{.NameB}}</th><th></th><th>floor</th></tr>
 {{range .Rows}}<tr{{if .Suspect}} class="suspect"{{end}}><td class="n">{{.Op.Index}}</td><td><code>{{.Op.Op}}</code></td><td>{{.DType}}</td>
-<td class="n">{{.CellA}}</td><td><span class="bar" style="width:{{bar .A.ScaleULP .A.FloorULP}}px"></span></td><td class="n">{{ulp .A.FloorULP}}</td>
-<td class="n">{{.CellB}}</td><td><span class="bar" style="width:{{bar .B.ScaleULP .B.FloorULP}}px"></span></td><td class="n">{{ulp .B.FloorULP}}</td></tr>
+<td class="n">{{.CellA}}</td><td><span class="bar" style="width:{{bar .A.LocalULP .A.FloorULP}}px"></span></td><td class="n">{{ulp .A.FloorULP}}</td>
+<td class="n">{{.CellB}}</td><td><span class="bar" style="width:{{bar .B.LocalULP .B.FloorULP}}px"></span></td><td class="n">{{ulp .B.FloorULP}}</td></tr>
 {{end}}</table></body></html>
 `))
 

@@ -64,6 +64,14 @@ type ErrStats struct {
 	OutOfTolerance int64
 	WorstULP       *Coord // the element of MaxULP (nil when every element is exact)
 	WorstScale     *Coord // the element of Scale
+	// Local is the largest local error of one element, in ULPs: the smaller of its ULP distance and its
+	// distance in ULPs at the row's scale (|out − oracle| / RMS / ε, ε the ULP of 1.0 in DType). Each measure
+	// alone misleads: an element near zero whose sum cancels is thousands of ULPs off in any correct kernel
+	// (but a tiny fraction of the row's scale), and one ULP of an outlier a hundred times the RMS is a hundred
+	// ULPs at the row's scale. A correct kernel is within an ULP or two in the smaller of the two; a bug is
+	// far off in both (docs/audit.md).
+	Local      float64
+	WorstLocal *Coord // the element of Local
 }
 
 // The tolerance of a correct kernel (ErrStats.OutOfTolerance; docs/arithmetic.md, "The oracle", has the measurements). The
@@ -430,6 +438,9 @@ func (a *statsAcc) add(out, oracle capture.Tensor) error {
 				diff := math.Abs(f.value(x) - f.value(y))
 				if diff > 0 && diff/rms > a.Scale {
 					a.Scale, a.WorstScale = diff/rms, at(i)
+				}
+				if l := min(float64(d), diff/rms/Eps(oracle.DType)); l > a.Local || a.WorstLocal == nil && l > 0 {
+					a.Local, a.WorstLocal = l, at(i)
 				}
 				if d > ToleranceULP && !(diff <= ToleranceScale*rms) {
 					a.OutOfTolerance++
