@@ -27,10 +27,15 @@ type htmlMap struct {
 type htmlData struct {
 	Verdict   string
 	Identical bool
-	A, B      CaptureInfo
+	Captures  []captureRow
+	Filter    string
 	Summary   string
+	Notes     []string
 	First     *Divergence
 	FirstAt   string
+	Distance  string
+	Check     string   // "within" or "outside"; "" without a tolerance
+	Checks    []string // its lines
 	Header    []string
 	Rows      [][]string
 	Status    []string
@@ -63,22 +68,23 @@ figure { margin: 1em 0; } figure img { image-rendering: pixelated; border: 1px s
 <h1 class="{{if .Identical}}ok{{else}}bad{{end}}">bitalign diff: {{.Verdict}}</h1>
 <table>
 <tr><th></th><th>A</th><th>B</th></tr>
-<tr><th>side</th><td>{{.A.Side}}</td><td>{{.B.Side}}</td></tr>
-<tr><th>path</th><td><code>{{.A.Path}}</code></td><td><code>{{.B.Path}}</code></td></tr>
-<tr><th>tensors</th><td>{{.A.Tensors}}</td><td>{{.B.Tensors}}</td></tr>
-<tr><th>tp / pp / dp</th><td>{{.A.TP}} / {{.A.PP}} / {{.A.DP}}</td><td>{{.B.TP}} / {{.B.PP}} / {{.B.DP}}</td></tr>
-<tr><th>kernel profile</th><td>{{.A.KernelProfile}}</td><td>{{.B.KernelProfile}}</td></tr>
-<tr><th>batch</th><td>{{.A.BatchSize}}</td><td>{{.B.BatchSize}}</td></tr>
-</table>
-<p>{{.Summary}}</p>
-{{with .First}}<h2>First divergence</h2>
+{{range .Captures}}<tr><th>{{.Name}}</th>{{if .Code}}<td><code>{{.A}}</code></td><td><code>{{.B}}</code></td>{{else}}<td>{{.A}}</td><td>{{.B}}</td>{{end}}</tr>
+{{end}}</table>
+{{with .Filter}}<p>Ops matching <code>{{.}}</code>.</p>
+{{end}}<p>{{.Summary}}</p>
+{{range .Notes}}<p>{{.}}</p>
+{{end}}{{with .First}}<h2>First divergence</h2>
 <p><code>{{.Op}}</code> [{{.Role}}] (index {{.Index}}, {{.DType}}) at {{$.FirstAt}}</p>
 <table>
 <tr><th></th><th>hex</th><th>value</th></tr>
 <tr><th>A</th><td><code>{{.A.Hex}}</code></td><td>{{.A.Decimal}}</td></tr>
 <tr><th>B</th><td><code>{{.B.Hex}}</code></td><td>{{.B.Decimal}}</td></tr>
 </table>
-<p>Distance: {{.ULP}} ULP ({{.Class}}){{if .Cause}}; cause: <b>{{.Cause}}</b> ({{.Detail}}){{end}}.</p>
+<p>Distance: {{$.Distance}}{{if .Cause}}; cause: <b>{{.Cause}}</b> ({{.Detail}}){{end}}.</p>
+{{end}}{{if .Check}}<h2>Tolerance: {{.Check}}</h2>
+<ul>
+{{range .Checks}}<li>{{.}}</li>
+{{end}}</ul>
 {{end}}<h2>Ops</h2>
 <table>
 <tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
@@ -105,15 +111,28 @@ cell's colour is the largest ULP distance of its elements.</p>
 // WriteHTML writes one self-contained HTML file: captures, first divergence, the per-op table and, per
 // divergent op, a heatmap picture (PNG inlined as base64) of where its mismatches are, with a legend.
 func WriteHTML(w io.Writer, r *Report) error {
-	d := htmlData{Verdict: verdict(r), Identical: r.Identical, A: r.A, B: r.B, First: r.First, Header: opHeader,
-		Summary: fmt.Sprintf("Compared %d elements in %s: %d mismatched in %s; %s.", r.Compared, plural(len(r.Ops), "op"),
-			r.Mismatched, plural(len(r.Divergent()), "op"), plural(len(r.Missing), "missing tensor"))}
+	d := htmlData{Verdict: r.Verdict(), Identical: r.Identical, Captures: captureRows(r), First: r.First, Header: opHeader,
+		Filter: strings.Join(r.Filter, ", "), Summary: upper(summary(r)) + "."}
+	if n := missingNote(r); n != "" {
+		d.Notes = append(d.Notes, upper(n)+".")
+	}
+	if n := narrowNote(r); n != "" {
+		d.Notes = append(d.Notes, n+".")
+	}
 	if r.First != nil {
 		d.FirstAt = where(r.First.At)
+		d.Distance = firstDistance(r.First)
+	}
+	if c := r.Check; c != nil {
+		d.Check = map[bool]string{true: "within", false: "outside"}[c.Within]
+		d.Checks = checkLines(c)
 	}
 	top, nan := 0, false
 	for i := range r.Ops {
 		o := &r.Ops[i]
+		if !listed(r, o) {
+			continue
+		}
 		d.Rows = append(d.Rows, opRow(o))
 		d.Status = append(d.Status, string(o.Status))
 		if o.Detail != "" {
@@ -134,7 +153,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 			}
 		}
 		d.Maps = append(d.Maps, htmlMap{Op: o.Op, Role: o.Role, PNG: template.URL(img), W: w, H: h,
-			Title: fmt.Sprintf("%d of %d elements differ, max %d ULP", o.Mismatched, o.Elements, o.MaxULP),
+			Title: fmt.Sprintf("%d of %d elements differ, %s", o.Mismatched, o.Elements, distance(o)),
 			Axes: fmt.Sprintf("positions %d–%d (%d rows of cells) × features 0–%d (%d columns of cells)",
 				o.Map.PosLo, o.Map.PosHi-1, o.Map.Rows, o.Map.Features-1, o.Map.Cols)})
 	}
@@ -149,6 +168,9 @@ func WriteHTML(w io.Writer, r *Report) error {
 		}
 	}
 	for i, m := range r.Missing {
+		if r.IgnoreMissing {
+			break
+		}
 		if i == 10*maxMissingListed {
 			d.More = len(r.Missing)
 			break
