@@ -26,6 +26,7 @@ var reportFormats = map[string]func(io.Writer, *session.Report) error{
 func newDiffCmd() *cobra.Command {
 	var format, out string
 	var force bool
+	var gate diffGate
 	cmd := &cobra.Command{
 		Use:   "diff A B",
 		Short: "Compare two captures bit for bit (exit 0 identical, 1 divergent, 2 bad usage or input)",
@@ -35,9 +36,11 @@ Tensors are aligned by (step, sequence, position, op, role) after reassembling t
 trainer's full-sequence prefill lines up with a sampler's one-token decode steps. The report gives the first
 divergence (earliest op in execution order) and a per-op table.
 
-Exit status: 0 when the captures are bitwise identical, 1 when they diverge, 2 on bad usage or bad input.`,
+Exit status: 0 when the captures are bitwise identical (or within --max-ulp / --max-rel), 1 when they
+diverge, 2 on bad usage or bad input, including nothing compared.`,
 		Example: `  bitalign diff run/trainer run/sampler
-  bitalign diff run/trainer run/sampler --format html -o report.html`,
+  bitalign diff run/trainer run/sampler --format html -o report.html
+  bitalign diff run/trainer run/sampler --ops 'layers.1*.mlp.*,logits' --ignore-missing --max-ulp 2`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			write, ok := reportFormats[format]
@@ -49,7 +52,7 @@ Exit status: 0 when the captures are bitwise identical, 1 when they diverge, 2 o
 					return err
 				}
 			}
-			r, err := diffPaths(cmd, args[0], args[1])
+			r, err := diffPaths(cmd, args[0], args[1], gate.options(cmd)...)
 			if err != nil {
 				return err
 			}
@@ -63,20 +66,60 @@ Exit status: 0 when the captures are bitwise identical, 1 when they diverge, 2 o
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "bitalign: wrote %s report to %s\n", format, out)
 			}
-			if !r.Identical {
-				return &exitError{code: 1}
-			}
-			return nil
+			return gate.exit(r)
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "report format: text, json, md or html")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write the report to FILE (atomically) instead of stdout")
 	cmd.Flags().BoolVar(&force, "force", false, "overwrite the -o file if it exists")
+	gate.flags(cmd)
 	return cmd
 }
 
+// diffGate is diff's selection and CI-gate flags: they become session options, and the report decides the
+// exit status.
+type diffGate struct {
+	ops           []string
+	ignoreMissing bool
+	maxULP        uint64
+	maxRel        float64
+}
+
+func (g *diffGate) flags(cmd *cobra.Command) {
+	cmd.Flags().StringSliceVar(&g.ops, "ops", nil, "compare only ops matching these glob patterns (repeatable or comma-separated, e.g. 'layers.1*.mlp.*')")
+	cmd.Flags().BoolVar(&g.ignoreMissing, "ignore-missing", false, "tensors or positions one side lacks do not make the captures differ (they are counted)")
+	cmd.Flags().Uint64Var(&g.maxULP, "max-ulp", 0, "exit 0 when every compared element is within N ULP (in each op's ULP dtype)")
+	cmd.Flags().Float64Var(&g.maxRel, "max-rel", 0, "exit 0 when every compared element is within X × the RMS of its row (|a−b|/RMS)")
+}
+
+func (g *diffGate) options(cmd *cobra.Command) []session.Option {
+	var opts []session.Option
+	if len(g.ops) > 0 {
+		opts = append(opts, session.WithOps(g.ops...))
+	}
+	if g.ignoreMissing {
+		opts = append(opts, session.WithIgnoreMissing())
+	}
+	t := session.Tolerance{MaxULP: g.maxULP, MaxRel: g.maxRel, HasULP: cmd.Flags().Changed("max-ulp"), HasRel: cmd.Flags().Changed("max-rel")}
+	if t.HasULP || t.HasRel {
+		opts = append(opts, session.WithTolerance(t))
+	}
+	return opts
+}
+
+// exit is diff's exit status for r: 2 when nothing was compared, 0 when identical or within the tolerance.
+func (g *diffGate) exit(r *session.Report) error {
+	switch {
+	case r.Compared == 0:
+		return inputErr(fmt.Errorf("diff: %s", r.Verdict()))
+	case r.Identical, r.Check != nil && r.Check.Within:
+		return nil
+	}
+	return &exitError{code: 1}
+}
+
 // diffPaths opens and diffs two captures, showing progress on stderr when it is a terminal.
-func diffPaths(cmd *cobra.Command, pathA, pathB string) (*session.Report, error) {
+func diffPaths(cmd *cobra.Command, pathA, pathB string, opts ...session.Option) (*session.Report, error) {
 	a, err := capture.Open(pathA)
 	if err != nil {
 		return nil, inputErr(err)
@@ -88,7 +131,6 @@ func diffPaths(cmd *cobra.Command, pathA, pathB string) (*session.Report, error)
 	}
 	defer b.Close()
 
-	opts := []session.Option{}
 	if producers := producersOf(a.Meta()); producers != nil {
 		opts = append(opts, session.WithProducers(producers))
 	}

@@ -648,7 +648,7 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 			switch {
 			case len(differ) > 0:
 				return CausePropagated, noun + " differ: " + strings.Join(differ, ", ")
-			case len(unknown) == 0 && len(srcs) > 0:
+			case len(unknown) == 0 && len(left) == 0 && len(srcs) > 0:
 				names := make([]string, len(srcs))
 				for i, s := range srcs {
 					names[i] = s.op

@@ -208,8 +208,8 @@ type Check struct {
 	Tolerance
 	// Within: something was compared, every bound set held over every compared element, and no problem.
 	Within  bool
-	ULPHeld bool // every float op's MaxULP ≤ MaxULP and no NaN against a number
-	RelHeld bool // every float op's MaxRMSRel ≤ MaxRel and no mismatch with a NaN or ±Inf on one side
+	ULPHeld bool // every float op's MaxULP ≤ MaxULP and no NaN against a number (true when not HasULP)
+	RelHeld bool // every float op's MaxRMSRel ≤ MaxRel and no mismatch with a NaN or ±Inf on one side (true when not HasRel)
 	// the largest MaxULP and MaxRMSRel over float ops, and where ("op [role]")
 	WorstULP   uint64
 	WorstULPOp string
@@ -250,14 +250,14 @@ func (r *Report) Within(t Tolerance) Check {
 			if o.InfMismatched > 0 && c.InfOp == "" {
 				c.InfOp = name
 			}
-			c.ULPHeld = c.ULPHeld && o.MaxULP <= t.MaxULP && o.NaNNumber == 0
-			c.RelHeld = c.RelHeld && o.MaxRMSRel <= t.MaxRel && o.NaNNumber+o.InfMismatched == 0
+			c.ULPHeld = c.ULPHeld && (!t.HasULP || o.MaxULP <= t.MaxULP && o.NaNNumber == 0)
+			c.RelHeld = c.RelHeld && (!t.HasRel || o.MaxRMSRel <= t.MaxRel && o.NaNNumber+o.InfMismatched == 0)
 		}
 	}
 	if n := len(r.Missing); n > 0 && !r.IgnoreMissing {
 		c.Problems = append(c.Problems, plural(n, "missing tensor"))
 	}
-	c.Within = len(c.Problems) == 0 && (t.HasULP || t.HasRel) && (c.ULPHeld || !t.HasULP) && (c.RelHeld || !t.HasRel)
+	c.Within = len(c.Problems) == 0 && (t.HasULP || t.HasRel) && c.ULPHeld && c.RelHeld
 	return c
 }
 
