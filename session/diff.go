@@ -51,7 +51,8 @@ func WithOps(patterns ...string) Option {
 }
 
 // WithIgnoreMissing makes tensors and positions that one side lacks no reason for the report not to be
-// identical (Report.IgnoreMissing; they are still listed in Report.Missing and counted by the reports).
+// identical (Report.IgnoreMissing; they are still listed in Report.Missing and counted by the reports). A
+// tensor that could not be aligned (incomplete shards, ...) still counts (Report.MissingProblems).
 func WithIgnoreMissing() Option { return func(c *config) { c.ignoreMissing = true } }
 
 // WithTolerance checks the report against t (Report.Check).
@@ -189,7 +190,7 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 			rep.Identical = false
 		}
 	}
-	if len(rep.Missing) > 0 && !cfg.ignoreMissing {
+	if len(rep.MissingProblems()) > 0 {
 		rep.Identical = false
 	}
 	if cfg.tolerance != nil {

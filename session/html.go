@@ -167,12 +167,10 @@ func WriteHTML(w io.Writer, r *Report) error {
 			d.Legend = append(d.Legend, htmlLegend{template.CSS(fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B)), LevelLabel(LevelNaN)})
 		}
 	}
-	for i, m := range r.Missing {
-		if r.IgnoreMissing {
-			break
-		}
+	miss := r.MissingProblems()
+	for i, m := range miss {
 		if i == 10*maxMissingListed {
-			d.More = len(r.Missing)
+			d.More = len(miss)
 			break
 		}
 		d.Missing = append(d.Missing, missingLine(m))

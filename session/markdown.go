@@ -87,11 +87,11 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "\n`%s` [%s]: %s\n", mdEscape(o.Op), mdEscape(o.Role), mdEscape(o.Detail))
 		}
 	}
-	if len(r.Missing) > 0 && !r.IgnoreMissing {
-		fmt.Fprintf(&b, "\n<details><summary>Missing tensors (%d)</summary>\n\n", len(r.Missing))
-		for i, m := range r.Missing {
+	if miss := r.MissingProblems(); len(miss) > 0 {
+		fmt.Fprintf(&b, "\n<details><summary>Missing tensors (%d)</summary>\n\n", len(miss))
+		for i, m := range miss {
 			if i == maxMissingListed {
-				fmt.Fprintf(&b, "- ... and %d more (see the JSON report)\n", len(r.Missing)-i)
+				fmt.Fprintf(&b, "- ... and %d more (see the JSON report)\n", len(miss)-i)
 				break
 			}
 			fmt.Fprintf(&b, "- %s\n", mdEscape(missingLine(m)))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,6 +111,17 @@ func TestDiffIgnoreMissing(t *testing.T) {
 		if strings.Contains(s, "lacks") || strings.Contains(s, "layers.0.attn_residual") {
 			t.Errorf("%s lists missing tensors as problems:\n%s", name, s)
 		}
+	}
+	// a tensor that cannot be aligned is not merely absent: it still counts
+	odd := tensor("layers.0.attn_residual", 3, "out", 0, 0, 2, 8, make([]byte, 2*9))
+	odd.Shape = []int64{3, 3}
+	b = writeCapture(t, dir+"/b1.arrow", "sampler", 1, append(slices.Clone(part), odd))
+	if rep, err = Diff(context.Background(), a, b, WithIgnoreMissing()); err != nil || rep.Identical || len(rep.MissingProblems()) != 1 {
+		t.Fatalf("unalignable tensor with --ignore-missing: identical %v, problems %v, err %v", rep.Identical, rep.MissingProblems(), err)
+	}
+	var txt bytes.Buffer
+	if err := WriteText(&txt, rep); err != nil || !strings.Contains(txt.String(), "does not split into 2 token rows") {
+		t.Errorf("the unalignable tensor is not listed: %v\n%s", err, txt.String())
 	}
 	// a shape mismatch is not "missing": still not identical
 	for i := range part {

@@ -191,8 +191,24 @@ type Report struct {
 	// Compared is Σ Elements; Mismatched is Σ Mismatched over ops.
 	Compared, Mismatched int64
 	Filter               []string // WithOps's patterns: only matching ops were compared
-	IgnoreMissing        bool     // WithIgnoreMissing: Missing does not make the report not identical
+	IgnoreMissing        bool     // WithIgnoreMissing: absent tensors do not make the report not identical (MissingProblems)
 	Check                *Check   // WithTolerance's result, nil without one
+}
+
+// MissingProblems returns the missing tensors that count against the report: all of Missing, or with
+// IgnoreMissing only those that could not be aligned (Reason set: incomplete shards, a shape that does not
+// split into token rows), which are not merely absent.
+func (r *Report) MissingProblems() []MissingTensor {
+	if !r.IgnoreMissing {
+		return r.Missing
+	}
+	var out []MissingTensor
+	for _, m := range r.Missing {
+		if m.Reason != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Tolerance bounds the differences a report may show and still pass (bitalign diff --max-ulp, --max-rel).
@@ -254,7 +270,7 @@ func (r *Report) Within(t Tolerance) Check {
 			c.RelHeld = c.RelHeld && (!t.HasRel || o.MaxRMSRel <= t.MaxRel && o.NaNNumber+o.InfMismatched == 0)
 		}
 	}
-	if n := len(r.Missing); n > 0 && !r.IgnoreMissing {
+	if n := len(r.MissingProblems()); n > 0 {
 		c.Problems = append(c.Problems, plural(n, "missing tensor"))
 	}
 	c.Within = len(c.Problems) == 0 && (t.HasULP || t.HasRel) && c.ULPHeld && c.RelHeld

@@ -32,8 +32,8 @@ func (r *Report) Verdict() string {
 		return v
 	}
 	if r.Identical {
-		if r.IgnoreMissing && len(r.Missing) > 0 {
-			return "bitwise identical (" + plural(len(r.Missing), "missing tensor") + " ignored)"
+		if n := len(r.Missing) - len(r.MissingProblems()); n > 0 {
+			return "bitwise identical (" + plural(n, "missing tensor") + " ignored)"
 		}
 		return "bitwise identical"
 	}
@@ -52,8 +52,8 @@ func (r *Report) Verdict() string {
 	if n := countStatus(r, StatusShapeMismatch); n > 0 {
 		parts = append(parts, plural(n, "op")+" with mismatched shapes")
 	}
-	if len(r.Missing) > 0 {
-		parts = append(parts, plural(len(r.Missing), "missing tensor"))
+	if n := len(r.MissingProblems()); n > 0 {
+		parts = append(parts, plural(n, "missing tensor"))
 	}
 	return prefix + "not comparable everywhere: " + strings.Join(parts, ", ") + " (compared elements identical)"
 }
@@ -195,15 +195,22 @@ func narrowNote(r *Report) string {
 
 // missingNote is the line that counts what --ignore-missing ignored, or "".
 func missingNote(r *Report) string {
-	if !r.IgnoreMissing || len(r.Missing) == 0 {
+	if !r.IgnoreMissing {
+		return ""
+	}
+	n := 0
+	var pos int64
+	for _, m := range r.Missing {
+		if m.Reason == "" {
+			n++
+			pos += max(m.NTok, 1)
+		}
+	}
+	if n == 0 {
 		return ""
 	}
 	ops := countStatus(r, StatusMissingA) + countStatus(r, StatusMissingB)
-	var pos int64
-	for _, m := range r.Missing {
-		pos += max(m.NTok, 1)
-	}
-	return fmt.Sprintf("missing ignored: %s on one side only (%s, %s)", plural(len(r.Missing), "tensor"),
+	return fmt.Sprintf("missing ignored: %s on one side only (%s, %s)", plural(n, "tensor"),
 		plural(ops, "whole op"), plural(int(pos), "position"))
 }
 
@@ -256,8 +263,8 @@ func upper(s string) string {
 func summary(r *Report) string {
 	s := fmt.Sprintf("compared %d elements in %s; %d mismatched in %s", r.Compared, plural(len(r.Ops), "op"),
 		r.Mismatched, plural(len(r.Divergent()), "op"))
-	if !r.IgnoreMissing {
-		s += "; " + plural(len(r.Missing), "missing tensor")
+	if n := len(r.MissingProblems()); n > 0 || !r.IgnoreMissing {
+		s += "; " + plural(n, "missing tensor")
 	}
 	return s
 }
@@ -446,11 +453,11 @@ func WriteText(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "%s [%s]: %s\n", o.Op, o.Role, o.Detail)
 		}
 	}
-	if len(r.Missing) > 0 && !r.IgnoreMissing {
-		fmt.Fprintf(&b, "\nMissing (%d):\n", len(r.Missing))
-		for i, m := range r.Missing {
+	if miss := r.MissingProblems(); len(miss) > 0 {
+		fmt.Fprintf(&b, "\nMissing (%d):\n", len(miss))
+		for i, m := range miss {
 			if i == maxMissingListed {
-				fmt.Fprintf(&b, "  ... and %d more (see the JSON report)\n", len(r.Missing)-i)
+				fmt.Fprintf(&b, "  ... and %d more (see the JSON report)\n", len(miss)-i)
 				break
 			}
 			fmt.Fprintf(&b, "  %s\n", missingLine(m))
