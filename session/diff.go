@@ -3,6 +3,7 @@ package session
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"path"
@@ -443,22 +444,145 @@ func fill(st *OpStat, o *opWork, w *acc, f *format) {
 }
 
 // rowScale returns the RMS of row r of piece p over both sides' finite values and the row's largest |a−b|
-// over mismatched pairs where both values are finite.
+// over mismatched pairs where both values are finite. bf16 and f32 rows run fastSquares over their stretches of
+// finite values and specialScale on the rest (NaN, ±Inf). Squares are rounded before
+// they are summed (explicit float64(...)), so no compiler fuses them and every platform gives the same bits.
 func (o *opWork) rowScale(p *piece, r int64) (rms, maxAbs float64) {
 	f := o.f
-	n := int(p.rowLen)
-	base := int(r * p.rowLen)
-	var ss, peak float64
+	lo, hi := int(r*p.rowLen), int((r+1)*p.rowLen)
+	if f.dt != capture.BF16 && f.dt != capture.F32 {
+		return o.rowScaleSlow(p, lo, hi)
+	}
+	sz := f.size
+	a, b := p.a[sz*lo:sz*hi], p.b[sz*lo:sz*hi]
+	var eq, sa, sb float64 // eq: one side's squares over the equal pairs
+	cnt := 2 * (hi - lo)
+	for i := 0; i < hi-lo; i++ {
+		var s fastSums
+		i, s = fastSquares(f.dt == capture.BF16, a, b, i)
+		eq, sa, sb, maxAbs = eq+s.eq, sa+s.a, sb+s.b, max(maxAbs, s.maxAbs)
+		if i == hi-lo {
+			break
+		}
+		qa, qb, d, n := o.specialScale(f.load(a, i), f.load(b, i))
+		sa, sb, maxAbs, cnt = sa+qa, sb+qb, max(maxAbs, d), cnt-n
+	}
+	if cnt == 0 {
+		return 0, maxAbs
+	}
+	return math.Sqrt((2*eq + (sa + sb)) / float64(cnt)), maxAbs // ≤ 32-bit floats: squares stay in float64's range
+}
+
+// fastSums is what fastSquares adds up: squares of equal pairs (one side), of each side of differing pairs,
+// and the largest |a−b|.
+type fastSums struct{ eq, a, b, maxAbs float64 }
+
+// fastSquares sums over elements i, i+1, ... of bf16 (bf16 set) or f32 rows a and b while both sides are
+// finite, and returns where it stopped (len: the end). A leaf, so its sums stay in registers.
+func fastSquares(bf16 bool, a, b []byte, i int) (int, fastSums) {
+	var s fastSums
+	var e1 float64 // odd equal elements: a second chain of additions, in a fixed order
+	b = b[:len(a)]
+	if bf16 {
+		for ; i < len(a)/2; i++ {
+			x, y := uint32(a[2*i])|uint32(a[2*i+1])<<8, uint32(b[2*i])|uint32(b[2*i+1])<<8
+			va, okA := normal32(x << 16)
+			if x == y && okA {
+				if i&1 == 0 {
+					s.eq += float64(va * va)
+				} else {
+					e1 += float64(va * va)
+				}
+				continue
+			}
+			vb, okB := normal32(y << 16)
+			if !okA || !okB {
+				break
+			}
+			s.a += float64(va * va)
+			s.b += float64(vb * vb)
+			s.maxAbs = max(s.maxAbs, math.Abs(va-vb))
+		}
+	} else {
+		for ; i < len(a)/4; i++ {
+			x, y := binary.LittleEndian.Uint32(a[4*i:]), binary.LittleEndian.Uint32(b[4*i:])
+			va, okA := normal32(x)
+			if x == y && okA {
+				if i&1 == 0 {
+					s.eq += float64(va * va)
+				} else {
+					e1 += float64(va * va)
+				}
+				continue
+			}
+			vb, okB := normal32(y)
+			if !okA || !okB {
+				break
+			}
+			s.a += float64(va * va)
+			s.b += float64(vb * vb)
+			s.maxAbs = max(s.maxAbs, math.Abs(va-vb))
+		}
+	}
+	s.eq += e1
+	return i, s
+}
+
+// normal32 is the value of the f32 bit pattern x when it is finite (ok): a normal one built as float64 bits,
+// the exponent rebiased from 127 to 1023 and the mantissa moved to the top, a subnormal one as its mantissa ×
+// 2^−149 (both exact: format.value's decoding without its conversions). A bf16 is the top half of an f32.
+func normal32(x uint32) (float64, bool) {
+	switch e := x & 0x7f800000; {
+	case e-0x00800000 < 0x7f000000: // exponent 1..254
+		return math.Float64frombits(uint64(x&0x80000000)<<32 | (uint64(x&0x7fffffff)<<29 + (1023-127)<<52)), true
+	case e == 0:
+		v := float64(x&0x7fffff) * 0x1p-149
+		if x&0x80000000 != 0 {
+			v = -v
+		}
+		return v, true
+	}
+	return 0, false
+}
+
+// specialScale is rowScale's share of a pair with a NaN or ±Inf on a side (or of any pair, for the other
+// dtypes): the squares of its finite values, |a−b| when both are finite and differ, and how many of the two
+// are not finite.
+func (o *opWork) specialScale(x, y uint64) (qa, qb, abs float64, nonFinite int) {
+	f := o.f
+	fa, fb := !f.isNaN(x) && !f.isInf(x), !f.isNaN(y) && !f.isInf(y)
+	va, vb := f.value(x), f.value(y)
+	if fa {
+		qa = float64(va * va)
+	} else {
+		nonFinite++
+	}
+	if fb {
+		qb = float64(vb * vb)
+	} else {
+		nonFinite++
+	}
+	if x != y && fa && fb {
+		abs = math.Abs(va - vb)
+	}
+	return qa, qb, abs, nonFinite
+}
+
+// rowScaleSlow is rowScale for every float dtype; f64's squares may leave float64's range, so they are scaled
+// by the row's largest magnitude.
+func (o *opWork) rowScaleSlow(p *piece, lo, hi int) (rms, maxAbs float64) {
+	f := o.f
+	var peak float64
 	var cnt int
-	for i := base; i < base+n; i++ {
+	for i := lo; i < hi; i++ {
 		x, y := f.load(p.a, i), f.load(p.b, i)
 		va, vb := f.value(x), f.value(y)
 		fa, fb := !math.IsInf(va, 0) && !math.IsNaN(va), !math.IsInf(vb, 0) && !math.IsNaN(vb)
 		if fa {
-			ss, peak, cnt = ss+va*va, max(peak, math.Abs(va)), cnt+1
+			peak, cnt = max(peak, math.Abs(va)), cnt+1
 		}
 		if fb {
-			ss, peak, cnt = ss+vb*vb, max(peak, math.Abs(vb)), cnt+1
+			peak, cnt = max(peak, math.Abs(vb)), cnt+1
 		}
 		if x != y && fa && fb {
 			maxAbs = max(maxAbs, math.Abs(va-vb))
@@ -467,18 +591,15 @@ func (o *opWork) rowScale(p *piece, r int64) (rms, maxAbs float64) {
 	if cnt == 0 || peak == 0 {
 		return 0, maxAbs
 	}
-	if ss == 0 || math.IsInf(ss, 0) { // squares under- or overflowed float64 (f64 extremes): scale by the peak
-		ss = 0
-		for i := base; i < base+n; i++ {
-			for _, v := range [2]float64{f.value(f.load(p.a, i)), f.value(f.load(p.b, i))} {
-				if !math.IsInf(v, 0) && !math.IsNaN(v) {
-					ss += (v / peak) * (v / peak)
-				}
+	var ss float64
+	for i := lo; i < hi; i++ {
+		for _, v := range [2]float64{f.value(f.load(p.a, i)), f.value(f.load(p.b, i))} {
+			if !math.IsInf(v, 0) && !math.IsNaN(v) {
+				ss += float64((v / peak) * (v / peak))
 			}
 		}
-		return peak * math.Sqrt(ss/float64(cnt)), maxAbs
 	}
-	return math.Sqrt(ss / float64(cnt)), maxAbs
+	return peak * math.Sqrt(ss/float64(cnt)), maxAbs
 }
 
 // scaleRel is |a−b| / RMS: 0 when |a−b| is 0.
