@@ -112,7 +112,7 @@ func (g *diffGate) exit(r *session.Report) error {
 	switch {
 	case r.Compared == 0:
 		return inputErr(fmt.Errorf("diff: %s", r.Verdict()))
-	case r.Identical, r.Check != nil && r.Check.Within:
+	case r.Passed():
 		return nil
 	}
 	return &exitError{code: 1}

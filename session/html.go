@@ -25,25 +25,25 @@ type htmlMap struct {
 }
 
 type htmlData struct {
-	Verdict   string
-	Identical bool
-	Captures  []captureRow
-	Filter    string
-	Summary   string
-	Notes     []string
-	First     *Divergence
-	FirstAt   string
-	Distance  string
-	Check     string   // "within" or "outside"; "" without a tolerance
-	Checks    []string // its lines
-	Header    []string
-	Rows      [][]string
-	Status    []string
-	Details   []string
-	Maps      []htmlMap
-	Legend    []htmlLegend
-	Missing   []string
-	More      int
+	Verdict  string
+	Passed   bool
+	Captures []captureRow
+	Filter   string
+	Summary  string
+	Notes    []string
+	First    *Divergence
+	FirstAt  string
+	Distance string
+	Check    string   // "within" or "outside"; "" without a tolerance
+	Checks   []string // its lines
+	Header   []string
+	Rows     [][]string
+	Status   []string
+	Details  []string
+	Maps     []htmlMap
+	Legend   []htmlLegend
+	Missing  []string
+	More     int
 }
 
 var htmlTmpl = template.Must(template.New("report").Parse(`<!DOCTYPE html>
@@ -65,7 +65,7 @@ figure { margin: 1em 0; } figure img { image-rendering: pixelated; border: 1px s
 </style>
 </head>
 <body>
-<h1 class="{{if .Identical}}ok{{else}}bad{{end}}">bitalign diff: {{.Verdict}}</h1>
+<h1 class="{{if .Passed}}ok{{else}}bad{{end}}">bitalign diff: {{.Verdict}}</h1>
 <table>
 <tr><th></th><th>A</th><th>B</th></tr>
 {{range .Captures}}<tr><th>{{.Name}}</th>{{if .Code}}<td><code>{{.A}}</code></td><td><code>{{.B}}</code></td>{{else}}<td>{{.A}}</td><td>{{.B}}</td>{{end}}</tr>
@@ -111,7 +111,7 @@ cell's colour is the largest ULP distance of its elements.</p>
 // WriteHTML writes one self-contained HTML file: captures, first divergence, the per-op table and, per
 // divergent op, a heatmap picture (PNG inlined as base64) of where its mismatches are, with a legend.
 func WriteHTML(w io.Writer, r *Report) error {
-	d := htmlData{Verdict: r.Verdict(), Identical: r.Identical, Captures: captureRows(r), First: r.First, Header: opHeader,
+	d := htmlData{Verdict: r.Verdict(), Passed: r.Passed(), Captures: captureRows(r), First: r.First, Header: opHeader,
 		Filter: strings.Join(r.Filter, ", "), Summary: upper(summary(r)) + "."}
 	if n := missingNote(r); n != "" {
 		d.Notes = append(d.Notes, upper(n)+".")

@@ -16,7 +16,7 @@ func mdEscape(s string) string {
 func WriteMarkdown(w io.Writer, r *Report) error {
 	var b strings.Builder
 	icon := "❌"
-	if r.Identical {
+	if r.Passed() {
 		icon = "✅"
 	}
 	fmt.Fprintf(&b, "### %s bitalign diff: %s\n\n", icon, mdEscape(r.Verdict()))

@@ -195,6 +195,10 @@ type Report struct {
 	Check                *Check   // WithTolerance's result, nil without one
 }
 
+// Passed reports whether the diff passes: identical, or within its tolerance (Check). bitalign diff exits 0
+// exactly then (and 2 when nothing was compared).
+func (r *Report) Passed() bool { return r.Identical || r.Check != nil && r.Check.Within }
+
 // MissingProblems returns the missing tensors that count against the report: all of Missing, or with
 // IgnoreMissing only those that could not be aligned (Reason set: incomplete shards, a shape that does not
 // split into token rows), which are not merely absent.
