@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"bitalign/capture"
+	"bitalign/engine"
 )
 
 // Option configures Diff.
@@ -743,8 +744,12 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 		o.Cause, o.CauseDetail = CauseUnknown, "no inputs or producers captured"
 		c := o.firstCoord
 		k := seqKey{c.Step, c.Seq}
-		prefix := strings.HasSuffix(o.Op, ".attn.sdpa") // causal attention reads every position ≤ pos
-		check := func(noun string, srcs []opKey) (Cause, string) {
+		lo := c.Pos
+		if strings.HasSuffix(o.Op, ".attn.sdpa") { // causal attention reads every position ≤ pos
+			lo = 0
+		}
+		// check looks at srcs over positions [lo, hi)
+		check := func(noun string, srcs []opKey, lo, hi int64) (Cause, string) {
 			var differ, unknown, left []string
 			for _, s := range srcs {
 				rs := rows[s]
@@ -760,13 +765,9 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 					unknown = append(unknown, name)
 					continue
 				}
-				lo := c.Pos
-				if prefix {
-					lo = 0
-				}
-				if m := rs.mismatched[k]; m != nil && m.any(lo, c.Pos+1) {
+				if m := rs.mismatched[k]; m != nil && m.any(lo, hi) {
 					differ = append(differ, name)
-				} else if !rs.compared[k].all(lo, c.Pos+1) {
+				} else if !rs.compared[k].all(lo, hi) {
 					unknown = append(unknown, name)
 				}
 			}
@@ -790,7 +791,7 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 			return CauseUnknown, noun + " not captured: " + strings.Join(unknown, ", ")
 		}
 		if roleRank(o.Role) == 2 && len(ins[o.Op]) > 0 {
-			o.Cause, o.CauseDetail = check("inputs", ins[o.Op])
+			o.Cause, o.CauseDetail = check("inputs", ins[o.Op], lo, c.Pos+1)
 		}
 		if o.Cause == CauseUnknown && producers != nil && roleRank(o.Role) == 2 {
 			var srcs []opKey
@@ -798,8 +799,13 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 				srcs = append(srcs, opKey{p, "out"})
 			}
 			if len(srcs) > 0 {
-				o.Cause, o.CauseDetail = check("producers", srcs)
+				o.Cause, o.CauseDetail = check("producers", srcs, lo, c.Pos+1)
 			}
+		}
+		if o.Op == engine.OpTokens && o.Cause == CauseUnknown && c.Pos > 0 {
+			// the token at pos p is what sampling chose from the logits at pos p−1
+			o.Cause, o.CauseDetail = check(fmt.Sprintf("pos %d's sample and logits", c.Pos-1),
+				[]opKey{{engine.OpSample, "out"}, {engine.OpLogits, "out"}}, c.Pos-1, c.Pos)
 		}
 		if first < 0 || firstOrder(o, &rep.Ops[first]) < 0 {
 			first = i

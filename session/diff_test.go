@@ -255,15 +255,16 @@ func TestDiffFirstDivergenceCausal(t *testing.T) {
 		return ts
 	}
 	for _, tc := range []struct {
-		name    string
-		flips   []flip
-		wantOp  string
-		wantPos int64
+		name     string
+		flips    []flip
+		wantOp   string
+		wantPos  int64
+		tokCause Cause // the differing token's: propagated when sample or logits differ at the pos before
 	}{
-		{"logits before the token they chose", []flip{{"tokens", 6, 0}, {"embed", 6, 2}, {"sample", 5, 0}, {"logits", 5, 4}}, "logits", 5},
-		{"sample before the token it chose", []flip{{"tokens", 4, 0}, {"embed", 4, 1}, {"sample", 3, 0}}, "sample", 3},
-		{"an earlier activation before a later token", []flip{{"tokens", 6, 0}, {"layers.0.attn.q_proj", 2, 3}}, "layers.0.attn.q_proj", 2},
-		{"a token before what it feeds", []flip{{"tokens", 3, 0}, {"embed", 3, 0}, {"logits", 3, 1}}, "tokens", 3},
+		{"logits before the token they chose", []flip{{"tokens", 6, 0}, {"embed", 6, 2}, {"sample", 5, 0}, {"logits", 5, 4}}, "logits", 5, CausePropagated},
+		{"sample before the token it chose", []flip{{"tokens", 4, 0}, {"embed", 4, 1}, {"sample", 3, 0}}, "sample", 3, CausePropagated},
+		{"an earlier activation before a later token", []flip{{"tokens", 6, 0}, {"layers.0.attn.q_proj", 2, 3}}, "layers.0.attn.q_proj", 2, CauseLocal},
+		{"a token before what it feeds", []flip{{"tokens", 3, 0}, {"embed", 3, 0}, {"logits", 3, 1}}, "tokens", 3, CauseLocal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -278,6 +279,9 @@ func TestDiffFirstDivergenceCausal(t *testing.T) {
 			}
 			if got := len(rep.Divergent()); got != len(tc.flips) {
 				t.Errorf("%d divergent ops, want %d", got, len(tc.flips))
+			}
+			if o := rep.Ops[rep.FindOp("tokens", "out")]; o.Cause != tc.tokCause || !strings.Contains(o.CauseDetail, "'s sample and logits") {
+				t.Errorf("tokens: %s (%s), want %s from the pos before", o.Cause, o.CauseDetail, tc.tokCause)
 			}
 			f := rep.First
 			switch f.Op {
