@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 
@@ -34,7 +35,7 @@ func newDiffCmd() *cobra.Command {
 
 Tensors are aligned by (step, sequence, position, op, role) after reassembling tensor-parallel shards, so a
 trainer's full-sequence prefill lines up with a sampler's one-token decode steps. The report gives the first
-divergence (earliest op in execution order) and a per-op table.
+divergence (the earliest step, sequence and position, then op in execution order) and a per-op table.
 
 Exit status: 0 when the captures are bitwise identical (or within --max-ulp / --max-rel), 1 when they
 diverge, 2 on bad usage or bad input, including nothing compared.`,
@@ -52,7 +53,11 @@ diverge, 2 on bad usage or bad input, including nothing compared.`,
 					return err
 				}
 			}
-			r, err := diffPaths(cmd, args[0], args[1], gate.options(cmd)...)
+			opts, err := gate.options(cmd)
+			if err != nil {
+				return err
+			}
+			r, err := diffPaths(cmd, args[0], args[1], opts...)
 			if err != nil {
 				return err
 			}
@@ -92,7 +97,7 @@ func (g *diffGate) flags(cmd *cobra.Command) {
 	cmd.Flags().Float64Var(&g.maxRel, "max-rel", 0, "exit 0 when every compared element is within X × the RMS of its row (|a−b|/RMS)")
 }
 
-func (g *diffGate) options(cmd *cobra.Command) []session.Option {
+func (g *diffGate) options(cmd *cobra.Command) ([]session.Option, error) {
 	var opts []session.Option
 	if len(g.ops) > 0 {
 		opts = append(opts, session.WithOps(g.ops...))
@@ -101,10 +106,13 @@ func (g *diffGate) options(cmd *cobra.Command) []session.Option {
 		opts = append(opts, session.WithIgnoreMissing())
 	}
 	t := session.Tolerance{MaxULP: g.maxULP, MaxRel: g.maxRel, HasULP: cmd.Flags().Changed("max-ulp"), HasRel: cmd.Flags().Changed("max-rel")}
+	if t.HasRel && !(g.maxRel >= 0 && g.maxRel <= math.MaxFloat64) {
+		return nil, usageErr("diff: --max-rel %v: want a finite number ≥ 0", g.maxRel)
+	}
 	if t.HasULP || t.HasRel {
 		opts = append(opts, session.WithTolerance(t))
 	}
-	return opts
+	return opts, nil
 }
 
 // exit is diff's exit status for r: 2 when nothing was compared, 0 when identical or within the tolerance.

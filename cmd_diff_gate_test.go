@@ -26,6 +26,8 @@ func TestCLIDiffGate(t *testing.T) {
 		{"ops before the fault", []string{"--ops", "layers.1*"}, 0, "ops matching layers.1*"},
 		{"ops matching nothing", []string{"--ops", "embed", "--ops", "layers.9*"}, 2, `"layers.9*" matches no op`},
 		{"bad pattern", []string{"--ops", "layers.[1"}, 2, "layers.[1"},
+		{"bad max-rel", []string{"--max-rel", "-1"}, 2, "--max-rel -1"},
+		{"NaN max-rel", []string{"--max-rel", "NaN"}, 2, "--max-rel NaN"},
 		{"within max-ulp", []string{"--ops", "layers.2.mlp_norm", "--max-ulp", "2"}, 0, "max ULP ≤ 2: held"},
 		{"outside max-ulp", []string{"--ops", "layers.2.mlp_norm", "--max-ulp", "1"}, 1, "max ULP ≤ 1: failed"},
 		{"within max-rel", []string{"--ops", "layers.2.mlp_norm,layers.1.mlp_norm", "--max-rel", "0.05"}, 0, "|a−b|/RMS ≤ 0.05: held"},
