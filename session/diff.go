@@ -488,9 +488,11 @@ func fastSquares(f *format, a, b []byte, i int) (int, fastSums) {
 	n := len(a) / f.size
 	for i < n {
 		if f.dt == capture.BF16 {
-			for ; i+4 <= n; i += 4 {
-				wa, wb := binary.LittleEndian.Uint64(a[2*i:]), binary.LittleEndian.Uint64(b[2*i:])
-				if wa != wb || ((wa&f.swM)+f.swL)&f.swH != 0 { // differ, or a NaN or Inf (format's SWAR test)
+			M, L, H := f.swM, f.swL, f.swH
+			a8, b8 := a[2*i:], b[2*i:len(a)]
+			for len(a8) >= 8 && len(b8) >= 8 {
+				wa, wb := binary.LittleEndian.Uint64(a8), binary.LittleEndian.Uint64(b8)
+				if wa != wb || ((wa&M)+L)&H != 0 { // differ, or a NaN or Inf (format's SWAR test)
 					break
 				}
 				// a bf16 is the top half of an f32 (format.value)
@@ -502,7 +504,9 @@ func fastSquares(f *format, a, b []byte, i int) (int, fastSums) {
 				q1 += float64(v1 * v1)
 				q2 += float64(v2 * v2)
 				q3 += float64(v3 * v3)
+				a8, b8 = a8[8:], b8[8:]
 			}
+			i = n - len(a8)/2
 			if i == n {
 				break
 			}
