@@ -264,3 +264,27 @@ func TestDiffRMSRel(t *testing.T) {
 		t.Errorf("first divergence %+v", f)
 	}
 }
+
+// The captures' header leaves out what their metadata does not have, in every human format.
+func TestReportHeaderOmitsAbsentFields(t *testing.T) {
+	rep := scenario(t, false)
+	rep.A.BatchSize, rep.A.KernelProfile, rep.A.Architecture = 0, "", ""
+	rep.B.BatchSize, rep.B.KernelProfile, rep.B.Architecture = 0, "", ""
+	for name, s := range writeAll(t, rep) {
+		if name == "json" {
+			continue
+		}
+		for _, bad := range []string{"batch", "profile", "llama"} {
+			if strings.Contains(s, bad) {
+				t.Errorf("%s report shows %q though neither capture has it", name, bad)
+			}
+		}
+	}
+	// one side with a field: shown, the other side "—"
+	rep.B.BatchSize = 3
+	out := writeAll(t, rep)
+	if !strings.Contains(out["md"], "| batch | — | 3 |") || !strings.Contains(out["html"], "<th>batch</th><td>—</td><td>3</td>") ||
+		!strings.Contains(out["txt"], "B: sampler sampler.arrow — 124 tensors, 5.5 KiB, tp 1 pp 1 dp 1, batch 3\n") {
+		t.Errorf("batch of one side only:\n%s\n%s\n%s", out["txt"], out["md"], out["html"])
+	}
+}
