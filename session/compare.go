@@ -35,8 +35,23 @@ type hit struct {
 	piece int32
 	elem  int64
 	a, b  uint64
-	ulp   uint64
+	ulp   uint64 // in the op's dtype (in bf16 for the bf16 twins of acc)
 	class Class
+}
+
+// f32Low16 covers the low 16 bits of both f32 lanes of an eight-byte word: a bf16 value widened to f32 has
+// them zero, so an f32 op whose values all have them zero on both sides is measured in bf16 ULPs.
+const f32Low16 = 0x0000ffff_0000ffff
+
+// bf16ULP turns the f32 ULP distance of two bf16 values widened to f32 into their bf16 distance. The f32
+// ordered integer of a widened value is its bf16 ordered integer << 16, with 0xffff or'd in for negative
+// values, so the f32 distance is d·2^16 for a pair of one sign and d·2^16 − 0xffff across signs (d ≥ 1):
+// rounding up recovers d in both cases.
+func bf16ULP(d uint64) uint64 {
+	if d == ULPNaNNumber {
+		return d
+	}
+	return (d + 0xffff) >> 16
 }
 
 // before orders hits by piece, then element: execution order within an op.
@@ -52,11 +67,12 @@ const levelNaN = 65
 
 // opWork is one aligned (op, role): its pieces, split into jobs.
 type opWork struct {
-	f      *format
-	pieces []piece
-	jobs   []job
-	sums   []float64 // Σ|a−b| per job, summed in job order at the end so the mean does not depend on scheduling
-	done   []int64   // bytes (both sides) of the jobs before each job, for progress
+	f       *format
+	lowMask uint64 // f32Low16 for f32 ops (the bf16 test), else 0
+	pieces  []piece
+	jobs    []job
+	sums    []float64 // Σ|a−b| per job, summed in job order at the end so the mean does not depend on scheduling
+	done    []int64   // bytes (both sides) of the jobs before each job, for progress
 	// mismatch map over positions × features (see OpStat.Map)
 	posLo, posSpan     int64
 	rowLen             int64
@@ -68,25 +84,43 @@ type opWork struct {
 type acc struct {
 	mismatched, nanNumber, nanPayload int64
 	nanA, nanB, infA, infB            int64
+	infMismatched                     int64 // numeric mismatches with ±Inf on a side
 	hist                              [65]uint64
 	first, max                        hit
 	maxAbs, maxRel                    float64
 	grid                              []uint8
+	// f32 ops only: low is the OR of the low 16 bits of every compared value (both sides); while it is 0 the
+	// op may be bf16 widened to f32, and hist16, max16 and grid16 are its histogram, max and map in bf16 ULPs.
+	low       uint64
+	hist16    [65]uint64
+	max16     hit
+	grid16    []uint8
+	gridRow16 []uint8
 	// the row of the last mismatch: its piece, first element and map row
 	rowPiece int32
 	rowLo    int64
 	gridRow  []uint8
 }
 
-func (w *acc) reset(cells int) {
-	g := w.grid
+// reset empties w for an op with a map of cells cells (and a bf16 twin of the map when bf16 is set).
+func (w *acc) reset(cells int, bf16 bool) {
+	g, g16 := w.grid, w.grid16
 	*w = acc{rowPiece: -1}
-	if cap(g) < cells {
-		g = make([]uint8, cells)
+	w.grid = resize(g, cells)
+	if bf16 {
+		w.grid16 = resize(g16, cells)
+	} else {
+		w.grid16 = g16[:0]
 	}
-	g = g[:cells]
+}
+
+func resize(g []uint8, n int) []uint8 {
+	if cap(g) < n {
+		g = make([]uint8, n)
+	}
+	g = g[:n]
 	clear(g)
-	w.grid = g
+	return g
 }
 
 // merge folds o into w; the result does not depend on the order of merges.
@@ -98,20 +132,33 @@ func (w *acc) merge(o *acc) {
 	w.nanB += o.nanB
 	w.infA += o.infA
 	w.infB += o.infB
+	w.infMismatched += o.infMismatched
+	w.low |= o.low
 	for i := range w.hist {
 		w.hist[i] += o.hist[i]
+		w.hist16[i] += o.hist16[i]
 	}
 	if o.first.before(w.first) {
 		w.first = o.first
 	}
-	if o.max.ok && (!w.max.ok || o.max.ulp > w.max.ulp || o.max.ulp == w.max.ulp && o.max.before(w.max)) {
-		w.max = o.max
-	}
+	w.max = maxHit(w.max, o.max)
+	w.max16 = maxHit(w.max16, o.max16)
 	w.maxAbs = math.Max(w.maxAbs, o.maxAbs)
 	w.maxRel = math.Max(w.maxRel, o.maxRel)
 	for i, v := range o.grid {
 		w.grid[i] = max(w.grid[i], v)
 	}
+	for i, v := range o.grid16 {
+		w.grid16[i] = max(w.grid16[i], v)
+	}
+}
+
+// maxHit is the hit with the larger distance, the earlier one on ties.
+func maxHit(x, y hit) hit {
+	if y.ok && (!x.ok || y.ulp > x.ulp || y.ulp == x.ulp && y.before(x)) {
+		return y
+	}
+	return x
 }
 
 // run compares one job and returns its Σ|a−b|.
@@ -122,26 +169,28 @@ func (w *acc) run(o *opWork, ji int) float64 {
 	a, b := p.a[j.lo*sz:j.hi*sz], p.b[j.lo*sz:j.hi*sz]
 	if bytes.Equal(a, b) {
 		if o.f.kind == kindFloat {
-			nan, inf := o.f.countSpecials(a)
+			nan, inf, low := o.f.countSpecials(a)
 			w.nanA += nan
 			w.nanB += nan
 			w.infA += inf
 			w.infB += inf
+			w.low |= low & o.lowMask
 		}
 		return 0
 	}
 	return w.diff(o, j.piece, p, a, b, j.lo)
 }
 
-// countSpecials counts NaNs and infinities in data. A SWAR test over four eight-byte words at a time rejects
-// the (usual) stretches holding no special value.
-func (f *format) countSpecials(data []byte) (nan, inf int64) {
+// countSpecials counts NaNs and infinities in data and ORs all its bits (low, for the bf16 test of f32 ops).
+// A SWAR test over four eight-byte words at a time rejects the (usual) stretches holding no special value.
+func (f *format) countSpecials(data []byte) (nan, inf int64, low uint64) {
 	M, L, H := f.swM, f.swL, f.swH
 	for len(data) >= 32 {
 		w0 := binary.LittleEndian.Uint64(data)
 		w1 := binary.LittleEndian.Uint64(data[8:])
 		w2 := binary.LittleEndian.Uint64(data[16:])
 		w3 := binary.LittleEndian.Uint64(data[24:])
+		low |= w0 | w1 | w2 | w3
 		if (((w0&M)+L)|((w1&M)+L)|((w2&M)+L)|((w3&M)+L))&H != 0 {
 			n, k := f.countSlow(data[:32])
 			nan += n
@@ -149,8 +198,11 @@ func (f *format) countSpecials(data []byte) (nan, inf int64) {
 		}
 		data = data[32:]
 	}
+	for e := 0; e < len(data)/f.size; e++ {
+		low |= f.load(data, e)
+	}
 	n, k := f.countSlow(data)
-	return nan + n, inf + k
+	return nan + n, inf + k, low
 }
 
 func (f *format) countSlow(data []byte) (nan, inf int64) {
@@ -173,6 +225,8 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 	per := int64(8 / f.size)
 	e := elem0
 	b = b[:len(a)]
+	// low ORs every word of A and every word's difference: B's bits are within A's | (A ^ B)
+	var low uint64
 	// four words at a time: one branch for the common case of a group with no difference and no special
 	for len(a) >= 32 {
 		a4, b4 := a[:32:32], b[:32:32]
@@ -181,6 +235,7 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 		wa2, wb2 := binary.LittleEndian.Uint64(a4[16:]), binary.LittleEndian.Uint64(b4[16:])
 		wa3, wb3 := binary.LittleEndian.Uint64(a4[24:]), binary.LittleEndian.Uint64(b4[24:])
 		x := (wa0 ^ wb0) | (wa1 ^ wb1) | (wa2 ^ wb2) | (wa3 ^ wb3)
+		low |= wa0 | wa1 | wa2 | wa3 | x
 		// Only A's words need the special-value test here: where x == 0, B's words are A's (group tests both).
 		sp := ((wa0 & M) + L) | ((wa1 & M) + L) | ((wa2 & M) + L) | ((wa3 & M) + L)
 		if x|sp&H != 0 {
@@ -192,6 +247,7 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 	for len(a) >= 8 {
 		wa := binary.LittleEndian.Uint64(a)
 		wb := binary.LittleEndian.Uint64(b)
+		low |= wa | wb
 		if (((wa&M)+L)|((wb&M)+L))&H != 0 {
 			w.countWord(f, wa, wb)
 		}
@@ -203,6 +259,7 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 	}
 	for i := 0; i < len(a)/f.size; i++ {
 		x, y := f.load(a, i), f.load(b, i)
+		low |= x | y
 		if f.isNaN(x) {
 			w.nanA++
 		} else if f.isInf(x) {
@@ -217,6 +274,7 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 			sum += w.record(o, pi, p, e+int64(i), x, y)
 		}
 	}
+	w.low |= low & o.lowMask
 	return sum
 }
 
@@ -299,6 +357,16 @@ func (w *acc) record(o *opWork, pi int32, p *piece, e int64, x, y uint64) float6
 			w.max = hit{ok: true, piece: pi, elem: e, a: x, b: y, ulp: d, class: cls}
 		}
 	}
+	level16 := uint8(levelNaN)
+	if o.lowMask != 0 && cls != ClassNaNNumber { // f32: the same in bf16 ULPs, kept while the op may be bf16
+		d16 := bf16ULP(d)
+		b16 := bucket(d16)
+		w.hist16[b16]++
+		level16 = uint8(b16)
+		if !w.max16.ok || d16 > w.max16.ulp {
+			w.max16 = hit{ok: true, piece: pi, elem: e, a: x, b: y, ulp: d16, class: cls}
+		}
+	}
 	if pi != w.rowPiece || e < w.rowLo || e >= w.rowLo+p.rowLen { // a new row: one division per row
 		row := e / p.rowLen
 		w.rowPiece, w.rowLo = pi, row*p.rowLen
@@ -307,7 +375,11 @@ func (w *acc) record(o *opWork, pi int32, p *piece, e int64, x, y uint64) float6
 			atomic.OrUint64(m, bit)
 		}
 		if len(w.grid) > 0 {
-			w.gridRow = w.grid[(p.pos+row-o.posLo)*int64(o.gridRows)/o.posSpan*int64(o.gridCols):][:o.gridCols]
+			off := (p.pos + row - o.posLo) * int64(o.gridRows) / o.posSpan * int64(o.gridCols)
+			w.gridRow = w.grid[off:][:o.gridCols]
+			if len(w.grid16) > 0 {
+				w.gridRow16 = w.grid16[off:][:o.gridCols]
+			}
 		}
 	}
 	if len(w.grid) > 0 {
@@ -320,12 +392,18 @@ func (w *acc) record(o *opWork, pi int32, p *piece, e int64, x, y uint64) float6
 		if c := &w.gridRow[gc]; *c < level {
 			*c = level
 		}
+		if len(w.gridRow16) > 0 {
+			if c := &w.gridRow16[gc]; *c < level16 {
+				*c = level16
+			}
+		}
 	}
 	if cls != ClassNumeric {
 		return 0
 	}
 	va, vb := f.value(x), f.value(y)
 	if math.IsInf(va, 0) || math.IsInf(vb, 0) {
+		w.infMismatched++
 		return 0
 	}
 	ad := math.Abs(va - vb)

@@ -18,8 +18,14 @@ type reference struct {
 	maxAbs, maxRel, sumAbs                        float64
 }
 
+// compareReference compares element by element. Integer and bool distances are not kept (the report gives
+// none); an f32 pair whose values are all bf16 values is measured with bf16's own comparison of the high halves.
 func compareReference(f *format, a, b []byte) reference {
 	r := reference{maxAt: -1, firstAt: -1}
+	narrow := f.dt == capture.F32
+	for i := 0; i < len(a)/f.size; i++ {
+		narrow = narrow && (f.load(a, i)|f.load(b, i))&0xffff == 0
+	}
 	for i := 0; i < len(a)/f.size; i++ {
 		x, y := f.load(a, i), f.load(b, i)
 		for _, v := range []struct {
@@ -33,6 +39,9 @@ func compareReference(f *format, a, b []byte) reference {
 			}
 		}
 		cls, d := f.compare(x, y)
+		if narrow {
+			cls, d = formats[capture.BF16].compare(x>>16, y>>16)
+		}
 		if cls == ClassEqual {
 			continue
 		}
@@ -42,6 +51,9 @@ func compareReference(f *format, a, b []byte) reference {
 		}
 		if cls == ClassNaNNumber {
 			r.nanNumber++
+			continue
+		}
+		if f.kind != kindFloat {
 			continue
 		}
 		r.hist[bucket(d)]++
@@ -107,17 +119,37 @@ func putElem(f *format, data []byte, i int, x uint64) {
 	}
 }
 
+// widen turns bf16 data into f32 data holding the same values (low 16 bits zero).
+func widen(bf []byte) []byte {
+	out := make([]byte, 2*len(bf))
+	for i := 0; i < len(bf)/2; i++ {
+		out[4*i+2], out[4*i+3] = bf[2*i], bf[2*i+1]
+	}
+	return out
+}
+
 func TestChunkComparatorMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, dt := range capture.DTypes() {
+	// "bf16-in-f32": bf16 values widened to f32, measured in bf16 ULPs
+	for _, dt := range append(capture.DTypes(), capture.InvalidDType) {
 		f := formats[dt]
+		widened := dt == capture.InvalidDType
+		if widened {
+			f = formats[capture.F32]
+		}
 		for _, tc := range []struct {
 			n    int
 			rate float64
 			same bool // first half identical (specials included): the bytes.Equal fast path
 		}{{1, 1, false}, {7, 0.5, false}, {1000, 0, false}, {1000, 0.01, false}, {100003, 0.001, false},
 			{100003, 0.3, false}, {300007, 0.05, true}, {1<<20 + 5, 0.001, false}} {
-			a, b := plant(r, f, tc.n, tc.rate)
+			var a, b []byte
+			if widened {
+				a, b = plant(r, formats[capture.BF16], tc.n, tc.rate)
+				a, b = widen(a), widen(b)
+			} else {
+				a, b = plant(r, f, tc.n, tc.rate)
+			}
 			if tc.same {
 				copy(a[:len(a)/2], b)
 			}
@@ -140,6 +172,13 @@ func TestChunkComparatorMatchesReference(t *testing.T) {
 			st.Elements = int64(tc.n)
 			fill(&st, o, w, f)
 			name := dt.String()
+			wantULPDType := map[kind]string{kindFloat: dt.String()}[f.kind]
+			if widened {
+				name, wantULPDType = "bf16-in-f32", "bf16"
+			}
+			if st.Mismatched > 0 && st.ULPDType != wantULPDType {
+				t.Errorf("%s n=%d: ULPs in %q, want %q", name, tc.n, st.ULPDType, wantULPDType)
+			}
 			if st.Mismatched != want.mismatched || st.NaNNumber != want.nanNumber {
 				t.Errorf("%s n=%d: mismatched %d (nan-num %d), want %d (%d)", name, tc.n, st.Mismatched, st.NaNNumber, want.mismatched, want.nanNumber)
 			}

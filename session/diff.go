@@ -1,8 +1,10 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"path"
 	"runtime"
 	"slices"
 	"strings"
@@ -10,17 +12,21 @@ import (
 	"sync/atomic"
 
 	"bitalign/capture"
+	"bitalign/engine"
 )
 
 // Option configures Diff.
 type Option func(*config)
 
 type config struct {
-	progress  func(done, total int64)
-	producers func(op string) []string
-	workers   int
-	mapRows   int
-	mapCols   int
+	progress      func(done, total int64)
+	producers     func(op string) []string
+	workers       int
+	mapRows       int
+	mapCols       int
+	ops           []string // glob patterns; empty: every op
+	ignoreMissing bool
+	tolerance     *Tolerance
 }
 
 // WithProgress calls fn with the bytes compared so far and the total (both captures' tensor bytes). It is
@@ -36,6 +42,43 @@ func WithWorkers(n int) Option { return func(c *config) { c.workers = n } }
 
 // WithMapSize sets the largest size of each op's mismatch map (OpStat.Map; default 64 positions × 256 features).
 func WithMapSize(rows, cols int) Option { return func(c *config) { c.mapRows, c.mapCols = rows, cols } }
+
+// WithOps compares only the ops whose names match one of the glob patterns (path.Match syntax: `*`, `?`,
+// `[...]`; e.g. "layers.1*.mlp.*"); the others are neither compared nor reported. Diff fails when a pattern
+// is malformed or matches no op of either capture. Several calls add patterns.
+func WithOps(patterns ...string) Option {
+	return func(c *config) { c.ops = append(c.ops, patterns...) }
+}
+
+// WithIgnoreMissing makes tensors and positions that one side lacks no reason for the report not to be
+// identical (Report.IgnoreMissing; they are still listed in Report.Missing and counted by the reports). A
+// tensor that could not be aligned (incomplete shards, ...) still counts (Report.MissingProblems).
+func WithIgnoreMissing() Option { return func(c *config) { c.ignoreMissing = true } }
+
+// WithTolerance checks the report against t (Report.Check).
+func WithTolerance(t Tolerance) Option { return func(c *config) { c.tolerance = &t } }
+
+// matchOps returns which op names of names (sorted, unique) match one of patterns, or an error naming a
+// malformed pattern or one that matches nothing.
+func matchOps(patterns []string, names []string) (map[string]bool, error) {
+	keep := map[string]bool{}
+	for _, pat := range patterns {
+		if _, err := path.Match(pat, ""); err != nil {
+			return nil, fmt.Errorf("session: op pattern %q: %v", pat, err)
+		}
+		n := 0
+		for _, name := range names {
+			if ok, _ := path.Match(pat, name); ok {
+				keep[name] = true
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("session: op pattern %q matches no op of either capture", pat)
+		}
+	}
+	return keep, nil
+}
 
 // rowSets records, per (op, role) and (step, seq), which positions were compared and which mismatched.
 type rowSets struct {
@@ -66,9 +109,34 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 		}
 	}
 	slices.SortFunc(keys, func(x, y keyed) int { return opOrder(x.index, y.index, x.k, y.k) })
+	var filtered map[string]bool // ops left out by WithOps
+	if len(cfg.ops) > 0 {
+		var names []string
+		for _, kk := range keys {
+			names = append(names, kk.k.op)
+		}
+		slices.Sort(names)
+		keep, err := matchOps(cfg.ops, slices.Compact(names))
+		if err != nil {
+			return nil, err
+		}
+		filtered = map[string]bool{}
+		keys = slices.DeleteFunc(keys, func(kk keyed) bool {
+			filtered[kk.k.op] = !keep[kk.k.op]
+			return !keep[kk.k.op]
+		})
+	}
 
-	rep := &Report{A: captureInfo(a), B: captureInfo(b)}
-	total := rep.A.Bytes + rep.B.Bytes
+	rep := &Report{A: captureInfo(a), B: captureInfo(b), Filter: slices.Clone(cfg.ops), IgnoreMissing: cfg.ignoreMissing}
+	var total int64
+	for _, kk := range keys {
+		for _, i := range ia.byOp[kk.k] {
+			total += a.Entry(i).NBytes
+		}
+		for _, i := range ib.byOp[kk.k] {
+			total += b.Entry(i).NBytes
+		}
+	}
 	var done int64
 	report := func() {
 		if cfg.progress != nil {
@@ -111,15 +179,23 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 		rep.Compared += st.Elements
 		rep.Mismatched += st.Mismatched
 	}
-	causes(rep, rows, cfg.producers)
-	rep.Identical = true
+	causes(rep, rows, cfg.producers, filtered)
+	rep.Identical = rep.Compared > 0
 	for i := range rep.Ops {
-		if rep.Ops[i].Status != StatusIdentical {
+		switch rep.Ops[i].Status {
+		case StatusIdentical:
+		case StatusIncomplete, StatusMissingA, StatusMissingB:
+			rep.Identical = rep.Identical && cfg.ignoreMissing
+		default:
 			rep.Identical = false
 		}
 	}
-	if len(rep.Missing) > 0 {
+	if len(rep.MissingProblems()) > 0 {
 		rep.Identical = false
+	}
+	if cfg.tolerance != nil {
+		c := rep.Within(*cfg.tolerance)
+		rep.Check = &c
 	}
 	return rep, nil
 }
@@ -195,6 +271,14 @@ func diffOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *Op
 		return nil, err
 	}
 	fill(st, o, w, f)
+	if st.Mismatched > 0 && f.kind == kindFloat {
+		if st.MaxRMSRel, err = o.maxRMSRel(ctx, len(accs)); err != nil {
+			return nil, err
+		}
+		if w.first.class == ClassNumeric {
+			st.firstRMSRel = o.hitRMSRel(w.first)
+		}
+	}
 	switch {
 	case st.Mismatched > 0:
 		st.Status = StatusDivergent
@@ -224,6 +308,9 @@ func shapeProblem(ua, ub []unit) string {
 
 func newOpWork(f *format, pieces []piece, mapRows, mapCols int) *opWork {
 	o := &opWork{f: f, pieces: pieces}
+	if f.dt == capture.F32 {
+		o.lowMask = f32Low16
+	}
 	maxJob := int64(blockBytes / f.size)
 	var done int64
 	lo, hi := int64(1)<<62, int64(-1)<<62
@@ -262,7 +349,7 @@ func (o *opWork) run(ctx context.Context, accs []*acc, progress func(int64)) (*a
 	cells := o.gridRows * o.gridCols
 	nw := min(len(accs), max(len(o.jobs), 1))
 	for _, w := range accs[:nw] {
-		w.reset(cells)
+		w.reset(cells, o.lowMask != 0)
 	}
 	var next atomic.Int64
 	var stop atomic.Bool
@@ -301,37 +388,57 @@ func (o *opWork) run(ctx context.Context, accs []*acc, progress func(int64)) (*a
 	return accs[0], nil
 }
 
-// fill turns the merged accumulator into st.
+// fill turns the merged accumulator into st. An f32 op whose every compared value (both sides) is a bf16
+// value gets its distances in bf16 ULPs; an integer or bool op gets none (only the count of differing values).
 func fill(st *OpStat, o *opWork, w *acc, f *format) {
+	hist, mx, grid, first := w.hist, w.max, w.grid, w.first
+	switch {
+	case f.kind != kindFloat:
+		hist, mx = [65]uint64{}, hit{}
+	case o.lowMask != 0 && w.low == 0 && st.Elements > 0:
+		st.ULPDType = capture.BF16.String()
+		hist, mx, grid = w.hist16, w.max16, w.grid16
+		first.ulp = bf16ULP(first.ulp)
+	default:
+		st.ULPDType = f.dt.String()
+	}
 	st.Mismatched = w.mismatched
-	st.Hist = w.hist
+	st.Hist = hist
 	st.Hist[0] = uint64(st.Elements - st.Mismatched)
 	st.NaNA, st.NaNB, st.InfA, st.InfB = w.nanA, w.nanB, w.infA, w.infB
-	st.NaNNumber, st.NaNPayload = w.nanNumber, w.nanPayload
-	st.MaxAbs, st.MaxRel = w.maxAbs, w.maxRel
-	var sum float64
-	for _, s := range o.sums {
-		sum += s
+	st.NaNNumber, st.NaNPayload, st.InfMismatched = w.nanNumber, w.nanPayload, w.infMismatched
+	if f.kind == kindFloat {
+		st.MaxAbs, st.MaxRel = w.maxAbs, w.maxRel
+		var sum float64
+		for _, s := range o.sums {
+			sum += s
+		}
+		if st.Elements > 0 {
+			st.MeanAbs = sum / float64(st.Elements)
+		}
 	}
-	if st.Elements > 0 {
-		st.MeanAbs = sum / float64(st.Elements)
-	}
-	if w.max.ok {
-		st.MaxULP = w.max.ulp
-		c := o.coord(w.max, st.Shape)
+	if mx.ok {
+		st.MaxULP = mx.ulp
+		c := o.coord(mx, st.Shape)
 		st.MaxAt = &c
-		va, vb := valueOf(f, w.max.a), valueOf(f, w.max.b)
+		va, vb := valueOf(f, mx.a), valueOf(f, mx.b)
 		st.MaxA, st.MaxB = &va, &vb
 	}
-	if w.first.ok {
-		c := o.coord(w.first, st.Shape)
+	if first.ok {
+		c := o.coord(first, st.Shape)
 		st.FirstAt = &c
-		st.first = w.first
+		st.first = first
 		st.firstCoord = c
 	}
 	if o.gridRows > 0 && st.Mismatched > 0 {
+		cells := slices.Clone(grid)
+		if f.kind != kindFloat { // integers: level 1 marks a differing value
+			for i, c := range cells {
+				cells[i] = min(c, 1)
+			}
+		}
 		st.Map = &Map{Rows: o.gridRows, Cols: o.gridCols, PosLo: o.posLo, PosHi: o.posLo + o.posSpan,
-			Features: o.rowLen, Cells: slices.Clone(w.grid)}
+			Features: o.rowLen, Cells: cells}
 	}
 }
 
@@ -380,8 +487,19 @@ func (o *opWork) rowSets() *rowSets {
 	return rs
 }
 
-// causes labels every divergent op local or propagated and picks the report's first divergence.
-func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []string) {
+// firstOrder orders divergent ops for the report's first divergence (docs/report-schema.md): by the
+// (step, seq, pos) of the op's earliest mismatch, then in execution order (index, role, name). A token at pos
+// p+1 is chosen by "sample" and the logits at pos p, so it comes after them; an activation that differs at an
+// earlier position comes before the tokens it changed.
+func firstOrder(x, y *OpStat) int {
+	a, b := &x.firstCoord, &y.firstCoord
+	return cmp.Or(cmp.Compare(a.Step, b.Step), cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.Pos, b.Pos),
+		opOrder(x.Index, y.Index, opKey{x.Op, x.Role}, opKey{y.Op, y.Role}))
+}
+
+// causes labels every divergent op local or propagated and picks the report's first divergence. filtered
+// names the ops WithOps left out (their rows are unknown, not missing).
+func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []string, filtered map[string]bool) {
 	ins := map[string][]opKey{} // op → its captured input roles
 	for i := range rep.Ops {
 		o := &rep.Ops[i]
@@ -389,6 +507,7 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 			ins[o.Op] = append(ins[o.Op], opKey{o.Op, o.Role})
 		}
 	}
+	first := -1
 	for i := range rep.Ops {
 		o := &rep.Ops[i]
 		if !o.Divergent() {
@@ -397,33 +516,37 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 		o.Cause, o.CauseDetail = CauseUnknown, "no inputs or producers captured"
 		c := o.firstCoord
 		k := seqKey{c.Step, c.Seq}
-		prefix := strings.HasSuffix(o.Op, ".attn.sdpa") // causal attention reads every position ≤ pos
-		check := func(noun string, srcs []opKey) (Cause, string) {
-			var differ, unknown []string
+		lo := c.Pos
+		if strings.HasSuffix(o.Op, ".attn.sdpa") { // causal attention reads every position ≤ pos
+			lo = 0
+		}
+		// check looks at srcs over positions [lo, hi)
+		check := func(noun string, srcs []opKey, lo, hi int64) (Cause, string) {
+			var differ, unknown, left []string
 			for _, s := range srcs {
 				rs := rows[s]
 				name := s.op
 				if s.role != "out" {
 					name += "[" + s.role + "]"
 				}
+				if filtered[s.op] {
+					left = append(left, name)
+					continue
+				}
 				if rs == nil || rs.compared[k] == nil {
 					unknown = append(unknown, name)
 					continue
 				}
-				lo := c.Pos
-				if prefix {
-					lo = 0
-				}
-				if m := rs.mismatched[k]; m != nil && m.any(lo, c.Pos+1) {
+				if m := rs.mismatched[k]; m != nil && m.any(lo, hi) {
 					differ = append(differ, name)
-				} else if !rs.compared[k].all(lo, c.Pos+1) {
+				} else if !rs.compared[k].all(lo, hi) {
 					unknown = append(unknown, name)
 				}
 			}
 			switch {
 			case len(differ) > 0:
 				return CausePropagated, noun + " differ: " + strings.Join(differ, ", ")
-			case len(unknown) == 0 && len(srcs) > 0:
+			case len(unknown) == 0 && len(left) == 0 && len(srcs) > 0:
 				names := make([]string, len(srcs))
 				for i, s := range srcs {
 					names[i] = s.op
@@ -432,11 +555,15 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 					}
 				}
 				return CauseLocal, noun + " identical: " + strings.Join(names, ", ")
+			case len(left) > 0 && len(unknown) == 0:
+				return CauseUnknown, noun + " not compared (left out by the op patterns): " + strings.Join(left, ", ")
+			case len(left) > 0:
+				return CauseUnknown, noun + " not captured: " + strings.Join(unknown, ", ") + "; not compared: " + strings.Join(left, ", ")
 			}
 			return CauseUnknown, noun + " not captured: " + strings.Join(unknown, ", ")
 		}
 		if roleRank(o.Role) == 2 && len(ins[o.Op]) > 0 {
-			o.Cause, o.CauseDetail = check("inputs", ins[o.Op])
+			o.Cause, o.CauseDetail = check("inputs", ins[o.Op], lo, c.Pos+1)
 		}
 		if o.Cause == CauseUnknown && producers != nil && roleRank(o.Role) == 2 {
 			var srcs []opKey
@@ -444,15 +571,28 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 				srcs = append(srcs, opKey{p, "out"})
 			}
 			if len(srcs) > 0 {
-				o.Cause, o.CauseDetail = check("producers", srcs)
+				o.Cause, o.CauseDetail = check("producers", srcs, lo, c.Pos+1)
 			}
 		}
-		if rep.First == nil {
-			f, _ := formatOf(mustDType(o.DType))
-			rep.First = &Divergence{Op: o.Op, Index: o.Index, Role: o.Role, DType: o.DType, At: c,
-				A: valueOf(f, o.first.a), B: valueOf(f, o.first.b), ULP: o.first.ulp, Class: o.first.class,
-				Cause: o.Cause, Detail: o.CauseDetail}
+		if o.Op == engine.OpTokens && o.Cause == CauseUnknown && c.Pos > 0 {
+			// the token at pos p is what sampling chose from the logits at pos p−1
+			o.Cause, o.CauseDetail = check(fmt.Sprintf("pos %d's sample and logits", c.Pos-1),
+				[]opKey{{engine.OpSample, "out"}, {engine.OpLogits, "out"}}, c.Pos-1, c.Pos)
 		}
+		if first < 0 || firstOrder(o, &rep.Ops[first]) < 0 {
+			first = i
+		}
+	}
+	if first < 0 {
+		return
+	}
+	o := &rep.Ops[first]
+	f, _ := formatOf(mustDType(o.DType))
+	rep.First = &Divergence{Op: o.Op, Index: o.Index, Role: o.Role, DType: o.DType, ULPDType: o.ULPDType,
+		At: o.firstCoord, A: valueOf(f, o.first.a), B: valueOf(f, o.first.b), Class: o.first.class,
+		RMSRel: o.firstRMSRel, Cause: o.Cause, Detail: o.CauseDetail}
+	if o.ULPDType != "" {
+		rep.First.ULP = o.first.ulp
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"bitalign/capture"
@@ -146,12 +147,24 @@ func TestDiffFirstDivergence(t *testing.T) {
 			feat     int64
 			bit      uint
 		}{{2, 1, 7, 13, 0}}, wantOp: "layers.0.attn.q_proj", wantSeq: 1, wantPos: 7, wantFeat: 13, wantULP: 1},
-		{name: "earliest op wins", flips: []struct {
+		{name: "earliest position wins", flips: []struct {
 			op       int
 			seq, pos int64
 			feat     int64
 			bit      uint
-		}{{3, 0, 0, 0, 5}, {1, 2, 9, 39, 3}, {1, 2, 10, 0, 3}}, wantOp: "layers.0.attn_norm", wantSeq: 2, wantPos: 9, wantFeat: 39, wantULP: 8},
+		}{{3, 1, 4, 0, 5}, {1, 1, 6, 39, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 1, wantPos: 4, wantFeat: 0, wantULP: 32},
+		{name: "earliest op at one position wins", flips: []struct {
+			op       int
+			seq, pos int64
+			feat     int64
+			bit      uint
+		}{{3, 2, 9, 0, 5}, {1, 2, 9, 39, 3}, {1, 2, 10, 0, 3}}, wantOp: "layers.0.attn_norm", wantSeq: 2, wantPos: 9, wantFeat: 39, wantULP: 8},
+		{name: "earliest sequence wins", flips: []struct {
+			op       int
+			seq, pos int64
+			feat     int64
+			bit      uint
+		}{{1, 2, 1, 0, 3}, {3, 0, 11, 1, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 0, wantPos: 11, wantFeat: 1, wantULP: 8},
 		{name: "in prompt", flips: []struct {
 			op       int
 			seq, pos int64
@@ -196,6 +209,90 @@ func TestDiffFirstDivergence(t *testing.T) {
 			}
 			if mism != int64(len(tc.flips)) {
 				t.Fatalf("%d mismatches, want %d", mism, len(tc.flips))
+			}
+		})
+	}
+}
+
+// TestDiffFirstDivergenceCausal: the first divergence follows causality, not op indexes alone. A token at
+// pos p+1 is what "sample" (and the logits) chose at pos p, so a differing token is reported after the logits
+// or the activation at an earlier position that changed it, though "tokens" has op index 0.
+func TestDiffFirstDivergenceCausal(t *testing.T) {
+	const T, H, V = 8, 6, 10
+	type flip struct {
+		op   string
+		pos  int64
+		elem int64
+	}
+	build := func(flips []flip) []capture.Tensor {
+		var ts []capture.Tensor
+		i32 := func(op string, index int32, salt uint32) capture.Tensor {
+			d := make([]byte, 4*T)
+			for p := range T {
+				binary.LittleEndian.PutUint32(d[4*p:], uint32(p)*31+salt)
+			}
+			return capture.Tensor{Pos: 0, NTok: T, Op: op, Index: index, Role: "out", DType: capture.I32,
+				Shape: []int64{T}, Shard: capture.NoShard, Data: d}
+		}
+		ts = append(ts, i32("tokens", 0, 1), tensor("embed", 1, "out", 0, 0, T, H, activation(0, 1, 0, T, H)),
+			tensor("layers.0.attn.q_proj", 2, "out", 0, 0, T, H, activation(0, 2, 0, T, H)),
+			f32Tensor("logits", 3, 0, 0, T, V, 3, true), i32("sample", 4, 2))
+		for _, f := range flips {
+			for _, x := range ts {
+				if x.Op != f.op {
+					continue
+				}
+				switch x.DType {
+				case capture.BF16:
+					flipBit(x.Data, f.pos*H+f.elem, 2)
+				case capture.F32: // bit 16: the value stays a bf16 value, one bf16 ULP away
+					x.Data[(f.pos*V+f.elem)*4+2] ^= 1
+				case capture.I32:
+					x.Data[f.pos*4] ^= 4
+				}
+			}
+		}
+		return ts
+	}
+	for _, tc := range []struct {
+		name     string
+		flips    []flip
+		wantOp   string
+		wantPos  int64
+		tokCause Cause // the differing token's: propagated when sample or logits differ at the pos before
+	}{
+		{"logits before the token they chose", []flip{{"tokens", 6, 0}, {"embed", 6, 2}, {"sample", 5, 0}, {"logits", 5, 4}}, "logits", 5, CausePropagated},
+		{"sample before the token it chose", []flip{{"tokens", 4, 0}, {"embed", 4, 1}, {"sample", 3, 0}}, "sample", 3, CausePropagated},
+		{"an earlier activation before a later token", []flip{{"tokens", 6, 0}, {"layers.0.attn.q_proj", 2, 3}}, "layers.0.attn.q_proj", 2, CauseLocal},
+		{"a token before what it feeds", []flip{{"tokens", 3, 0}, {"embed", 3, 0}, {"logits", 3, 1}}, "tokens", 3, CauseLocal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			a := writeCapture(t, dir+"/a.arrow", "trainer", 1, build(nil))
+			b := writeCapture(t, dir+"/b.arrow", "sampler", 1, build(tc.flips))
+			rep, err := Diff(context.Background(), a, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := rep.First; f == nil || f.Op != tc.wantOp || f.At.Pos != tc.wantPos {
+				t.Fatalf("first divergence %+v, want %s at pos %d", f, tc.wantOp, tc.wantPos)
+			}
+			if got := len(rep.Divergent()); got != len(tc.flips) {
+				t.Errorf("%d divergent ops, want %d", got, len(tc.flips))
+			}
+			if o := rep.Ops[rep.FindOp("tokens", "out")]; o.Cause != tc.tokCause || !strings.Contains(o.CauseDetail, "'s sample and logits") {
+				t.Errorf("tokens: %s (%s), want %s from the pos before", o.Cause, o.CauseDetail, tc.tokCause)
+			}
+			f := rep.First
+			switch f.Op {
+			case "logits":
+				if f.ULPDType != "bf16" || f.ULP != 1 {
+					t.Errorf("logits: %d ULP in %q, want 1 in bf16", f.ULP, f.ULPDType)
+				}
+			case "tokens", "sample":
+				if f.ULPDType != "" || f.ULP != 0 || !strings.Contains(rep.Verdict(), "1 value differs") {
+					t.Errorf("integer op: %+v; verdict %q", f, rep.Verdict())
+				}
 			}
 		})
 	}

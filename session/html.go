@@ -25,21 +25,26 @@ type htmlMap struct {
 }
 
 type htmlData struct {
-	Title     string
-	Verdict   string
-	Identical bool
-	A, B      CaptureInfo
-	Summary   string
-	First     *Divergence
-	FirstAt   string
-	Header    []string
-	Rows      [][]string
-	Status    []string
-	Details   []string
-	Maps      []htmlMap
-	Legend    []htmlLegend
-	Missing   []string
-	More      int
+	Title    string
+	Verdict  string
+	Passed   bool
+	Captures []captureRow
+	Filter   string
+	Summary  string
+	Notes    []string
+	First    *Divergence
+	FirstAt  string
+	Distance string
+	Check    string   // "within" or "outside"; "" without a tolerance
+	Checks   []string // its lines
+	Header   []string
+	Rows     [][]string
+	Status   []string
+	Details  []string
+	Maps     []htmlMap
+	Legend   []htmlLegend
+	Missing  []string
+	More     int
 }
 
 var htmlTmpl = template.Must(template.New("report").Parse(`<!DOCTYPE html>
@@ -61,25 +66,26 @@ figure { margin: 1em 0; } figure img { image-rendering: pixelated; border: 1px s
 </style>
 </head>
 <body>
-<h1 class="{{if .Identical}}ok{{else}}bad{{end}}">{{.Title}}: {{.Verdict}}</h1>
+<h1 class="{{if .Passed}}ok{{else}}bad{{end}}">{{.Title}}: {{.Verdict}}</h1>
 <table>
 <tr><th></th><th>A</th><th>B</th></tr>
-<tr><th>side</th><td>{{.A.Side}}</td><td>{{.B.Side}}</td></tr>
-<tr><th>path</th><td><code>{{.A.Path}}</code></td><td><code>{{.B.Path}}</code></td></tr>
-<tr><th>tensors</th><td>{{.A.Tensors}}</td><td>{{.B.Tensors}}</td></tr>
-<tr><th>tp / pp / dp</th><td>{{.A.TP}} / {{.A.PP}} / {{.A.DP}}</td><td>{{.B.TP}} / {{.B.PP}} / {{.B.DP}}</td></tr>
-<tr><th>kernel profile</th><td>{{.A.KernelProfile}}</td><td>{{.B.KernelProfile}}</td></tr>
-<tr><th>batch</th><td>{{.A.BatchSize}}</td><td>{{.B.BatchSize}}</td></tr>
-</table>
-<p>{{.Summary}}</p>
-{{with .First}}<h2>First divergence</h2>
+{{range .Captures}}<tr><th>{{.Name}}</th>{{if .Code}}<td><code>{{.A}}</code></td><td><code>{{.B}}</code></td>{{else}}<td>{{.A}}</td><td>{{.B}}</td>{{end}}</tr>
+{{end}}</table>
+{{with .Filter}}<p>Ops matching <code>{{.}}</code>.</p>
+{{end}}<p>{{.Summary}}</p>
+{{range .Notes}}<p>{{.}}</p>
+{{end}}{{with .First}}<h2>First divergence</h2>
 <p><code>{{.Op}}</code> [{{.Role}}] (index {{.Index}}, {{.DType}}) at {{$.FirstAt}}</p>
 <table>
 <tr><th></th><th>hex</th><th>value</th></tr>
 <tr><th>A</th><td><code>{{.A.Hex}}</code></td><td>{{.A.Decimal}}</td></tr>
 <tr><th>B</th><td><code>{{.B.Hex}}</code></td><td>{{.B.Decimal}}</td></tr>
 </table>
-<p>Distance: {{.ULP}} ULP ({{.Class}}){{if .Cause}}; cause: <b>{{.Cause}}</b> ({{.Detail}}){{end}}.</p>
+<p>Distance: {{$.Distance}}{{if .Cause}}; cause: <b>{{.Cause}}</b> ({{.Detail}}){{end}}.</p>
+{{end}}{{if .Check}}<h2>Tolerance: {{.Check}}</h2>
+<ul>
+{{range .Checks}}<li>{{.}}</li>
+{{end}}</ul>
 {{end}}<h2>Ops</h2>
 <table>
 <tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
@@ -106,15 +112,28 @@ cell's colour is the largest ULP distance of its elements.</p>
 // WriteHTML writes one self-contained HTML file: captures, first divergence, the per-op table and, per
 // divergent op, a heatmap picture (PNG inlined as base64) of where its mismatches are, with a legend.
 func WriteHTML(w io.Writer, r *Report) error {
-	d := htmlData{Title: r.Title(), Verdict: verdict(r), Identical: r.Identical, A: r.A, B: r.B, First: r.First, Header: opHeader,
-		Summary: fmt.Sprintf("Compared %d elements in %s: %d mismatched in %s; %s.", r.Compared, plural(len(r.Ops), "op"),
-			r.Mismatched, plural(len(r.Divergent()), "op"), plural(len(r.Missing), "missing tensor"))}
+	d := htmlData{Title: r.Title(), Verdict: r.Verdict(), Passed: r.Passed(), Captures: captureRows(r), First: r.First, Header: opHeader,
+		Filter: strings.Join(r.Filter, ", "), Summary: upper(summary(r)) + "."}
+	if n := missingNote(r); n != "" {
+		d.Notes = append(d.Notes, upper(n)+".")
+	}
+	if n := narrowNote(r); n != "" {
+		d.Notes = append(d.Notes, n+".")
+	}
 	if r.First != nil {
 		d.FirstAt = where(r.First.At)
+		d.Distance = firstDistance(r.First)
+	}
+	if c := r.Check; c != nil {
+		d.Check = map[bool]string{true: "within", false: "outside"}[c.Within]
+		d.Checks = checkLines(c)
 	}
 	top, nan := 0, false
 	for i := range r.Ops {
 		o := &r.Ops[i]
+		if !listed(r, o) {
+			continue
+		}
 		d.Rows = append(d.Rows, opRow(o))
 		d.Status = append(d.Status, string(o.Status))
 		if o.Detail != "" {
@@ -135,7 +154,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 			}
 		}
 		d.Maps = append(d.Maps, htmlMap{Op: o.Op, Role: o.Role, PNG: template.URL(img), W: w, H: h,
-			Title: fmt.Sprintf("%d of %d elements differ, max %d ULP", o.Mismatched, o.Elements, o.MaxULP),
+			Title: fmt.Sprintf("%d of %d elements differ, %s", o.Mismatched, o.Elements, distance(o)),
 			Axes: fmt.Sprintf("positions %d–%d (%d rows of cells) × features 0–%d (%d columns of cells)",
 				o.Map.PosLo, o.Map.PosHi-1, o.Map.Rows, o.Map.Features-1, o.Map.Cols)})
 	}
@@ -149,9 +168,10 @@ func WriteHTML(w io.Writer, r *Report) error {
 			d.Legend = append(d.Legend, htmlLegend{template.CSS(fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B)), LevelLabel(LevelNaN)})
 		}
 	}
-	for i, m := range r.Missing {
+	miss := r.MissingProblems()
+	for i, m := range miss {
 		if i == 10*maxMissingListed {
-			d.More = len(r.Missing)
+			d.More = len(miss)
 			break
 		}
 		d.Missing = append(d.Missing, missingLine(m))

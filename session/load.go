@@ -16,10 +16,11 @@ import (
 // `bitalign replay` all open their captures through Load, so the same captures give the same report, with
 // the same causes, in every command.
 type Inputs struct {
-	A, B       string // the two captures (files or per-rank directories), A the trainer and B the sampler
-	Checkpoint string // model directory ("" for none): enables replay; its config gives the producer graph
-	Device     string // replay device: "auto" (also ""), "cpu" or "cuda"; an unusable "cuda" fails Load
-	Force      bool   // compare captures of different models anyway (what can be compared)
+	A, B       string   // the two captures (files or per-rank directories), A the trainer and B the sampler
+	Checkpoint string   // model directory ("" for none): enables replay; its config gives the producer graph
+	Device     string   // replay device: "auto" (also ""), "cpu" or "cuda"; an unusable "cuda" fails Load
+	Force      bool     // compare captures of different models anyway (what can be compared)
+	Options    []Option // more diff options (WithOps, WithIgnoreMissing, WithTolerance)
 }
 
 // Loaded is an open, diffed session and what its replays need. Close closes the captures.
@@ -83,9 +84,9 @@ func load(ctx context.Context, in Inputs, m *engine.Model, progress func(view.Pr
 			}
 		}
 	}
-	opts := []Option{WithProgress(func(done, total int64) {
+	opts := append([]Option{WithProgress(func(done, total int64) {
 		progress(view.Progress{Stage: "diffing", Done: done, Total: total})
-	})}
+	})}, in.Options...)
 	if g := ProducerGraph(l.Model, a.Meta(), b.Meta()); g != nil {
 		opts = append(opts, WithProducers(g))
 	}

@@ -16,35 +16,55 @@ func mdEscape(s string) string {
 func WriteMarkdown(w io.Writer, r *Report) error {
 	var b strings.Builder
 	icon := "❌"
-	if r.Identical {
+	if r.Passed() {
 		icon = "✅"
 	}
-	fmt.Fprintf(&b, "### %s %s: %s\n\n", icon, r.Title(), mdEscape(verdict(r)))
+	fmt.Fprintf(&b, "### %s %s: %s\n\n", icon, r.Title(), mdEscape(r.Verdict()))
 	fmt.Fprintf(&b, "| | A | B |\n|---|---|---|\n")
-	row := func(name, a, b2 string) { fmt.Fprintf(&b, "| %s | %s | %s |\n", name, a, b2) }
-	row("side", mdEscape(r.A.Side), mdEscape(r.B.Side))
-	row("path", "`"+mdEscape(r.A.Path)+"`", "`"+mdEscape(r.B.Path)+"`")
-	row("tensors", fmt.Sprint(r.A.Tensors), fmt.Sprint(r.B.Tensors))
-	row("size", byteSize(r.A.Bytes), byteSize(r.B.Bytes))
-	row("tp / pp / dp", fmt.Sprintf("%d / %d / %d", max(r.A.TP, 1), max(r.A.PP, 1), max(r.A.DP, 1)),
-		fmt.Sprintf("%d / %d / %d", max(r.B.TP, 1), max(r.B.PP, 1), max(r.B.DP, 1)))
-	row("kernel profile", mdEscape(r.A.KernelProfile), mdEscape(r.B.KernelProfile))
-	row("batch", fmt.Sprint(r.A.BatchSize), fmt.Sprint(r.B.BatchSize))
-	fmt.Fprintf(&b, "\nCompared %d elements in %s: %d mismatched in %s; %s.\n", r.Compared, plural(len(r.Ops), "op"),
-		r.Mismatched, plural(len(r.Divergent()), "op"), plural(len(r.Missing), "missing tensor"))
+	for _, c := range captureRows(r) {
+		a, b2 := mdEscape(c.A), mdEscape(c.B)
+		if c.Code {
+			a, b2 = "`"+a+"`", "`"+b2+"`"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Name, a, b2)
+	}
+	if len(r.Filter) > 0 {
+		pats := make([]string, len(r.Filter))
+		for i, p := range r.Filter {
+			pats[i] = "`" + mdEscape(p) + "`"
+		}
+		fmt.Fprintf(&b, "\nOps matching %s.\n", strings.Join(pats, ", "))
+	}
+	fmt.Fprintf(&b, "\n%s.\n", upper(summary(r)))
+	if n := missingNote(r); n != "" {
+		fmt.Fprintf(&b, "\n%s.\n", upper(n))
+	}
 	if f := r.First; f != nil {
 		fmt.Fprintf(&b, "\n**First divergence:** `%s` [%s] (index %d, %s) at %s\n\n", mdEscape(f.Op), mdEscape(f.Role), f.Index, f.DType, where(f.At))
 		fmt.Fprintf(&b, "| | hex | value |\n|---|---|---|\n| A | `%s` | %s |\n| B | `%s` | %s |\n\n", f.A.Hex, f.A.Decimal, f.B.Hex, f.B.Decimal)
-		fmt.Fprintf(&b, "Distance: %s ULP (%s)", ulpString(f.ULP), f.Class)
+		fmt.Fprintf(&b, "Distance: %s", mdEscape(firstDistance(f)))
 		if f.Cause != CauseNone {
 			fmt.Fprintf(&b, "; cause: **%s** (%s)", f.Cause, mdEscape(f.Detail))
 		}
 		b.WriteString(".\n")
 	}
-	b.WriteString("\n| " + strings.Join(opHeader, " | ") + " |\n|" + strings.Repeat("---|", len(opHeader)) + "\n")
+	if c := r.Check; c != nil {
+		fmt.Fprintf(&b, "\n**Tolerance: %s**\n\n", map[bool]string{true: "within", false: "outside"}[c.Within])
+		for _, l := range checkLines(c) {
+			fmt.Fprintf(&b, "- %s\n", mdEscape(l))
+		}
+	}
+	head := make([]string, len(opHeader))
+	for i, h := range opHeader {
+		head[i] = mdEscape(h)
+	}
+	b.WriteString("\n| " + strings.Join(head, " | ") + " |\n|" + strings.Repeat("---|", len(opHeader)) + "\n")
 	folded := 0
 	for i := range r.Ops {
 		o := &r.Ops[i]
+		if !listed(r, o) {
+			continue
+		}
 		if len(r.Ops) > 40 && o.Status == StatusIdentical {
 			folded++
 			continue
@@ -59,16 +79,19 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	if folded > 0 {
 		fmt.Fprintf(&b, "\n%s identical, not listed.\n", plural(folded, "op"))
 	}
+	if n := narrowNote(r); n != "" {
+		fmt.Fprintf(&b, "\n%s.\n", mdEscape(n))
+	}
 	for i := range r.Ops {
 		if o := &r.Ops[i]; o.Detail != "" {
 			fmt.Fprintf(&b, "\n`%s` [%s]: %s\n", mdEscape(o.Op), mdEscape(o.Role), mdEscape(o.Detail))
 		}
 	}
-	if len(r.Missing) > 0 {
-		fmt.Fprintf(&b, "\n<details><summary>Missing tensors (%d)</summary>\n\n", len(r.Missing))
-		for i, m := range r.Missing {
+	if miss := r.MissingProblems(); len(miss) > 0 {
+		fmt.Fprintf(&b, "\n<details><summary>Missing tensors (%d)</summary>\n\n", len(miss))
+		for i, m := range miss {
 			if i == maxMissingListed {
-				fmt.Fprintf(&b, "- ... and %d more (see the JSON report)\n", len(r.Missing)-i)
+				fmt.Fprintf(&b, "- ... and %d more (see the JSON report)\n", len(miss)-i)
 				break
 			}
 			fmt.Fprintf(&b, "- %s\n", mdEscape(missingLine(m)))

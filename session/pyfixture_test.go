@@ -118,7 +118,6 @@ func TestDiffPythonTrainerSampler(t *testing.T) {
 			get(k.op).onlyB = true
 		}
 	}
-	firstIdx, firstOp := int32(1<<30), ""
 	for _, o := range rep.Ops {
 		v := want[o.Op]
 		if v == nil {
@@ -141,9 +140,25 @@ func TestDiffPythonTrainerSampler(t *testing.T) {
 		if o.Status != st {
 			t.Errorf("%s: status %s, brute force says %s", o.Op, o.Status, st)
 		}
-		if v.differs && o.Index < firstIdx {
-			firstIdx, firstOp = o.Index, o.Op
+	}
+	// the first divergence: the differing row of lowest (seq, pos), then lowest execution index
+	index := map[string]int32{}
+	for _, o := range rep.Ops {
+		index[o.Op] = o.Index
+	}
+	var first *pyRow
+	for k, da := range ra {
+		if db, ok := rb[k]; !ok || bytes.Equal(da, db) {
+			continue
 		}
+		if first == nil || k.seq < first.seq || k.seq == first.seq && (k.pos < first.pos ||
+			k.pos == first.pos && index[k.op] < index[first.op]) {
+			first = &k
+		}
+	}
+	firstOp := ""
+	if first != nil {
+		firstOp = first.op
 	}
 	if len(rep.Ops) != len(want) {
 		t.Errorf("report has %d ops, the captures %d", len(rep.Ops), len(want))
@@ -169,7 +184,9 @@ func TestDiffPythonTrainerSampler(t *testing.T) {
 	case firstOp == "" && rep.First != nil:
 		t.Errorf("report's first divergence %s, but the shared rows are identical", rep.First.Op)
 	case firstOp != "" && (rep.First == nil || rep.First.Op != firstOp):
-		t.Errorf("report's first divergence %+v, want op %s (lowest execution index that differs)", rep.First, firstOp)
+		t.Errorf("report's first divergence %+v, want op %s (the differing row of lowest seq, pos, index)", rep.First, firstOp)
+	case first != nil && (rep.First.At.Seq != first.seq || rep.First.At.Pos != first.pos):
+		t.Errorf("report's first divergence at seq %d pos %d, want seq %d pos %d", rep.First.At.Seq, rep.First.At.Pos, first.seq, first.pos)
 	}
 	if rep.Identical {
 		t.Error("report says identical; the captures cover different positions")

@@ -2,13 +2,14 @@ package session
 
 import (
 	"encoding/json"
+	"strconv"
 
 	"bitalign/capture"
 )
 
 // SchemaVersion is the version of the JSON report (docs/report-schema.md). Adding fields keeps the version;
 // renaming, removing or changing the meaning of one bumps it.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Status is an aligned op's verdict.
 type Status string
@@ -86,17 +87,19 @@ func valueOf(f *format, x uint64) Value { return Value{Bits: x, Hex: f.hex(x), D
 
 // Divergence is one mismatched element with both values.
 type Divergence struct {
-	Op     string
-	Index  int32
-	Role   string
-	DType  string
-	At     Coord
-	A      Value
-	B      Value
-	ULP    uint64
-	Class  Class
-	Cause  Cause
-	Detail string // which inputs or producers decided the cause
+	Op       string
+	Index    int32
+	Role     string
+	DType    string
+	ULPDType string // the dtype ULP is counted in (OpStat.ULPDType); "" for integers and bools
+	At       Coord
+	A        Value
+	B        Value
+	ULP      uint64  // 0 for integers and bools
+	RMSRel   float64 // |a−b| / RMS of its row (0 unless both values are finite)
+	Class    Class
+	Cause    Cause
+	Detail   string // which inputs or producers decided the cause
 }
 
 // MissingTensor is a run of positions of one (op, role, step, seq) present on one side only, or a tensor that
@@ -134,24 +137,33 @@ type OpStat struct {
 	ShapeB []int64 // B's, when it differs (Status shape_mismatch)
 	Detail string
 
-	Elements   int64  // compared
-	Mismatched int64  // elements whose bits differ
-	MaxULP     uint64 // over numeric and NaN-payload mismatches
+	Elements   int64 // compared
+	Mismatched int64 // elements whose bits differ
+	// ULPDType is the dtype distances are counted in: DType for floats, except "bf16" for an f32 op whose every
+	// compared value on both sides is a bf16 value (the low 16 bits of each f32 zero: bf16 logits widened);
+	// "" for integers and bools, which get no distances (MaxULP 0, MaxAt nil, Hist[0] only).
+	ULPDType   string
+	MaxULP     uint64 // over numeric and NaN-payload mismatches, in ULPDType's ULPs
 	MaxAt      *Coord
 	MaxA, MaxB *Value
 	FirstAt    *Coord // earliest mismatch (step, seq, pos, element)
 	// Hist[b]: elements whose distance is in [2^(b−1), 2^b); Hist[0]: equal elements. NaN-against-number
-	// mismatches are not in it: Σ Hist + NaNNumber = Elements.
-	Hist       [65]uint64
-	MaxAbs     float64
-	MeanAbs    float64 // Σ|a−b| over finite pairs / Elements
-	MaxRel     float64
-	NaNA       int64
-	NaNB       int64
-	InfA       int64
-	InfB       int64
-	NaNNumber  int64
-	NaNPayload int64
+	// mismatches are not in it: Σ Hist + NaNNumber = Elements (floats).
+	Hist    [65]uint64
+	MaxAbs  float64 // floats only, like MeanAbs, MaxRel and MaxRMSRel
+	MeanAbs float64 // Σ|a−b| over finite pairs / Elements
+	MaxRel  float64 // largest |a−b| / max(|a|, |b|)
+	// MaxRMSRel is the largest |a−b| / RMS of the element's row (both sides' finite values of that token
+	// position; the whole tensor when it is not per token) over mismatched finite pairs: a scale-relative
+	// error that a sign flip near zero does not inflate.
+	MaxRMSRel     float64
+	NaNA          int64
+	NaNB          int64
+	InfA          int64
+	InfB          int64
+	NaNNumber     int64
+	NaNPayload    int64
+	InfMismatched int64 // numeric mismatches with ±Inf on a side
 	// token positions (rows) present on one side only
 	MissingRowsA int64
 	MissingRowsB int64
@@ -159,8 +171,9 @@ type OpStat struct {
 	CauseDetail  string
 	Map          *Map
 
-	first      hit   // the earliest mismatch, for the report's first divergence
-	firstCoord Coord // its coordinates
+	first       hit   // the earliest mismatch, for the report's first divergence (ulp in ULPDType)
+	firstCoord  Coord // its coordinates
+	firstRMSRel float64
 }
 
 // Divergent reports whether the op has mismatched elements.
@@ -168,14 +181,113 @@ func (o *OpStat) Divergent() bool { return o.Mismatched > 0 }
 
 // Report is the result of Diff.
 type Report struct {
-	Command   string // the command whose report this is, for the heading: "" (diff) or "replay"
-	A, B      CaptureInfo
+	Command string // the command whose report this is, for the heading: "" (diff) or "replay"
+	A, B CaptureInfo
+	// Identical: something was compared, every compared element has identical bits, no op has mismatched
+	// shapes, and nothing is on one side only (unless IgnoreMissing).
 	Identical bool
-	First     *Divergence // nil when nothing differs
+	First     *Divergence // nil when nothing differs; the order is firstOrder's
 	Ops       []OpStat    // execution order: index, then role (weights, inputs, output), then name
 	Missing   []MissingTensor
 	// Compared is Σ Elements; Mismatched is Σ Mismatched over ops.
 	Compared, Mismatched int64
+	Filter               []string // WithOps's patterns: only matching ops were compared
+	IgnoreMissing        bool     // WithIgnoreMissing: absent tensors do not make the report not identical (MissingProblems)
+	Check                *Check   // WithTolerance's result, nil without one
+}
+
+// Passed reports whether the diff passes: identical, or within its tolerance (Check). bitalign diff exits 0
+// exactly then (and 2 when nothing was compared).
+func (r *Report) Passed() bool { return r.Identical || r.Check != nil && r.Check.Within }
+
+// MissingProblems returns the missing tensors that count against the report: all of Missing, or with
+// IgnoreMissing only those that could not be aligned (Reason set: incomplete shards, a shape that does not
+// split into token rows), which are not merely absent.
+func (r *Report) MissingProblems() []MissingTensor {
+	if !r.IgnoreMissing {
+		return r.Missing
+	}
+	var out []MissingTensor
+	for _, m := range r.Missing {
+		if m.Reason != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Tolerance bounds the differences a report may show and still pass (bitalign diff --max-ulp, --max-rel).
+type Tolerance struct {
+	MaxULP uint64  // largest distance in each op's ULPs (OpStat.ULPDType), checked when HasULP
+	MaxRel float64 // largest |a−b| / RMS of the row (OpStat.MaxRMSRel), checked when HasRel
+	HasULP bool
+	HasRel bool
+}
+
+// Check is a report checked against a Tolerance.
+type Check struct {
+	Tolerance
+	// Within: something was compared, every bound set held over every compared element, and no problem.
+	Within  bool
+	ULPHeld bool // every float op's MaxULP ≤ MaxULP and no NaN against a number (true when not HasULP)
+	RelHeld bool // every float op's MaxRMSRel ≤ MaxRel and no mismatch with a NaN or ±Inf on one side (true when not HasRel)
+	// the largest MaxULP and MaxRMSRel over float ops, and where ("op [role]")
+	WorstULP   uint64
+	WorstULPOp string
+	WorstRel   float64
+	WorstRelOp string
+	NaNOp      string // the first op with a NaN against a number (it fails both bounds), or ""
+	InfOp      string // the first op with a mismatch against ±Inf (it fails the rel bound), or ""
+	// Problems fail the check whatever the bounds: nothing compared, integer values that differ, shapes
+	// that disagree, tensors on one side only (unless IgnoreMissing).
+	Problems []string
+}
+
+// Within checks r against t.
+func (r *Report) Within(t Tolerance) Check {
+	c := Check{Tolerance: t, ULPHeld: true, RelHeld: true}
+	if r.Compared == 0 {
+		c.Problems = append(c.Problems, "nothing compared")
+	}
+	for i := range r.Ops {
+		o := &r.Ops[i]
+		name := o.Op + " [" + o.Role + "]"
+		switch {
+		case o.Status == StatusShapeMismatch:
+			c.Problems = append(c.Problems, name+": shapes differ")
+		case !o.Divergent():
+		case o.ULPDType == "":
+			c.Problems = append(c.Problems, name+": "+differing(o.Mismatched))
+		default:
+			if o.MaxULP > c.WorstULP || c.WorstULPOp == "" {
+				c.WorstULP, c.WorstULPOp = o.MaxULP, name
+			}
+			if o.MaxRMSRel > c.WorstRel || c.WorstRelOp == "" {
+				c.WorstRel, c.WorstRelOp = o.MaxRMSRel, name
+			}
+			if o.NaNNumber > 0 && c.NaNOp == "" {
+				c.NaNOp = name
+			}
+			if o.InfMismatched > 0 && c.InfOp == "" {
+				c.InfOp = name
+			}
+			c.ULPHeld = c.ULPHeld && (!t.HasULP || o.MaxULP <= t.MaxULP && o.NaNNumber == 0)
+			c.RelHeld = c.RelHeld && (!t.HasRel || o.MaxRMSRel <= t.MaxRel && o.NaNNumber+o.InfMismatched == 0)
+		}
+	}
+	if n := len(r.MissingProblems()); n > 0 {
+		c.Problems = append(c.Problems, plural(n, "missing tensor"))
+	}
+	c.Within = len(c.Problems) == 0 && (t.HasULP || t.HasRel) && c.ULPHeld && c.RelHeld
+	return c
+}
+
+// differing says how many integer values differ.
+func differing(n int64) string {
+	if n == 1 {
+		return "1 value differs"
+	}
+	return strconv.FormatInt(n, 10) + " values differ"
 }
 
 // Divergent returns the indexes into r.Ops of the divergent ops, in execution order.

@@ -16,11 +16,17 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/session")
 
-func f32Tensor(op string, index int32, seq, pos, n, v int64, salt uint64) capture.Tensor {
+// f32Tensor is an f32 [n, v] tensor ([n] when v is 1): bf16 activations widened to f32, with low bits set
+// (a genuine f32 op) unless widened.
+func f32Tensor(op string, index int32, seq, pos, n, v int64, salt uint64, widened bool) capture.Tensor {
 	bf := activation(seq, salt, pos, n, v)
 	data := make([]byte, n*v*4)
 	for i := int64(0); i < n*v; i++ {
-		binary.LittleEndian.PutUint32(data[i*4:], uint32(binary.LittleEndian.Uint16(bf[i*2:]))<<16|uint32((pos*v+i)%7))
+		x := uint32(binary.LittleEndian.Uint16(bf[i*2:])) << 16
+		if !widened {
+			x |= uint32((pos*v + i) % 7)
+		}
+		binary.LittleEndian.PutUint32(data[i*4:], x)
 	}
 	shape := []int64{n, v}
 	if v == 1 {
@@ -40,9 +46,9 @@ func tokTensor(seq, pos, n int64) capture.Tensor {
 }
 
 // scenario builds a small trainer (prefill) and sampler (decode) pair exercising every status: a local
-// divergence, a propagated one, NaN against a number, missing positions, an op on one side only, a shape
-// mismatch.
-func scenario(t *testing.T, diverge bool) *Report {
+// divergence, a propagated one, NaN against a number and a 2-ULP difference in bf16 logits widened to f32,
+// missing positions, an op on one side only, a shape mismatch. opts are added to Diff's.
+func scenario(t *testing.T, diverge bool, opts ...Option) *Report {
 	const T, H, V, P = 10, 16, 24, 4
 	side := func(sampler bool) []capture.Tensor {
 		var ts []capture.Tensor
@@ -62,15 +68,19 @@ func scenario(t *testing.T, diverge bool) *Report {
 				ts = append(ts, tensor("layers.0.attn.q_proj", 3, "in", s, pos, n, H, activation(s, 2, pos, n, H)))
 				q := activation(s, 3, pos, n, H)
 				res := activation(s, 4, pos, n, H)
-				lg := f32Tensor("logits", 7, s, pos, n, V, 5)
+				lg := f32Tensor("logits", 7, s, pos, n, V, 5, true)
 				if sampler && diverge && s == 1 && pos <= 6 && 6 < pos+n {
 					flipBit(q, (6-pos)*H+5, 3)
 					for j := int64(0); j < H; j += 3 {
 						flipBit(res, (6-pos)*H+j, uint(j%9))
 					}
 				}
-				if sampler && diverge && s == 0 && pos <= 8 && 8 < pos+n {
+				if sampler && diverge && s == 1 && pos <= 8 && 8 < pos+n {
 					binary.LittleEndian.PutUint32(lg.Data[((8-pos)*V+3)*4:], 0x7fc00000)
+				}
+				if sampler && diverge && s == 1 && pos <= 9 && 9 < pos+n {
+					x := lg.Data[((9-pos)*V+5)*4:]
+					binary.LittleEndian.PutUint32(x, binary.LittleEndian.Uint32(x)+2<<16)
 				}
 				ts = append(ts, tensor("layers.0.attn.q_proj", 3, "out", s, pos, n, H, q))
 				ts = append(ts, tensor("layers.0.attn_residual", 4, "out", s, pos, n, H, res))
@@ -84,7 +94,7 @@ func scenario(t *testing.T, diverge bool) *Report {
 				}
 				ts = append(ts, lg)
 				if !(sampler && s == 1 && pos >= 8) {
-					ts = append(ts, f32Tensor("logprobs", 8, s, pos, n, 1, 8))
+					ts = append(ts, f32Tensor("logprobs", 8, s, pos, n, 1, 8, false))
 				}
 			}
 		}
@@ -96,7 +106,7 @@ func scenario(t *testing.T, diverge bool) *Report {
 	producers := func(op string) []string {
 		return map[string][]string{"layers.0.attn_residual": {"embed", "layers.0.attn.q_proj"}}[op]
 	}
-	rep, err := Diff(context.Background(), a, b, WithProducers(producers), WithMapSize(8, 16))
+	rep, err := Diff(context.Background(), a, b, append([]Option{WithProducers(producers), WithMapSize(8, 16)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,15 +145,19 @@ func TestReportGolden(t *testing.T) {
 	for _, sc := range []struct {
 		name    string
 		diverge bool
-	}{{"divergent", true}, {"identical", false}} {
-		rep := scenario(t, sc.diverge)
+		opts    []Option
+	}{{"divergent", true, nil}, {"identical", false, nil},
+		// the same divergent pair, gated: some ops (not the logits' NaN), missing tensors ignored, within tolerance
+		{"gated", true, []Option{WithOps("layers.0.attn*", "final_norm"), WithIgnoreMissing(),
+			WithTolerance(Tolerance{MaxULP: 64, HasULP: true, MaxRel: 0.6, HasRel: true})}}} {
+		rep := scenario(t, sc.diverge, sc.opts...)
 		for _, w := range writers {
 			var b1, b2 bytes.Buffer
 			if err := w.write(&b1, rep); err != nil {
 				t.Fatal(err)
 			}
 			// deterministic: a second diff and write give the same bytes
-			if err := w.write(&b2, scenario(t, sc.diverge)); err != nil {
+			if err := w.write(&b2, scenario(t, sc.diverge, sc.opts...)); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(b1.Bytes(), b2.Bytes()) {
@@ -178,8 +192,11 @@ func TestReportScenario(t *testing.T) {
 		t.Fatalf("first divergence %+v", f)
 	}
 	lg := rep.Ops[rep.FindOp("logits", "out")]
-	if lg.NaNNumber != 1 || lg.NaNB != 1 || lg.NaNA != 0 || lg.MaxULP != 0 || lg.Mismatched != 1 {
+	if lg.NaNNumber != 1 || lg.NaNB != 1 || lg.NaNA != 0 || lg.MaxULP != 2 || lg.ULPDType != "bf16" || lg.Mismatched != 2 {
 		t.Fatalf("logits: %+v", lg)
+	}
+	if lp := rep.Ops[rep.FindOp("logprobs", "out")]; lp.ULPDType != "f32" {
+		t.Errorf("logprobs (f32 with low bits set): ULPs in %q, want f32", lp.ULPDType)
 	}
 	// the JSON schema's required fields
 	var b bytes.Buffer
