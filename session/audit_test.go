@@ -65,6 +65,14 @@ func TestAuditDemoFaults(t *testing.T) {
 			if r.Exit() != 1 {
 				t.Errorf("exit %d with suspects", r.Exit())
 			}
+			// the replay verdict at the suspect says the same (local or propagated, it names the wrong side)
+			v, err := Replay(context.Background(), s, m, s0.Op, s0.Step, s0.Seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(v.Text, "sampler computes this op wrongly") {
+				t.Errorf("replay verdict at the first suspect: %q", v.Text)
+			}
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"bitalign/capture"
 	"bitalign/engine"
@@ -43,9 +44,14 @@ type Verdict struct {
 	OutputsDiffer bool     // the two captured outputs of the op differ
 	Local         bool
 	FromA, FromB  ReplayRun
-	// Reproduces says whose captured output the engine reproduces from that side's own inputs: "both",
-	// "A", "B" or "neither".
+	// Reproduces says whose captured output the engine reproduces bit for bit from that side's own inputs:
+	// "both", "A", "B" or "neither".
 	Reproduces string
+	// Oracle is each side's local error at these positions: its captured output, and the engine's from the
+	// same inputs, against the oracle of that side's own inputs (LocalError). Nil when it could not be
+	// measured (OracleErr says why).
+	Oracle    *LocalErr
+	OracleErr string
 	// Text is the verdict in words, "<cause>; <whom the engine reproduces>", as every front end shows it;
 	// Summary prefixes where the replay ran, for a log line.
 	Text    string
@@ -105,6 +111,12 @@ func Replay(ctx context.Context, s *Session, m *engine.Model, op string, step, s
 	if producers == nil {
 		return nil, fmt.Errorf("session: replay: %s is not an op of the %s model", op, m.Config.Architecture)
 	}
+	// the attention's q/k after RoPE are not captured from transformers: then its inputs are the projections
+	// (engine.AltProducers), with the checkpoint's RoPE
+	alt := engine.AltProducers(m.Config, op)
+	if len(alt) > 0 && !capturedOnBoth(s, producers, step, seq) && capturedOnBoth(s, alt, step, seq) {
+		producers = alt
+	}
 	// did the inputs already differ? (the attention reads every earlier position)
 	var unknown []string
 	for _, name := range producers {
@@ -135,7 +147,7 @@ func Replay(ctx context.Context, s *Session, m *engine.Model, op string, step, s
 		run := ReplayRun{Inputs: [...]string{"A", "B"}[i], DType: p.DType, Rows: v.N, Cols: p.Cols}
 		in := engine.OpInputs{Step: step, Seq: seq, Pos: int(v.Pos), N: v.N, Tensors: map[string][]capture.Tensor{},
 			Seed: side.Meta().Seed, Sampling: samplingOf(side.Meta())}
-		need := append([]string{engine.OpTokens, engine.OpSample}, producers...)
+		need := append(append([]string{engine.OpTokens, engine.OpSample}, producers...), alt...)
 		for j := 0; j < side.Len(); j++ {
 			e := side.Entry(j)
 			if e.Step != step || e.Seq != seq || e.Role != "out" || !contains(need, e.Op) {
@@ -179,6 +191,13 @@ func Replay(ctx context.Context, s *Session, m *engine.Model, op string, step, s
 	default:
 		v.Reproduces = "neither"
 	}
+	if hasOracle(op) {
+		if le, err := LocalError(ctx, s, m, op, step, seq); err != nil {
+			v.OracleErr = err.Error()
+		} else {
+			v.Oracle = le
+		}
+	}
 	v.Text = v.text(s)
 	v.Summary = fmt.Sprintf("%s step %d seq %d pos %d..%d on %s: %s", v.Op, v.Step, v.Seq, v.Pos, v.Pos+int64(v.N)-1,
 		v.Backend, v.Text)
@@ -210,14 +229,67 @@ func (v *Verdict) text(s *Session) string {
 	var repro string
 	switch v.Reproduces {
 	case "both":
-		repro = "the engine reproduces both sides"
+		repro = "bit for bit, the engine reproduces both sides"
 	case "A", "B":
 		other := map[string]string{"A": "B", "B": "A"}[v.Reproduces]
-		repro = fmt.Sprintf("the engine reproduces %s, not %s", name(v.Reproduces), name(other))
+		repro = fmt.Sprintf("bit for bit, the engine reproduces %s, not %s", name(v.Reproduces), name(other))
 	default:
-		repro = "the engine reproduces neither side"
+		repro = "bit for bit, the engine reproduces neither side (its summation order is neither's)"
 	}
-	return cause + "; " + repro
+	return cause + "; " + v.oracleText(name("A"), name("B")) + "; " + repro
+}
+
+// oracleText words each side's local error: whether a side computed this op correctly from its own inputs.
+func (v *Verdict) oracleText(nameA, nameB string) string {
+	le := v.Oracle
+	if le == nil {
+		if v.OracleErr != "" {
+			return "no oracle: " + v.OracleErr
+		}
+		return "no oracle for " + v.Op
+	}
+	sides := [2]*LocalSide{&le.A, &le.B}
+	names := [2]string{nameA, nameB}
+	var figs, off []string
+	eng := -1.0
+	for i, sd := range sides {
+		if sd.Err != "" {
+			figs = append(figs, names[i]+" not measured ("+sd.Err+")")
+			continue
+		}
+		l := finite(sd.Captured.Local, sd.Captured.NaN)
+		figs = append(figs, names[i]+" "+fmtULP(l))
+		if sd.EngineErr == "" {
+			eng = max(eng, finite(sd.Engine.Local, sd.Engine.NaN))
+		}
+		if l > DefaultAuditMargin*minFloorULP(sd.Captured.DType) {
+			off = append(off, names[i])
+		}
+	}
+	t := "ULPs from the correctly rounded result of each side's own inputs: " + joinNames(figs)
+	if eng >= 0 {
+		t += " (the engine's " + fmtULP(eng) + ")"
+	}
+	switch len(off) {
+	case 0:
+		t += ": both within rounding"
+	case 1:
+		t += ": " + off[0] + " computes this op wrongly"
+	default:
+		t += ": both sides are far off (a wrong checkpoint?)"
+	}
+	return t
+}
+
+// capturedOnBoth reports whether every op in ops is captured on both sides at (step, seq).
+func capturedOnBoth(s *Session, ops []string, step, seq int64) bool {
+	for _, name := range ops {
+		q, err := s.Pair(name, "out", step, seq)
+		if err != nil || !slices.Contains(q.HasA, true) || !slices.Contains(q.HasB, true) {
+			return false
+		}
+	}
+	return true
 }
 
 func joinNames(ns []string) string {

@@ -182,7 +182,7 @@ func (o *OpStat) Divergent() bool { return o.Mismatched > 0 }
 // Report is the result of Diff.
 type Report struct {
 	Command string // the command whose report this is, for the heading: "" (diff) or "replay"
-	A, B CaptureInfo
+	A, B    CaptureInfo
 	// Identical: something was compared, every compared element has identical bits, no op has mismatched
 	// shapes, and nothing is on one side only (unless IgnoreMissing).
 	Identical bool
