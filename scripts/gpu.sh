@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # scripts/gpu.sh — build-check-time on the GPU machine in one call (see docs/gpu.md).
 # Here (no GPU):   make gpu-build            # CGO_ENABLED=0 test binaries into .gpu/
-# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [ui] [bench]   (default: all), with .gpu carried.
+# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [nvls] [ui] [bench]   (default: all), with .gpu carried.
 #   ptx   runs `make ptx` (every PTX: kernels/cuda and nvls/cuda, the Makefile's NVCCFLAGS) into a fresh tree,
 #         says which PTX differ from the committed ones and leaves the tree in $OUT/ptx.tar (PTX and both
 #         manifests; `tar -xf ptx.tar` at the repository root puts them in place); the tests then load the
 #         fresh PTX (BITALIGN_PTX_DIR) so one call checks new kernel sources.
 #   test  runs the cuda/ and kernels/cuda/ tests with BITALIGN_REQUIRE_GPU=1 (a skip becomes a failure).
 #   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's).
+#   nvls  runs the GPU collectives' tests (the 2-GPU ones need a machine with two).
 #   ui    runs the debugger's real-session test with replay on the GPU (verdicts as on the CPU).
 #   bench runs the Go benchmarks and the cuBLAS reference (PyTorch) in the same call.
 set -uo pipefail
@@ -17,7 +18,7 @@ export PYTHONUNBUFFERED=1
 export BITALIGN_REQUIRE_GPUS="$(nvidia-smi -L | wc -l)"       # the 2-GPU engine test fails instead of skipping
 OUT="${OUT:-/tmp/gpu-out}"
 mkdir -p "$OUT"
-steps="${*:-ptx test engine ui bench}"
+steps="${*:-ptx test engine nvls ui bench}"
 NVCC="${NVCC:-nvcc}"
 rc=0
 for f in .gpu/*.gz; do [[ -e "$f" ]] && gunzip -f "$f" && chmod +x "${f%.gz}"; done  # make gpu-build gzips them
@@ -62,6 +63,15 @@ if [[ " $steps " == *" engine "* ]]; then
   echo "== engine (CUDA backend vs CPU, bitwise)"
   (cd engine && BITALIGN_REQUIRE_GPU=1 ../.gpu/engine.test -test.run 'CUDA|SelectBackend' -test.v -test.count=1 \
     -test.timeout 400s ${TESTFLAGS:-}) 2>&1 | tee "$OUT/test-engine.log" | grep -E "^(--- |    ---|ok|FAIL|PASS)|differs|GPU" | head -60
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
+
+if [[ " $steps " == *" nvls "* ]]; then
+  echo "== nvls (the GPU collectives, bitwise against the CPU transport)"
+  # its GPU tests need two GPUs: they must pass where there are two, and skip (saying so) where there is one
+  req=$([[ "$BITALIGN_REQUIRE_GPUS" -ge 2 ]] && echo 1 || echo 0)
+  (cd nvls && BITALIGN_REQUIRE_GPU=$req ../.gpu/nvls.test -test.v -test.count=1 -test.timeout 300s) 2>&1 |
+    tee "$OUT/test-nvls.log" | grep -E "^(--- |ok|FAIL|PASS)|GPU" | head -40
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
 fi
 
