@@ -151,3 +151,54 @@ func TestLoadErrorShown(t *testing.T) {
 	}
 	checkFrame(t, m)
 }
+
+// TestRealSessionAudit: with a checkpoint the UI audits the captures in the background; the op list shows each
+// side's local error, and s goes to the first suspect (the stale-weights fault's sampler, in layer 1) with the
+// tensor view's cursor on the element where its error is largest.
+func TestRealSessionAudit(t *testing.T) {
+	in, err := session.DemoInputs(context.Background(), filepath.Join(t.TempDir(), "stale"), "stale-weights", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Device = "cpu"
+	m := New(context.Background(), loaderOf(in), "demo")
+	m.Update(tea.WindowSizeMsg{Width: 160, Height: 40})
+	run(t, m, m.Init())
+	if m.loadErr != nil || m.audit == nil {
+		t.Fatalf("load %v, audit %v", m.loadErr, m.audit)
+	}
+	if len(m.audit.Suspects) == 0 || !strings.Contains(m.status, "audit: ") {
+		t.Fatalf("no suspects (status %q)", m.status)
+	}
+	screen := text(m)
+	if !strings.Contains(screen, "local A/B") || !strings.Contains(screen, "!") {
+		t.Errorf("the op list does not show the local errors:\n%s", screen)
+	}
+	press(t, m, "s")
+	s := m.audit.Suspects[0]
+	if selectedOp(m) != s.Op || m.seq != (view.SeqKey{Step: s.At.Step, Seq: s.At.Seq}) || !strings.HasPrefix(s.Op, "layers.1.") ||
+		s.SideName != "sampler" {
+		t.Fatalf("s selected %q seq %+v; the first suspect is %+v", selectedOp(m), m.seq, s)
+	}
+	if !strings.Contains(m.status, "suspect 1/") {
+		t.Errorf("status %q", m.status)
+	}
+	press(t, m, "enter")
+	r, c, ok := m.heat.Cursor()
+	if m.data == nil || !ok || int64(r)+m.data.Pair.Pos0 != s.At.Pos || int64(c) != s.At.Feature {
+		t.Errorf("cursor at row %d col %d (pos0 %d), want pos %d feature %d", r, c, m.data.Pair.Pos0, s.At.Pos, s.At.Feature)
+	}
+	if n := len(m.audit.Suspects); n > 1 {
+		press(t, m, "s")
+		if selectedOp(m) != m.audit.Suspects[1].Op {
+			t.Errorf("second s: %q, want %q", selectedOp(m), m.audit.Suspects[1].Op)
+		}
+		press(t, m, "S")
+		if selectedOp(m) != s.Op {
+			t.Errorf("S: %q, want %q", selectedOp(m), s.Op)
+		}
+	}
+	if c, ok := m.src.(interface{ Close() error }); ok {
+		c.Close()
+	}
+}

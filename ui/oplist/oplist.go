@@ -216,7 +216,11 @@ func (m Model) View() string {
 		head += fmt.Sprintf("%8s%12s", "differ", "max diff")
 	}
 	if c.bar > 0 && m.audit != nil {
-		head += "  " + "local error A / B (ulp at row scale)"
+		h := "local error A / B (ulp)"
+		if len(h) > c.bar {
+			h = "local A/B"
+		}
+		head += "  " + theme.Fit(h, c.bar)
 	} else if c.bar > 0 {
 		head += "  " + "elements differing"
 	}
@@ -287,6 +291,9 @@ func (m Model) row(i int, selected bool, c cols) string {
 			sa, sb := m.audit.SuspectOf(o.Op, 0), m.audit.SuspectOf(o.Op, 1)
 			suspect = sa > 0 || sb > 0
 			local = fmt.Sprintf("%7s%s / %-7s%s", fmtLocal(l[0]), mark1(sa), fmtLocal(l[1]), mark1(sb))
+			if len(local) > c.bar { // narrow: no padding
+				local = fmtLocal(l[0]) + strings.TrimSpace(mark1(sa)) + "/" + fmtLocal(l[1]) + strings.TrimSpace(mark1(sb))
+			}
 		}
 	} else if c.bar > 0 {
 		n := int(o.MismatchFrac()*float64(c.bar) + 0.5)
