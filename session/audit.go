@@ -36,7 +36,7 @@ const (
 
 // AuditNonFiniteULP is the local error of an output that is NaN or Inf where the oracle is a number (or a
 // number where it is NaN): larger than any finite error, and a number JSON can hold.
-const AuditNonFiniteULP = 1e30
+const AuditNonFiniteULP = view.NonFiniteULP
 
 // AuditOptions configure Audit.
 type AuditOptions struct {
@@ -355,22 +355,8 @@ func (su *Suspect) evidence(o *AuditOp, names [2]string) string {
 	return b.String()
 }
 
-// fmtULP prints a ULP figure with the precision it deserves.
-func fmtULP(x float64) string {
-	switch {
-	case x < 0:
-		return "—"
-	case x >= AuditNonFiniteULP:
-		return "NaN/Inf"
-	case x == 0:
-		return "0"
-	case x < 10:
-		return fmt.Sprintf("%.2g", x)
-	case x < 1e6:
-		return fmt.Sprintf("%.0f", x)
-	}
-	return fmt.Sprintf("%.3g", x)
-}
+// fmtULP prints a ULP figure (view.FormatULPs: the TUI prints them the same way).
+func fmtULP(x float64) string { return view.FormatULPs(x) }
 
 // Exit is the audit's exit status: 0 without suspects, 1 with.
 func (r *AuditReport) Exit() int {

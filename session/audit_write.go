@@ -5,25 +5,12 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"strings"
 	"text/tabwriter"
-
-	"bitalign/session/view"
 )
 
 // WriteAudit writes an audit report in format, one of view.ReportFormats (docs/audit.md).
 func WriteAudit(w io.Writer, r *AuditReport, format string) error {
-	switch format {
-	case "text":
-		return writeAuditText(w, r)
-	case "json":
-		return writeAuditJSON(w, r)
-	case "md":
-		return writeAuditMarkdown(w, r)
-	case "html":
-		return writeAuditHTML(w, r)
-	}
-	return fmt.Errorf("session: unknown report format %q (%s)", format, strings.Join(view.ReportFormats, ", "))
+	return writeAs(w, format, r, writeAuditText, writeAuditJSON, writeAuditMarkdown, writeAuditHTML)
 }
 
 // Headline is the audit's one-line verdict, the same in every format and in the TUI.

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -114,9 +115,18 @@ func scenario(t *testing.T, diverge bool, opts ...Option) *Report {
 	return rep
 }
 
+// styleSheet matches an HTML report's stylesheet: constant code, not data, so the goldens leave it out.
+var styleSheet = regexp.MustCompile(`(?s)<style>.*?</style>`)
+
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join("..", "testdata", "session", name)
+	if strings.HasSuffix(name, ".html") {
+		if !styleSheet.Match(got) {
+			t.Errorf("%s has no stylesheet", name)
+		}
+		got = styleSheet.ReplaceAll(got, []byte("<style>/* session/html.go's stylesheet */</style>"))
+	}
 	if *update {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)

@@ -10,15 +10,20 @@ import (
 
 // WriteReport writes r in format, one of view.ReportFormats (which view.FormatOf infers from a file name).
 func WriteReport(w io.Writer, r *Report, format string) error {
+	return writeAs(w, format, r, WriteText, WriteJSON, WriteMarkdown, WriteHTML)
+}
+
+// writeAs writes r with the writer of format, one of view.ReportFormats: text, json, md or html, in that order.
+func writeAs[R any](w io.Writer, format string, r R, text, json, md, html func(io.Writer, R) error) error {
 	switch format {
 	case "text":
-		return WriteText(w, r)
+		return text(w, r)
 	case "json":
-		return WriteJSON(w, r)
+		return json(w, r)
 	case "md":
-		return WriteMarkdown(w, r)
+		return md(w, r)
 	case "html":
-		return WriteHTML(w, r)
+		return html(w, r)
 	}
 	return fmt.Errorf("session: unknown report format %q (%s)", format, strings.Join(view.ReportFormats, ", "))
 }

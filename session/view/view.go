@@ -312,3 +312,25 @@ func (r *Report) FindOp(op, role string) int {
 	}
 	return -1
 }
+
+// NonFiniteULP is the local error of an output that is NaN or Inf where the correctly rounded result is a
+// number (or a number where it is NaN): larger than any finite error, and a number JSON can hold.
+const NonFiniteULP = 1e30
+
+// FormatULPs writes a local error in ULPs with the precision it deserves: "—" when not measured (negative),
+// "NaN/Inf" for NonFiniteULP, two significant digits under 10, whole numbers above.
+func FormatULPs(x float64) string {
+	switch {
+	case x < 0:
+		return "—"
+	case x >= NonFiniteULP:
+		return "NaN/Inf"
+	case x == 0:
+		return "0"
+	case x < 10:
+		return fmt.Sprintf("%.2g", x)
+	case x < 1e6:
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("%.3g", x)
+}

@@ -290,9 +290,9 @@ func (m Model) row(i int, selected bool, c cols) string {
 		if l, ok := m.audit.Local[o.Op]; ok && (o.Role == "" || o.Role == "out") {
 			sa, sb := m.audit.SuspectOf(o.Op, 0), m.audit.SuspectOf(o.Op, 1)
 			suspect = sa > 0 || sb > 0
-			local = fmt.Sprintf("%7s%s / %-7s%s", fmtLocal(l[0]), mark1(sa), fmtLocal(l[1]), mark1(sb))
+			local = fmt.Sprintf("%7s%s / %-7s%s", view.FormatULPs(l[0]), mark1(sa), view.FormatULPs(l[1]), mark1(sb))
 			if len(local) > c.bar { // narrow: no padding
-				local = fmtLocal(l[0]) + strings.TrimSpace(mark1(sa)) + "/" + fmtLocal(l[1]) + strings.TrimSpace(mark1(sb))
+				local = view.FormatULPs(l[0]) + strings.TrimSpace(mark1(sa)) + "/" + view.FormatULPs(l[1]) + strings.TrimSpace(mark1(sb))
 			}
 		}
 	} else if c.bar > 0 {
@@ -415,21 +415,6 @@ func Describe(o *view.OpStat) string {
 		}
 	}
 	return s
-}
-
-// fmtLocal writes a local error (ULPs at the row's scale) compactly; "—" when it was not measured.
-func fmtLocal(x float64) string {
-	switch {
-	case x < 0:
-		return "—"
-	case x == 0:
-		return "0"
-	case x < 10:
-		return fmt.Sprintf("%.2g", x)
-	case x < 1e5:
-		return fmt.Sprintf("%.0f", x)
-	}
-	return fmt.Sprintf("%.2g", x)
 }
 
 // mark1 marks a suspect's side: "!" for a suspect, " " otherwise.
