@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"flag"
+	"html/template"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -172,6 +173,13 @@ func TestReportGolden(t *testing.T) {
 			}
 			if !bytes.Equal(b1.Bytes(), b2.Bytes()) {
 				t.Errorf("%s.%s: two runs differ", sc.name, w.ext)
+			}
+			if w.ext == "html" && sc.name != "divergent" {
+				// one HTML golden (the others would repeat its capture table): the rest must carry their verdict
+				if h := b1.String(); !strings.Contains(h, template.HTMLEscapeString(rep.Verdict())) || !strings.HasSuffix(h, "</html>\n") {
+					t.Errorf("%s.html lacks its verdict %q or is not whole:\n%s", sc.name, rep.Verdict(), h)
+				}
+				continue
 			}
 			golden(t, "report-"+sc.name+"."+w.ext, b1.Bytes())
 		}
