@@ -289,6 +289,11 @@ func TestDiffFirstDivergenceCausal(t *testing.T) {
 				if f.ULPDType != "bf16" || f.ULP != 1 {
 					t.Errorf("logits: %d ULP in %q, want 1 in bf16", f.ULP, f.ULPDType)
 				}
+				// the TUI's pair counts the same ULPs: one bf16 step, not 65536 f32 ones
+				p, err := NewSession(a, b, rep).Pair(f.Op, f.Role, f.At.Step, f.At.Seq)
+				if err != nil || p.ULPDType != capture.BF16 || p.MaxULP != 1 || p.Hist[1] == 0 {
+					t.Errorf("logits pair: %v, ULPs in %s, max %d", err, p.ULPDType, p.MaxULP)
+				}
 			case "tokens", "sample":
 				if f.ULPDType != "" || f.ULP != 0 || !strings.Contains(rep.Verdict(), "1 value differs") {
 					t.Errorf("integer op: %+v; verdict %q", f, rep.Verdict())

@@ -35,8 +35,12 @@ type Pair struct {
 	MaxULP     uint64
 	MaxAt      int // element index of MaxULP (0 when all equal)
 	MissingRow int // rows a side lacks
+	// ULPDType is the dtype the distances are counted in: DType, except BF16 for an f32 op whose every value on
+	// both sides is a bf16 value (the report's OpStat.ULPDType: bf16 logits widened to float32).
+	ULPDType capture.DType
 
-	f *format
+	f    *format
+	cmpf *format // the format distances are counted in (f, or bf16 over the top halves of f32 values)
 }
 
 // Comparison levels (Pair.Levels, the report's mismatch maps).
@@ -49,6 +53,9 @@ const (
 // computeLevels compares every element once (bands of rows in parallel, identical rows by bytes.Equal) and
 // fills Levels, Hist, Mismatched, MaxLevel, MaxULP, MaxAt and MissingRow.
 func (p *Pair) computeLevels() {
+	if p.cmpf == nil {
+		p.cmpf, p.ULPDType = p.f, p.DType
+	}
 	rb := p.Cols * p.f.size
 	p.Levels = make([]uint8, p.Rows*p.Cols)
 	p.Hist, p.Mismatched, p.MaxLevel, p.MaxULP, p.MaxAt, p.MissingRow = [65]uint64{}, 0, 0, 0, 0, 0
@@ -95,7 +102,10 @@ func (p *Pair) computeLevels() {
 							pt.hist[0]++
 							continue
 						}
-						cls, d := p.f.compare(x, y)
+						if p.cmpf != p.f { // bf16 values widened to f32: their top halves are the bf16 patterns
+							x, y = x>>16, y>>16
+						}
+						cls, d := p.cmpf.compare(x, y)
 						l := uint8(bucket(d))
 						if cls == ClassNaNNumber {
 							l = LevelNaN

@@ -135,6 +135,13 @@ func (s *Session) buildPair(op, role string, step, seq int64) (*Pair, error) {
 	if i := s.Report.FindOp(op, role); i >= 0 {
 		p.Index = s.Report.Ops[i].Index
 	}
+	p.ULPDType, p.cmpf = u0.dt, f
+	if i := s.Report.FindOp(op, role); i >= 0 && u0.dt == capture.F32 && s.Report.Ops[i].ULPDType == capture.BF16.String() {
+		if p.cmpf, err = formatOf(capture.BF16); err != nil {
+			return nil, err
+		}
+		p.ULPDType = capture.BF16
+	}
 	p.A, p.HasA = stack(ua, lo, p.Rows, u0.rowLen, f.size)
 	p.B, p.HasB = stack(ub, lo, p.Rows, u0.rowLen, f.size)
 	p.computeLevels()

@@ -104,7 +104,7 @@ func (a *source) Pair(ctx context.Context, k view.Key) (*view.Pair, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &view.Pair{Key: k, DType: p.DType.String(), Rows: p.Rows, Cols: p.Cols, Pos0: p.Pos0,
+	out := &view.Pair{Key: k, DType: p.DType.String(), ULPDType: p.ULPDType.String(), Rows: p.Rows, Cols: p.Cols, Pos0: p.Pos0,
 		A: p.A, B: p.B, HasA: p.HasA, HasB: p.HasB,
 		Levels: p.Levels, Hist: p.Hist, MaxULP: p.MaxULP, MaxAt: p.MaxAt, MissingRow: p.MissingRow}
 	if !anyTrue(p.HasA) {

@@ -6,6 +6,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/internal/fp"
 	"bitalign/session/view"
 	"bitalign/ui/bits"
 	"bitalign/ui/heatmap"
@@ -420,7 +421,7 @@ func (m *Model) tensorView(l screenLayout) string {
 	case m.data == nil:
 		heatBody = m.st.Muted.Render("loading " + k.Op + "…")
 	default:
-		heatBody = m.heat.View() + "\n" + heatmap.Legend(m.st, m.data.Format.IsInt())
+		heatBody = m.heat.View() + "\n" + heatmap.Legend(m.st, m.data.Format.IsInt(), narrowedName(m.data.Pair))
 	}
 	heatTitle := "mismatch map · tokens × features"
 	if g := m.heat.Grid(); g != nil && m.data != nil {
@@ -477,6 +478,11 @@ func (m *Model) bitsView(r rect) string {
 	p, f := d.Pair, d.Format
 	i := row*p.Cols + col
 	e := bits.Element{Format: f, Where: fmt.Sprintf("pos %d · feature %d", p.Pos0+int64(row), col)}
+	if n := narrowedName(p); n != "" {
+		if uf, err := fp.Parse(n); err == nil {
+			e.ULPIn = &uf
+		}
+	}
 	if _, _, r0, r1, c0, c1 := m.heat.CursorCell(); !m.heat.Pinned() && (r1-r0 > 1 || c1-c0 > 1) {
 		e.Where += " · worst of its cell"
 	}
@@ -507,4 +513,13 @@ func (m *Model) bitsView(r rect) string {
 		body += "\n" + m.st.Warn.Render(fmt.Sprintf("side %s did not capture position %d", strings.Join(missing, ", "), p.Pos0+int64(row)))
 	}
 	return m.st.Panel("element bits", body, r.w, r.h, false)
+}
+
+// narrowedName is the dtype a pair's ULPs are counted in when it is not the pair's own (bf16 values widened to
+// float32), else "".
+func narrowedName(p *view.Pair) string {
+	if p == nil || p.ULPDType == "" || p.ULPDType == p.DType {
+		return ""
+	}
+	return p.ULPDType
 }

@@ -26,8 +26,11 @@ type Value struct {
 // Element is what the bit view shows.
 type Element struct {
 	Format fp.Format
-	Where  string // "pos 17 · feature 203"
-	Rows   []Value
+	// ULPIn, when set, is the narrower dtype the ULP distance is counted in: the values are of that dtype,
+	// widened (bf16 logits stored as float32), so its patterns are the top bits of Format's.
+	ULPIn *fp.Format
+	Where string // "pos 17 · feature 203"
+	Rows  []Value
 }
 
 // Rows is the number of lines View draws for e (without the final summary when there is only one row).
@@ -111,7 +114,11 @@ func summary(st theme.Styles, e Element) string {
 	}
 	f := e.Format
 	a, b := e.Rows[0].Bits, e.Rows[1].Bits
-	u := f.ULP(a, b)
+	u, unit := f.ULP(a, b), "ULP"
+	if n := e.ULPIn; n != nil && !f.IsInt() {
+		shift := uint(8 * (f.Size - n.Size))
+		u, unit = n.ULP(a>>shift, b>>shift), n.Name+" ULP"
+	}
 	switch {
 	case u == 0 && f.IsInt():
 		return st.Good.Render("equal values") + st.Text.Render(fmt.Sprintf("  %s", f.Decimal(a))) + st.Muted.Render("  ·  ") + where
@@ -126,7 +133,7 @@ func summary(st theme.Styles, e Element) string {
 	for x := a ^ b; x != 0; x &= x - 1 {
 		diff++
 	}
-	return st.Bad.Bold(true).Render(fmt.Sprintf("%d ULP", u)) + st.Text.Render(fmt.Sprintf("  rel %.3g  abs %.3g  %d bit%s differ",
+	return st.Bad.Bold(true).Render(fmt.Sprintf("%d %s", u, unit)) + st.Text.Render(fmt.Sprintf("  rel %.3g  abs %.3g  %d bit%s differ",
 		f.RelErr(a, b), abs, diff, plural(diff))) + st.Muted.Render("  ·  ") + where
 }
 

@@ -413,7 +413,7 @@ func (m Model) ruler() string {
 
 // Legend is a one-line key to the heat colours: ULP levels, or for an integer tensor (integer) equal and
 // differ (theme.ValueLevel).
-func Legend(st theme.Styles, integer bool) string {
+func Legend(st theme.Styles, integer bool, ulpDType string) string {
 	swatch := func(l int) string {
 		if !st.Color {
 			return theme.Shade(l)
@@ -424,6 +424,9 @@ func Legend(st theme.Styles, integer bool) string {
 		return st.Muted.Render("values ") + swatch(0) + st.Faint.Render("equal ") + swatch(theme.IntLevel) + st.Faint.Render("differ")
 	}
 	var b strings.Builder
+	if ulpDType != "" {
+		b.WriteString(st.Muted.Render(ulpDType + " "))
+	}
 	b.WriteString(st.Muted.Render("ULP "))
 	for l := 0; l <= theme.Levels; l++ {
 		b.WriteString(swatch(l) + st.Faint.Render(theme.LevelLabel(l)) + " ")

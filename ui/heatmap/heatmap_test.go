@@ -177,10 +177,13 @@ func TestIntegerHistogram(t *testing.T) {
 		!strings.HasPrefix(row(1), "differ") || !strings.HasSuffix(row(1), " 3 5.7%") || row(2) != "" {
 		t.Errorf("integer histogram: want an equal row and one differ row of 3:\n%s", out)
 	}
-	if l := ansi.Strip(Legend(theme.Default(), true)); strings.Contains(l, "ULP") || !strings.Contains(l, "equal") || !strings.Contains(l, "differ") {
+	if l := ansi.Strip(Legend(theme.Default(), true, "")); strings.Contains(l, "ULP") || !strings.Contains(l, "equal") || !strings.Contains(l, "differ") {
 		t.Errorf("integer legend: %q", l)
 	}
-	if l := ansi.Strip(Legend(theme.Default(), false)); !strings.HasPrefix(l, "ULP ") {
+	if l := ansi.Strip(Legend(theme.Default(), false, "bf16")); !strings.HasPrefix(l, "bf16 ULP ") {
+		t.Errorf("a narrowed pair's legend: %q", l)
+	}
+	if l := ansi.Strip(Legend(theme.Default(), false, "")); !strings.HasPrefix(l, "ULP ") {
 		t.Errorf("float legend: %q", l)
 	}
 }
