@@ -223,20 +223,20 @@ def _last_mlp_residual(m, cfg):
 
 _L = r"(?:^|\.)layers\.(\d+)\."
 
+
+def _fused(module, kind, ops):
+    """The rule of a layer's fused projection module: its output is the layer's ops side by side, cut apart as
+    the split kind ("qkv" or "halves", see Take.split) says."""
+    return Rule(_L + module, tuple(Take(f"layers.{{0}}.{op}", split=(kind, i)) for i, op in enumerate(ops)))
+
+
 HF_RULES = (
     Rule(r"(?:^|\.)embed_tokens$", (Take("embed"),)),
     Rule(_L + r"input_layernorm$", (Take("layers.{0}.attn_norm"), Take(_prev_mlp_residual, "residual"))),
     Rule(_L + r"self_attn\.q_proj$", (Take("layers.{0}.attn.q_proj"),)),
     Rule(_L + r"self_attn\.k_proj$", (Take("layers.{0}.attn.k_proj"),)),
     Rule(_L + r"self_attn\.v_proj$", (Take("layers.{0}.attn.v_proj"),)),
-    Rule(
-        _L + r"self_attn\.qkv_proj$",
-        (
-            Take("layers.{0}.attn.q_proj", split=("qkv", 0)),
-            Take("layers.{0}.attn.k_proj", split=("qkv", 1)),
-            Take("layers.{0}.attn.v_proj", split=("qkv", 2)),
-        ),
-    ),
+    _fused(r"self_attn\.qkv_proj$", "qkv", ("attn.q_proj", "attn.k_proj", "attn.v_proj")),
     Rule(_L + r"self_attn\.q_norm$", (Take("layers.{0}.attn.q_norm"),)),
     Rule(_L + r"self_attn\.k_norm$", (Take("layers.{0}.attn.k_norm"),)),
     # vLLM's per-layer rotary_emb(positions, q, k) returns (q, k); Hugging Face's model-level one returns
@@ -260,13 +260,7 @@ HF_RULES = (
     ),
     Rule(_L + r"mlp\.gate_proj$", (Take("layers.{0}.mlp.gate_proj"),)),
     Rule(_L + r"mlp\.up_proj$", (Take("layers.{0}.mlp.up_proj"),)),
-    Rule(
-        _L + r"mlp\.gate_up_proj$",
-        (
-            Take("layers.{0}.mlp.gate_proj", split=("halves", 0)),
-            Take("layers.{0}.mlp.up_proj", split=("halves", 1)),
-        ),
-    ),
+    _fused(r"mlp\.gate_up_proj$", "halves", ("mlp.gate_proj", "mlp.up_proj")),
     # down_proj's input is silu(gate) * up: the canonical act, which HF's act_fn (silu alone) is not.
     Rule(_L + r"mlp\.down_proj$", (Take("layers.{0}.mlp.act", "in"), Take("layers.{0}.mlp.down_proj"))),
     Rule(r"(?:^|\.)norm$", (Take("final_norm"), Take(_last_mlp_residual, "residual"))),

@@ -31,7 +31,7 @@ def record(model, path, side, **kwargs):
     return Recorder(model, path, side, **kwargs)
 
 
-class Recorder:
+class Recorder(writer_mod.Closing):
     """Hooks on model that write its forwards to a capture.
 
     model: a torch.nn.Module whose forward takes input_ids (or inputs_embeds) and optionally attention_mask,
@@ -140,13 +140,6 @@ class Recorder:
     def __enter__(self):
         self.start()
         return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-        return False
 
     def start(self):
         """Creates the (temporary) capture file and attaches the hooks."""

@@ -113,7 +113,21 @@ def rank_path(directory, rank):
     return os.path.join(directory, f"rank{int(rank)}.arrow")
 
 
-class Writer:
+class Closing:
+    """A context manager of close() and abort(): the block's clean end closes, an exception aborts."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+class Writer(Closing):
     """Streams tensors into the capture file path; use as a context manager or call close()/abort().
 
     meta is a dict from make_meta (format_version is set here). Not safe for concurrent use.
@@ -142,16 +156,6 @@ class Writer:
             raise
         self._prefix = {}  # (first batch?, pad) -> bytes from the batch's start to its tensor bytes
         self._spans = {}  # (step, seq, op, role, rank, shard_start) -> sorted disjoint [pos, end) runs written
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-        return False
 
     def write(
         self,
@@ -305,37 +309,38 @@ class Writer:
 
     def close(self):
         """Finishes the file: footer, fsync, then it appears under its final name."""
-        if self._done:
+        if not self._finish():
             return
-        self._done = True
         try:
             self._w.close()
             self._sink.close()
-            fd = os.open(self._tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync(self._tmp)
             _publish(self._tmp, self.path, self.overwrite)
         except BaseException:
             _remove(self._tmp)
             raise
-        _sync_dir(os.path.dirname(os.path.abspath(self.path)))
+        try:
+            _fsync(os.path.dirname(os.path.abspath(self.path)))
+        except OSError:
+            pass  # a directory that cannot be opened or synced (some file systems): the file is there
 
     def abort(self):
         """Discards the file being written (safe after close and twice)."""
-        if self._done:
+        if not self._finish():
             return
-        self._done = True
-        try:
-            self._w.close()
-        except Exception:
-            pass
-        try:
-            self._sink.close()
-        except Exception:
-            pass
+        for end in (self._w.close, self._sink.close):
+            try:
+                end()
+            except Exception:
+                pass
         _remove(self._tmp)
+
+    def _finish(self):
+        """True the first time close or abort asks: the file is ended once."""
+        if self._done:
+            return False
+        self._done = True
+        return True
 
 
 def _publish(tmp, path, overwrite):
@@ -361,15 +366,11 @@ def _remove(p):
         pass
 
 
-def _sync_dir(d):
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
+def _fsync(path):
+    """Flushes the file or directory path to disk."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
 

@@ -19,17 +19,8 @@ from tinymodels import hf_model  # noqa: E402
 
 def main(device):
     dt = torch.bfloat16 if device == "cuda" else torch.float32
-    m = hf_model(
-        "llama",
-        dtype=dt,
-        hidden_size=1024,
-        intermediate_size=2816,
-        num_attention_heads=16,
-        num_key_value_heads=4,
-        vocab_size=8192,
-        num_hidden_layers=4,
-        max_position_embeddings=512,
-    ).to(device)
+    m = hf_model("llama", dt, vocab=8192, hidden=1024, intermediate=2816, layers=4, heads=16, kv_heads=4,
+                 positions=512).to(device)
     B, S = 8, 128
     ids = torch.randint(1, 8192, (B, S), generator=torch.Generator().manual_seed(0)).to(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

@@ -18,10 +18,10 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # tinymodels; bitalign_capture, from the checkout
 
 import bitalign_capture as bc  # noqa: E402
-from tinymodels import padded  # noqa: E402
+from tinymodels import hf_model, padded  # noqa: E402
 
 CREATED = "2026-11-29T00:00:00Z"
 PROMPTS = [[7, 21, 3], [40, 12]]
@@ -29,31 +29,9 @@ NEW = 2  # tokens generated per prompt
 
 
 def model():
-    import transformers as tf
-
-    cfg = tf.Qwen3Config(
-        vocab_size=48,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=64,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(1234)
-    m = tf.Qwen3ForCausalLM(cfg)
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            if "norm" in n:
-                p.copy_(1 + 0.1 * torch.randn_like(p))
-    return m.eval()
+    """The fixtures' tiny random float32 Qwen3."""
+    return hf_model("qwen3", seed=1234, vocab=48, hidden=16, intermediate=32, layers=1, heads=2, kv_heads=1,
+                    head_dim=8, positions=64)
 
 
 def write(out_dir, m=None, overwrite=False):

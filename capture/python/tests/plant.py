@@ -30,46 +30,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # bitalign_capture, from the checkout
 
 import bitalign_capture as bc  # noqa: E402
+from tinymodels import hf_model  # noqa: E402
 
 CREATED = "2026-12-01T00:00:00Z"
 
 
 def build(arch, layers, hidden, dtype, seed=0):
-    import transformers as tf
-
-    heads = max(hidden // 64, 2)
-    kw = dict(
-        vocab_size=512,
-        hidden_size=hidden,
-        intermediate_size=hidden * 3,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=max(heads // 2, 1),
-        max_position_embeddings=256,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
-    if arch == "llama":
-        cfg, cls = tf.LlamaConfig(**kw), tf.LlamaForCausalLM
-    elif arch == "qwen2":
-        cfg, cls = tf.Qwen2Config(**kw), tf.Qwen2ForCausalLM
-    elif arch == "qwen3":
-        cfg, cls = tf.Qwen3Config(head_dim=64, **kw), tf.Qwen3ForCausalLM
-    else:
+    """The clean random model: hidden // 64 heads (2 at least), half as many KV heads."""
+    if arch not in ("llama", "qwen2", "qwen3"):
         raise SystemExit(f"plant.py: unknown --arch {arch!r} (llama, qwen2, qwen3)")
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    m = cls(cfg)
-    with torch.no_grad():  # init leaves norms at 1 and biases at 0, which would hide mix-ups
-        for n, p in m.named_parameters():
-            if "norm" in n:
-                p.copy_(1 + 0.1 * torch.randn_like(p))
-            elif n.endswith("bias"):
-                p.copy_(0.05 * torch.randn_like(p))
-    return m.to(dtype).eval()
+    heads = max(hidden // 64, 2)
+    return hf_model(arch, dtype, seed, vocab=512, hidden=hidden, intermediate=hidden * 3, layers=layers, heads=heads,
+                    kv_heads=max(heads // 2, 1), head_dim=64 if arch == "qwen3" else None, positions=256)
 
 
 class _F16Linear(torch.nn.Module):

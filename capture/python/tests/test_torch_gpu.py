@@ -28,17 +28,8 @@ def is_matmul(op):
 
 
 def captures(tmp_path, arch):
-    m = hf_model(
-        arch,
-        dtype=torch.bfloat16,
-        hidden_size=2048,
-        intermediate_size=5632,
-        num_attention_heads=16,
-        num_key_value_heads=4,
-        vocab_size=8192,
-        max_position_embeddings=64,
-        **({"head_dim": 128} if arch == "qwen3" else {}),
-    ).cuda()
+    m = hf_model(arch, torch.bfloat16, vocab=8192, hidden=2048, intermediate=5632, heads=16, kv_heads=4,
+                 head_dim=128 if arch == "qwen3" else None, positions=64).cuda()
     g = torch.Generator().manual_seed(3)
     prompts = torch.randint(1, 8192, (B, S), generator=g).cuda()
     b1, b16 = tmp_path / "batch1.arrow", tmp_path / "batch16.arrow"

@@ -2,27 +2,22 @@
 
 import torch
 
-SIZES = dict(
-    vocab_size=96,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-    rms_norm_eps=1e-6,
-    pad_token_id=0,
-    bos_token_id=None,
-    eos_token_id=None,
-)
 
-
-def hf_model(arch, dtype=torch.float32, seed=0, tied=False, **over):
+def hf_model(arch, dtype=torch.float32, seed=0, tied=False, *, vocab=96, hidden=64, intermediate=96, layers=2,
+             heads=4, kv_heads=2, head_dim=None, positions=128, **over):
     """A random LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / Qwen3MoeForCausalLM (qwen3_moe) /
-    Gemma3ForCausalLM (gemma3_text) with eager attention."""
+    Gemma3ForCausalLM (gemma3_text) with eager attention, its norms and biases random too, in dtype.
+
+    The sizes default to the torch tests' model; head_dim None is hidden // heads for llama and qwen2 and 16 for
+    the others. over: any other config field (transformers' names; they also override the sizes)."""
     import transformers as tf
 
-    kw = dict(SIZES, tie_word_embeddings=tied, **over)
+    kw = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+              num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=positions,
+              rms_norm_eps=1e-6, tie_word_embeddings=tied, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    if head_dim is not None:
+        kw["head_dim"] = head_dim
+    kw.update(over)
     if arch == "qwen3_moe":
         moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
         cfg = tf.Qwen3MoeConfig(**{"head_dim": 16, **moe, **kw})
