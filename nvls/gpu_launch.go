@@ -348,35 +348,41 @@ func hostAllReduce[T float32 | uint16](c *GPUComm, buf []T, op reduceOp) error {
 	piece := int(c.allReducePiece(t))
 	for off := 0; off < len(buf); off += piece {
 		p := buf[off:min(off+piece, len(buf))]
-		bytes := int64(len(p)) * t.Size()
-		err := c.dev.Do(func(x *cuda.Ctx) error {
-			if err := c.g.Err(); err != nil {
-				return err
-			}
-			st := c.allReduceStep(int64(len(p)), t, op)
-			stage := staging[T](c, len(p))
-			copy(stage, p)
-			if err := x.CopyHtoDAsync(c.nextHalf().Add(c.inputOffset(st)), unsafe.Pointer(&stage[0]), bytes, c.stream); err != nil {
-				return c.g.fail(err)
-			}
-			st.out = c.result
-			if err := c.launch(x, c.stream, st); err != nil {
-				return err
-			}
-			if err := x.CopyDtoHAsync(unsafe.Pointer(&stage[0]), c.result, bytes, c.stream); err != nil {
-				return c.g.fail(err)
-			}
-			if err := c.check(x, c.stream); err != nil {
-				return err
-			}
-			copy(p, stage)
-			return nil
-		})
-		if err != nil {
+		st := c.allReduceStep(int64(len(p)), t, op)
+		if err := hostPiece(c, st, len(p), len(p), func(stage []T) { copy(stage, p) }, func(stage []T) { copy(p, stage) }); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// hostPiece runs one piece of a host-slice collective on c's device thread: fill writes the first in
+// elements of the page-locked staging, which go to st's input place in the next scratch half; st runs into
+// c.result, whose first out elements come back to the staging for drain to read.
+func hostPiece[T float32 | uint16](c *GPUComm, st step, in, out int, fill, drain func(stage []T)) error {
+	size := int64(unsafe.Sizeof(T(0)))
+	return c.dev.Do(func(x *cuda.Ctx) error {
+		if err := c.g.Err(); err != nil {
+			return err
+		}
+		stage := staging[T](c, max(in, out))
+		fill(stage[:in])
+		if err := x.CopyHtoDAsync(c.nextHalf().Add(c.inputOffset(st)), unsafe.Pointer(&stage[0]), int64(in)*size, c.stream); err != nil {
+			return c.g.fail(err)
+		}
+		st.out = c.result
+		if err := c.launch(x, c.stream, st); err != nil {
+			return err
+		}
+		if err := x.CopyDtoHAsync(unsafe.Pointer(&stage[0]), c.result, int64(out)*size, c.stream); err != nil {
+			return c.g.fail(err)
+		}
+		if err := c.check(x, c.stream); err != nil {
+			return err
+		}
+		drain(stage[:out])
+		return nil
+	})
 }
 
 // ReduceScatter sets out to this rank's slice [rank·len(out), (rank+1)·len(out)) of the all-reduce of in
@@ -390,30 +396,13 @@ func (c *GPUComm) ReduceScatter(out, in []float32) error {
 	piece := int(c.g.cfg.Buffer / 4 / int64(n))
 	for off := 0; off < m; off += piece {
 		k := min(piece, m-off)
-		err := c.dev.Do(func(x *cuda.Ctx) error {
-			if err := c.g.Err(); err != nil {
-				return err
-			}
-			stage := staging[float32](c, n*k)
+		st := step{key: kernelKey{coll: collRS, elem: ElemF32}, n: int64(n * k), chunk: int64(k)}
+		fill := func(stage []float32) {
 			for r := 0; r < n; r++ { // rank r's piece goes to chunk r of the scratch half
 				copy(stage[r*k:(r+1)*k], in[r*m+off:])
 			}
-			if err := x.CopyHtoDAsync(c.nextHalf(), unsafe.Pointer(&stage[0]), int64(n*k)*4, c.stream); err != nil {
-				return c.g.fail(err)
-			}
-			if err := c.launch(x, c.stream, step{key: kernelKey{coll: collRS, elem: ElemF32}, out: c.result, n: int64(n * k), chunk: int64(k)}); err != nil {
-				return err
-			}
-			if err := x.CopyDtoHAsync(unsafe.Pointer(&stage[0]), c.result, int64(k)*4, c.stream); err != nil {
-				return c.g.fail(err)
-			}
-			if err := c.check(x, c.stream); err != nil {
-				return err
-			}
-			copy(out[off:off+k], stage)
-			return nil
-		})
-		if err != nil {
+		}
+		if err := hostPiece(c, st, n*k, k, fill, func(stage []float32) { copy(out[off:off+k], stage) }); err != nil {
 			return err
 		}
 	}
@@ -430,30 +419,13 @@ func (c *GPUComm) AllGather(out, in []float32) error {
 	piece := int(c.g.cfg.Buffer / 4 / int64(n))
 	for off := 0; off < m; off += piece {
 		k := min(piece, m-off)
-		err := c.dev.Do(func(x *cuda.Ctx) error {
-			if err := c.g.Err(); err != nil {
-				return err
-			}
-			stage := staging[float32](c, n*k)
-			copy(stage, in[off:off+k])
-			if err := x.CopyHtoDAsync(c.nextHalf().Add(int64(c.rank*k)*4), unsafe.Pointer(&stage[0]), int64(k)*4, c.stream); err != nil {
-				return c.g.fail(err)
-			}
-			if err := c.launch(x, c.stream, step{key: kernelKey{coll: collAG, elem: ElemF32}, out: c.result, n: int64(n * k), chunk: int64(k)}); err != nil {
-				return err
-			}
-			if err := x.CopyDtoHAsync(unsafe.Pointer(&stage[0]), c.result, int64(n*k)*4, c.stream); err != nil {
-				return c.g.fail(err)
-			}
-			if err := c.check(x, c.stream); err != nil {
-				return err
-			}
+		st := step{key: kernelKey{coll: collAG, elem: ElemF32}, n: int64(n * k), chunk: int64(k)}
+		drain := func(stage []float32) {
 			for r := 0; r < n; r++ {
 				copy(out[r*m+off:r*m+off+k], stage[r*k:(r+1)*k])
 			}
-			return nil
-		})
-		if err != nil {
+		}
+		if err := hostPiece(c, st, k, n*k, func(stage []float32) { copy(stage, in[off:off+k]) }, drain); err != nil {
 			return err
 		}
 	}
