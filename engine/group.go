@@ -140,22 +140,21 @@ func (g *group) logprobs(targets []int32) ([]float32, error) {
 	return out[0], firstErr(errs)
 }
 
-// record writes a per-token scalar op (logprobs, sample) to every rank's capture.
+// recordF32 writes a per-token scalar op (logprobs) to every rank's capture.
 func (g *group) recordF32(op string, seq int64, pos int, vals []float32) error {
-	for _, r := range g.ranks {
-		if r.rec != nil {
-			if err := r.rec.writeF32(r.lay.rank, op, seq, pos, vals); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return g.eachRecorder(func(rec *recorder, rank int) error { return rec.writeF32(rank, op, seq, pos, vals) })
 }
 
+// recordI32 writes a per-token integer op (sample) to every rank's capture.
 func (g *group) recordI32(op string, seq int64, pos int, vals []int32) error {
+	return g.eachRecorder(func(rec *recorder, rank int) error { return rec.writeI32(rank, op, seq, pos, vals) })
+}
+
+// eachRecorder calls write for every rank that records, in rank order, and stops at the first error.
+func (g *group) eachRecorder(write func(rec *recorder, rank int) error) error {
 	for _, r := range g.ranks {
 		if r.rec != nil {
-			if err := r.rec.writeI32(r.lay.rank, op, seq, pos, vals); err != nil {
+			if err := write(r.rec, r.lay.rank); err != nil {
 				return err
 			}
 		}

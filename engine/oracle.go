@@ -91,18 +91,7 @@ func (x *opRun) oracle(dt capture.DType) ([]float32, int, error) {
 		oracleRoPE(out, a, oracleRoPETables(cfg, P+N, act), P, N, heads, hd, dt)
 		return nil
 	}
-	binary := func(f func(a, b []float32)) error {
-		a, err := x.floats(prod[0], P, N)
-		if err != nil {
-			return err
-		}
-		b, err := x.floats(prod[1], P, N)
-		if err != nil {
-			return err
-		}
-		f(a, b)
-		return nil
-	}
+	binary := func(f func(a, b []float32)) error { return withTwo(x.floats, prod, P, N, f) }
 	var err error
 	switch {
 	case x.op == OpEmbed:

@@ -278,18 +278,7 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		be.RoPE(out, a, positions(P, N), N, heads, hd, w(cos), w(sin), kd)
 		return nil
 	}
-	binary := func(f func(a, b Buf)) error {
-		a, err := x.input(prod[0], P, N)
-		if err != nil {
-			return err
-		}
-		b, err := x.input(prod[1], P, N)
-		if err != nil {
-			return err
-		}
-		f(a, b)
-		return nil
-	}
+	binary := func(f func(a, b Buf)) error { return withTwo(x.input, prod, P, N, f) }
 	switch {
 	case x.op == OpEmbed:
 		ids, e := x.tokens(P, N)
@@ -395,4 +384,19 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		return nil, 0, 0, fmt.Errorf("engine: RunOp %s: %v", x.op, err)
 	}
 	return host, dt, width, nil
+}
+
+// withTwo loads the inputs produced by prod[0] and prod[1] (rows P..P+N) with load and calls f on them: the
+// binary ops (SwiGLU, residual) of the replay and of the oracle.
+func withTwo[T any](load func(name string, pos, n int) (T, error), prod []string, P, N int, f func(a, b T)) error {
+	a, err := load(prod[0], P, N)
+	if err != nil {
+		return err
+	}
+	b, err := load(prod[1], P, N)
+	if err != nil {
+		return err
+	}
+	f(a, b)
+	return nil
 }
