@@ -104,33 +104,25 @@ func (g *group) forward(segs []segment) (*fwdResult, error) {
 	if len(g.ranks) == 1 {
 		return g.ranks[0].forward(segs)
 	}
-	logits := make([]*fwdResult, len(g.ranks))
-	errs := make([]error, len(g.ranks))
-	var wg sync.WaitGroup
-	for i, r := range g.ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			logits[i], errs[i] = r.forward(segs)
-			if errs[i] != nil {
-				r.leave() // ranks waiting at a collective for this one get an error, not a hang
-			}
-		}()
-	}
-	wg.Wait()
-	return logits[0], firstErr(errs)
+	return onEveryRank(g, func(r *rank) (*fwdResult, error) { return r.forward(segs) })
 }
 
 // logprobs runs the sharded log-probabilities of the last forward's rows on every rank; rank 0's result.
 func (g *group) logprobs(targets []int32) ([]float32, error) {
-	out := make([][]float32, len(g.ranks))
+	return onEveryRank(g, func(r *rank) ([]float32, error) { return r.logprobs(targets) })
+}
+
+// onEveryRank runs f on every rank concurrently and returns rank 0's result and the first error. A rank that
+// fails leaves the group, so ranks waiting at a collective for it get an error, not a hang.
+func onEveryRank[T any](g *group, f func(r *rank) (T, error)) (T, error) {
+	out := make([]T, len(g.ranks))
 	errs := make([]error, len(g.ranks))
 	var wg sync.WaitGroup
 	for i, r := range g.ranks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = r.logprobs(targets)
+			out[i], errs[i] = f(r)
 			if errs[i] != nil {
 				r.leave()
 			}

@@ -388,44 +388,46 @@ func hostPiece[T float32 | uint16](c *GPUComm, st step, in, out int, fill, drain
 // ReduceScatter sets out to this rank's slice [rank·len(out), (rank+1)·len(out)) of the all-reduce of in
 // (len(in) = Size()·len(out)), with the same bits as AllReduce.
 func (c *GPUComm) ReduceScatter(out, in []float32) error {
-	n := c.g.n
-	if len(in) != n*len(out) {
+	n, m := c.g.n, len(out)
+	if len(in) != n*m {
 		return fmt.Errorf("nvls: rank %d: reduce-scatter of %d elements into %d: want %d = %d ranks × %d", c.rank, len(in), len(out), n*len(out), n, len(out))
 	}
-	m := len(out)
-	piece := int(c.g.cfg.Buffer / 4 / int64(n))
-	for off := 0; off < m; off += piece {
-		k := min(piece, m-off)
-		st := step{key: kernelKey{coll: collRS, elem: ElemF32}, n: int64(n * k), chunk: int64(k)}
-		fill := func(stage []float32) {
-			for r := 0; r < n; r++ { // rank r's piece goes to chunk r of the scratch half
-				copy(stage[r*k:(r+1)*k], in[r*m+off:])
-			}
-		}
-		if err := hostPiece(c, st, n*k, k, fill, func(stage []float32) { copy(out[off:off+k], stage) }); err != nil {
-			return err
+	fill := func(stage []float32, off, k int) {
+		for r := 0; r < n; r++ { // rank r's piece goes to chunk r of the scratch half
+			copy(stage[r*k:(r+1)*k], in[r*m+off:])
 		}
 	}
-	return nil
+	return c.hostShards(collRS, m, fill, func(stage []float32, off, k int) { copy(out[off:off+k], stage) })
 }
 
 // AllGather sets out to every rank's in, in rank order (len(out) = Size()·len(in)).
 func (c *GPUComm) AllGather(out, in []float32) error {
-	n := c.g.n
-	if len(out) != n*len(in) {
+	n, m := c.g.n, len(in)
+	if len(out) != n*m {
 		return fmt.Errorf("nvls: rank %d: all-gather of %d elements into %d: want %d = %d ranks × %d", c.rank, len(in), len(out), n*len(in), n, len(in))
 	}
-	m := len(in)
+	drain := func(stage []float32, off, k int) {
+		for r := 0; r < n; r++ {
+			copy(out[r*m+off:r*m+off+k], stage[r*k:(r+1)*k])
+		}
+	}
+	return c.hostShards(collAG, m, func(stage []float32, off, k int) { copy(stage, in[off:off+k]) }, drain)
+}
+
+// hostShards runs a host-slice reduce-scatter or all-gather (coll) of m elements per rank, k per rank at a
+// time: fill and drain move the piece at off between the caller's slices and the staging (Size()·k elements
+// on the all-ranks side, k on the other).
+func (c *GPUComm) hostShards(coll collective, m int, fill, drain func(stage []float32, off, k int)) error {
+	n := c.g.n
 	piece := int(c.g.cfg.Buffer / 4 / int64(n))
 	for off := 0; off < m; off += piece {
 		k := min(piece, m-off)
-		st := step{key: kernelKey{coll: collAG, elem: ElemF32}, n: int64(n * k), chunk: int64(k)}
-		drain := func(stage []float32) {
-			for r := 0; r < n; r++ {
-				copy(out[r*m+off:r*m+off+k], stage[r*k:(r+1)*k])
-			}
+		in, out := n*k, k
+		if coll == collAG {
+			in, out = k, n*k
 		}
-		if err := hostPiece(c, st, k, n*k, func(stage []float32) { copy(stage, in[off:off+k]) }, drain); err != nil {
+		st := step{key: kernelKey{coll: coll, elem: ElemF32}, n: int64(n * k), chunk: int64(k)}
+		if err := hostPiece(c, st, in, out, func(s []float32) { fill(s, off, k) }, func(s []float32) { drain(s, off, k) }); err != nil {
 			return err
 		}
 	}
