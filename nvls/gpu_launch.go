@@ -300,25 +300,25 @@ func (c *GPUComm) allReduceStep(m int64, t ElemType, op reduceOp) step {
 // ReduceScatterDevice enqueues out[i] = tree over ranks of in[rank·n + i] for i < n: in holds Size()·n
 // elements, out n. Size()·n·t.Size() must fit the scratch (WithGPUBuffer).
 func (c *GPUComm) ReduceScatterDevice(x *cuda.Ctx, s *cuda.Stream, out, in cuda.Ptr, n int64, t ElemType) error {
-	if int64(c.g.n)*n*t.Size() > c.g.cfg.Buffer {
-		return fmt.Errorf("nvls: rank %d: reduce-scatter of %d×%d %v elements exceeds the %d-byte GPU buffer", c.rank, c.g.n, n, t, c.g.cfg.Buffer)
-	}
-	if in == 0 || out == 0 {
-		return fmt.Errorf("nvls: rank %d: reduce-scatter of a null device pointer", c.rank)
-	}
-	return c.launch(x, s, step{key: kernelKey{coll: collRS, elem: t}, in: in, out: out, n: int64(c.g.n) * n, chunk: n})
+	return c.shardsDevice(x, s, collRS, "reduce-scatter", out, in, n, t)
 }
 
 // AllGatherDevice enqueues out[r·n + i] = rank r's in[i] for every rank r and i < n. Size()·n·t.Size() must
 // fit the scratch.
 func (c *GPUComm) AllGatherDevice(x *cuda.Ctx, s *cuda.Stream, out, in cuda.Ptr, n int64, t ElemType) error {
+	return c.shardsDevice(x, s, collAG, "all-gather", out, in, n, t)
+}
+
+// shardsDevice checks and enqueues a device reduce-scatter or all-gather (coll, named what in errors) of n
+// elements per rank.
+func (c *GPUComm) shardsDevice(x *cuda.Ctx, s *cuda.Stream, coll collective, what string, out, in cuda.Ptr, n int64, t ElemType) error {
 	if int64(c.g.n)*n*t.Size() > c.g.cfg.Buffer {
-		return fmt.Errorf("nvls: rank %d: all-gather of %d×%d %v elements exceeds the %d-byte GPU buffer", c.rank, c.g.n, n, t, c.g.cfg.Buffer)
+		return fmt.Errorf("nvls: rank %d: %s of %d×%d %v elements exceeds the %d-byte GPU buffer", c.rank, what, c.g.n, n, t, c.g.cfg.Buffer)
 	}
 	if in == 0 || out == 0 {
-		return fmt.Errorf("nvls: rank %d: all-gather of a null device pointer", c.rank)
+		return fmt.Errorf("nvls: rank %d: %s of a null device pointer", c.rank, what)
 	}
-	return c.launch(x, s, step{key: kernelKey{coll: collAG, elem: t}, in: in, out: out, n: int64(c.g.n) * n, chunk: n})
+	return c.launch(x, s, step{key: kernelKey{coll: coll, elem: t}, in: in, out: out, n: int64(c.g.n) * n, chunk: n})
 }
 
 // Wait waits for stream s and reports a collective's failure (a *TimeoutError, a kernel fault).
