@@ -2,6 +2,7 @@ package capture
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -71,11 +72,7 @@ func commonPrefix(ops, others []string) (prefix string, n int, example string) {
 			}
 		}
 	}
-	keys := make([]string, 0, len(count))
-	for p := range count {
-		keys = append(keys, p)
-	}
-	slices.Sort(keys) // map order must not reach the hint
+	keys := slices.Sorted(maps.Keys(count)) // map order must not reach the hint
 	for _, p := range keys {
 		c := count[p]
 		if c > n || (c == n && len(p) < len(prefix)) {

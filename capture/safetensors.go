@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -120,11 +121,7 @@ func parseHeader(hdr []byte, fileSize int64) (*SafetensorsHeader, error) {
 	}
 	h := &SafetensorsHeader{DataStart: 8 + int64(len(hdr))}
 	dataLen := fileSize - h.DataStart
-	names := make([]string, 0, len(top))
-	for k := range top {
-		names = append(names, k)
-	}
-	slices.Sort(names) // map order must not reach the result
+	names := slices.Sorted(maps.Keys(top)) // map order must not reach the result
 	for _, name := range names {
 		raw := top[name]
 		if name == "__metadata__" {

@@ -174,27 +174,23 @@ func checkShard(shape []int64, s Shard) error {
 }
 
 func (t Tensor) check() error {
-	if t.Op == "" {
-		return errors.New("tensor without an op name")
-	}
-	if t.NTok < 0 {
-		return fmt.Errorf("%s: negative ntok %d", t.Op, t.NTok)
-	}
-	if err := checkLayout(t.DType, t.Shape, int64(len(t.Data)), t.Rank, t.Shard); err != nil {
-		return fmt.Errorf("%s: %v", t.Op, err)
-	}
-	return nil
+	return checkRecord(t.Op, t.NTok, t.DType, t.Shape, int64(len(t.Data)), t.Rank, t.Shard)
 }
 
 func (e Entry) check() error {
-	if e.Op == "" {
+	return checkRecord(e.Op, e.NTok, e.DType, e.Shape, e.NBytes, e.Rank, e.Shard)
+}
+
+// checkRecord checks one record's header (a Tensor's or an Entry's) against its nbytes of data.
+func checkRecord(op string, ntok int64, dt DType, shape []int64, nbytes int64, rank int32, s Shard) error {
+	if op == "" {
 		return errors.New("tensor without an op name")
 	}
-	if e.NTok < 0 {
-		return fmt.Errorf("%s: negative ntok %d", e.Op, e.NTok)
+	if ntok < 0 {
+		return fmt.Errorf("%s: negative ntok %d", op, ntok)
 	}
-	if err := checkLayout(e.DType, e.Shape, e.NBytes, e.Rank, e.Shard); err != nil {
-		return fmt.Errorf("%s: %v", e.Op, err)
+	if err := checkLayout(dt, shape, nbytes, rank, s); err != nil {
+		return fmt.Errorf("%s: %v", op, err)
 	}
 	return nil
 }

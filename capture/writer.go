@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -39,25 +38,13 @@ type Writer struct {
 	cfg    writerConfig
 	f      *atomicfile.File
 	bw     *bufio.Writer
-	cw     countWriter
+	cw     atomicfile.Counter // the file position, which arrow-go's file writer also counts from 0
 	fw     *ipc.FileWriter
 	schema *arrow.Schema
 	msgLen map[int]int64 // pad length → encoded record-batch message length (see alignPad)
 	n      int
 	err    error // first error; the writer refuses further work after it
 	done   bool
-}
-
-// countWriter tracks the file position, which arrow-go's file writer also counts from 0.
-type countWriter struct {
-	w   io.Writer
-	pos int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.pos += int64(n)
-	return n, err
 }
 
 // Create starts a capture file at path (conventionally *.arrow). It fails if path exists, unless
@@ -90,7 +77,7 @@ func Create(path string, meta Meta, opts ...WriterOption) (*Writer, error) {
 	}
 	w.f = f
 	w.bw = bufio.NewWriterSize(f, 1<<20)
-	w.cw = countWriter{w: w.bw}
+	w.cw = atomicfile.Counter{W: w.bw}
 	w.schema = Schema(mj)
 	w.fw, err = ipc.NewFileWriter(&w.cw, ipc.WithSchema(w.schema), ipc.WithAllocator(w.cfg.mem))
 	if err != nil {
@@ -179,7 +166,7 @@ const dataOffsetInBody = 16
 // The encoded message length depends only on the pad (all other metadata fields are fixed-size for a one-row
 // batch of our schema), so lengths are measured once per pad length and verified by construction in tests.
 func (w *Writer) alignPad(cols []arrow.Array) (int, error) {
-	start := w.cw.pos
+	start := w.cw.N
 	if start == 0 {
 		// arrow-go writes the magic and the schema message on the first record batch.
 		start = w.headerLen()

@@ -291,20 +291,9 @@ func (b *CUDA) Embed(out, table Buf, ids []int32, H int, dt kernels.DType) {
 	})
 }
 
-// cudaDT maps an output dtype to the kernels' code.
-func cudaDT(dt kernels.DType) int {
-	switch dt {
-	case kernels.BF16:
-		return 1
-	case kernels.F16:
-		return 2
-	}
-	return 0
-}
-
 func (b *CUDA) Matmul(pr kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.MatmulForward(c, pr, cudaDT(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), cudaPtr(bias), M, K, N)
+		return k.MatmulForward(c, pr, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), cudaPtr(bias), M, K, N)
 	})
 }
 
@@ -378,7 +367,7 @@ func (b *CUDA) SwiGLU(out, gate, up Buf, n int, dt kernels.DType) {
 
 func (b *CUDA) Residual(out, a, x Buf, dt kernels.DType) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.ResidualForward(c, cudaDT(dt), cudaPtr(out), cudaPtr(a), cudaPtr(x), out.Len())
+		return k.ResidualForward(c, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(a), cudaPtr(x), out.Len())
 	})
 }
 

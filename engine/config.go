@@ -190,16 +190,11 @@ func ParseConfig(name string, data []byte) (Config, error) {
 	if dt == "" {
 		dt = h.TorchDType
 	}
-	switch dt {
-	case "": // Load takes the dtype of the stored embedding
-	case "bfloat16":
-		c.DType = capture.BF16
-	case "float16":
-		c.DType = capture.F16
-	case "float32":
-		c.DType = capture.F32
-	default:
-		return Config{}, errf("dtype %q not supported (bfloat16, float16, float32)", dt)
+	if dt != "" { // else Load takes the dtype of the stored embedding
+		var ok bool
+		if c.DType, ok = hfDTypes[dt]; !ok {
+			return Config{}, errf("dtype %q not supported (bfloat16, float16, float32)", dt)
+		}
 	}
 	bias := h.AttentionBias != nil && *h.AttentionBias
 	switch arch {
@@ -252,10 +247,18 @@ func LoadConfig(dir string) (Config, error) {
 	return ParseConfig(path, data)
 }
 
+// hfDTypes maps config.json's dtype (torch_dtype) names to the capture dtypes the engine runs in.
+var hfDTypes = map[string]capture.DType{"bfloat16": capture.BF16, "float16": capture.F16, "float32": capture.F32}
+
 // HFConfig returns the config in Hugging Face config.json form (what Save writes and ParseConfig reads back).
 func (c Config) HFConfig() map[string]any {
 	archName := map[string]string{ArchLlama: "LlamaForCausalLM", ArchQwen2: "Qwen2ForCausalLM", ArchQwen3: "Qwen3ForCausalLM"}[c.Architecture]
-	dt := map[capture.DType]string{capture.BF16: "bfloat16", capture.F16: "float16", capture.F32: "float32"}[c.DType]
+	dt := ""
+	for name, d := range hfDTypes {
+		if d == c.DType {
+			dt = name
+		}
+	}
 	m := map[string]any{
 		"architectures":           []string{archName},
 		"model_type":              c.Architecture,

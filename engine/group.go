@@ -104,33 +104,25 @@ func (g *group) forward(segs []segment) (*fwdResult, error) {
 	if len(g.ranks) == 1 {
 		return g.ranks[0].forward(segs)
 	}
-	logits := make([]*fwdResult, len(g.ranks))
-	errs := make([]error, len(g.ranks))
-	var wg sync.WaitGroup
-	for i, r := range g.ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			logits[i], errs[i] = r.forward(segs)
-			if errs[i] != nil {
-				r.leave() // ranks waiting at a collective for this one get an error, not a hang
-			}
-		}()
-	}
-	wg.Wait()
-	return logits[0], firstErr(errs)
+	return onEveryRank(g, func(r *rank) (*fwdResult, error) { return r.forward(segs) })
 }
 
 // logprobs runs the sharded log-probabilities of the last forward's rows on every rank; rank 0's result.
 func (g *group) logprobs(targets []int32) ([]float32, error) {
-	out := make([][]float32, len(g.ranks))
+	return onEveryRank(g, func(r *rank) ([]float32, error) { return r.logprobs(targets) })
+}
+
+// onEveryRank runs f on every rank concurrently and returns rank 0's result and the first error. A rank that
+// fails leaves the group, so ranks waiting at a collective for it get an error, not a hang.
+func onEveryRank[T any](g *group, f func(r *rank) (T, error)) (T, error) {
+	out := make([]T, len(g.ranks))
 	errs := make([]error, len(g.ranks))
 	var wg sync.WaitGroup
 	for i, r := range g.ranks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = r.logprobs(targets)
+			out[i], errs[i] = f(r)
 			if errs[i] != nil {
 				r.leave()
 			}
@@ -140,22 +132,21 @@ func (g *group) logprobs(targets []int32) ([]float32, error) {
 	return out[0], firstErr(errs)
 }
 
-// record writes a per-token scalar op (logprobs, sample) to every rank's capture.
+// recordF32 writes a per-token scalar op (logprobs) to every rank's capture.
 func (g *group) recordF32(op string, seq int64, pos int, vals []float32) error {
-	for _, r := range g.ranks {
-		if r.rec != nil {
-			if err := r.rec.writeF32(r.lay.rank, op, seq, pos, vals); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return g.eachRecorder(func(rec *recorder, rank int) error { return rec.writeF32(rank, op, seq, pos, vals) })
 }
 
+// recordI32 writes a per-token integer op (sample) to every rank's capture.
 func (g *group) recordI32(op string, seq int64, pos int, vals []int32) error {
+	return g.eachRecorder(func(rec *recorder, rank int) error { return rec.writeI32(rank, op, seq, pos, vals) })
+}
+
+// eachRecorder calls write for every rank that records, in rank order, and stops at the first error.
+func (g *group) eachRecorder(write func(rec *recorder, rank int) error) error {
 	for _, r := range g.ranks {
 		if r.rec != nil {
-			if err := r.rec.writeI32(r.lay.rank, op, seq, pos, vals); err != nil {
+			if err := write(r.rec, r.lay.rank); err != nil {
 				return err
 			}
 		}

@@ -91,19 +91,9 @@ func (x *opRun) oracle(dt capture.DType) ([]float32, int, error) {
 		oracleRoPE(out, a, oracleRoPETables(cfg, P+N, act), P, N, heads, hd, dt)
 		return nil
 	}
-	binary := func(f func(a, b []float32)) error {
-		a, err := x.floats(prod[0], P, N)
-		if err != nil {
-			return err
-		}
-		b, err := x.floats(prod[1], P, N)
-		if err != nil {
-			return err
-		}
-		f(a, b)
-		return nil
-	}
+	binary := func(f func(a, b []float32)) error { return withTwo(x.floats, prod, P, N, f) }
 	var err error
+	lp := layerOpOf(cfg, L, s)
 	switch {
 	case x.op == OpEmbed:
 		ids, e := x.tokens(P, N)
@@ -132,34 +122,14 @@ func (x *opRun) oracle(dt capture.DType) ([]float32, int, error) {
 		for t, tok := range targets {
 			out[t] = roundOnce(oracleLogprob(logits[t*cfg.Vocab:(t+1)*cfg.Vocab], int(tok)), 0, dt)
 		}
-	case s == opAttnNorm:
-		err = norm(L.AttnNorm, N, H)
-	case s == opMLPNorm:
-		err = norm(L.MLPNorm, N, H)
-	case s == opQProj:
-		err = matmul(L.Q, L.QBias, H, cfg.QDim())
-	case s == opKProj:
-		err = matmul(L.K, L.KBias, H, cfg.KVDim())
-	case s == opVProj:
-		err = matmul(L.V, L.VBias, H, cfg.KVDim())
-	case s == opQNorm:
-		err = norm(L.QNorm, N*cfg.Heads, hd)
-	case s == opKNorm:
-		err = norm(L.KNorm, N*cfg.KVHeads, hd)
-	case s == opQRope:
-		err = rope(cfg.Heads)
-	case s == opKRope:
-		err = rope(cfg.KVHeads)
+	case lp.kind == layerMatmul:
+		err = matmul(lp.w, lp.bias, lp.k, lp.n)
+	case lp.kind == layerNorm:
+		err = norm(lp.w, N*lp.rows, lp.k)
+	case lp.kind == layerRoPE:
+		err = rope(lp.heads)
 	case s == opSDPA:
 		err = x.oracleSDPA(out, act, dt)
-	case s == opOProj:
-		err = matmul(L.O, L.OB, cfg.QDim(), H)
-	case s == opGateProj:
-		err = matmul(L.Gate, nil, H, cfg.Intermediate)
-	case s == opUpProj:
-		err = matmul(L.Up, nil, H, cfg.Intermediate)
-	case s == opDownProj:
-		err = matmul(L.Down, nil, cfg.Intermediate, H)
 	case s == opAct:
 		err = binary(func(g, u []float32) {
 			for i := range out {

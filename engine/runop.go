@@ -278,18 +278,8 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		be.RoPE(out, a, positions(P, N), N, heads, hd, w(cos), w(sin), kd)
 		return nil
 	}
-	binary := func(f func(a, b Buf)) error {
-		a, err := x.input(prod[0], P, N)
-		if err != nil {
-			return err
-		}
-		b, err := x.input(prod[1], P, N)
-		if err != nil {
-			return err
-		}
-		f(a, b)
-		return nil
-	}
+	binary := func(f func(a, b Buf)) error { return withTwo(x.input, prod, P, N, f) }
+	lp := layerOpOf(cfg, L, s)
 	switch {
 	case x.op == OpEmbed:
 		ids, e := x.tokens(P, N)
@@ -331,24 +321,12 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 			toks[i] = drawToken(rows[i*cfg.Vocab:(i+1)*cfg.Vocab], sp, x.in.Seed, x.in.Seq, P+i)
 		}
 		return toks, capture.I32, 0, nil
-	case s == opAttnNorm:
-		err = norm(L.AttnNorm, N, H)
-	case s == opMLPNorm:
-		err = norm(L.MLPNorm, N, H)
-	case s == opQProj:
-		err = matmul(L.Q, L.QBias, H, cfg.QDim(), kd)
-	case s == opKProj:
-		err = matmul(L.K, L.KBias, H, cfg.KVDim(), kd)
-	case s == opVProj:
-		err = matmul(L.V, L.VBias, H, cfg.KVDim(), kd)
-	case s == opQNorm:
-		err = norm(L.QNorm, N*cfg.Heads, hd)
-	case s == opKNorm:
-		err = norm(L.KNorm, N*cfg.KVHeads, hd)
-	case s == opQRope:
-		err = rope(cfg.Heads)
-	case s == opKRope:
-		err = rope(cfg.KVHeads)
+	case lp.kind == layerMatmul:
+		err = matmul(lp.w, lp.bias, lp.k, lp.n, kd)
+	case lp.kind == layerNorm:
+		err = norm(lp.w, N*lp.rows, lp.k)
+	case lp.kind == layerRoPE:
+		err = rope(lp.heads)
 	case s == opSDPA:
 		qName, kName, vName, needRope := x.attnInputs()
 		q, e := x.input(qName, P, N)
@@ -372,14 +350,6 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 			q, k = qr, kr
 		}
 		be.Attention(x.prof, out, q, k, v, P, N, cfg.Heads, cfg.KVHeads, hd, kd, AttnOptions{})
-	case s == opOProj:
-		err = matmul(L.O, L.OB, cfg.QDim(), H, kd)
-	case s == opGateProj:
-		err = matmul(L.Gate, nil, H, cfg.Intermediate, kd)
-	case s == opUpProj:
-		err = matmul(L.Up, nil, H, cfg.Intermediate, kd)
-	case s == opDownProj:
-		err = matmul(L.Down, nil, cfg.Intermediate, H, kd)
 	case s == opAct:
 		err = binary(func(a, b Buf) { be.SwiGLU(out, a, b, N*cfg.Intermediate, kd) })
 	case s == opAttnResidual, s == opMLPResidual:
@@ -395,4 +365,75 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		return nil, 0, 0, fmt.Errorf("engine: RunOp %s: %v", x.op, err)
 	}
 	return host, dt, width, nil
+}
+
+// withTwo loads the inputs produced by prod[0] and prod[1] (rows P..P+N) with load and calls f on them: the
+// binary ops (SwiGLU, residual) of the replay and of the oracle.
+func withTwo[T any](load func(name string, pos, n int) (T, error), prod []string, P, N int, f func(a, b T)) error {
+	a, err := load(prod[0], P, N)
+	if err != nil {
+		return err
+	}
+	b, err := load(prod[1], P, N)
+	if err != nil {
+		return err
+	}
+	f(a, b)
+	return nil
+}
+
+// layerOp is what a layer op reads from the model, as RunOp and the Oracle run it: a projection (w, bias: k
+// inputs → n outputs per token), an RMSNorm (w over rows vectors of k per token) or a RoPE (over heads).
+type layerOp struct {
+	kind       layerKind
+	w, bias    []float32
+	k, n, rows int
+	heads      int
+}
+
+type layerKind uint8
+
+const (
+	layerOther layerKind = iota // no weights or heads of its own (SDPA, activation, residuals)
+	layerMatmul
+	layerNorm
+	layerRoPE
+)
+
+// layerOpOf describes layer op s of layer L.
+func layerOpOf(cfg Config, L Layer, s string) layerOp {
+	H, hd := cfg.Hidden, cfg.HeadDim
+	mm := func(w, bias []float32, k, n int) layerOp {
+		return layerOp{kind: layerMatmul, w: w, bias: bias, k: k, n: n}
+	}
+	norm := func(w []float32, rows, k int) layerOp { return layerOp{kind: layerNorm, w: w, rows: rows, k: k} }
+	switch s {
+	case opAttnNorm:
+		return norm(L.AttnNorm, 1, H)
+	case opMLPNorm:
+		return norm(L.MLPNorm, 1, H)
+	case opQNorm:
+		return norm(L.QNorm, cfg.Heads, hd)
+	case opKNorm:
+		return norm(L.KNorm, cfg.KVHeads, hd)
+	case opQProj:
+		return mm(L.Q, L.QBias, H, cfg.QDim())
+	case opKProj:
+		return mm(L.K, L.KBias, H, cfg.KVDim())
+	case opVProj:
+		return mm(L.V, L.VBias, H, cfg.KVDim())
+	case opOProj:
+		return mm(L.O, L.OB, cfg.QDim(), H)
+	case opGateProj:
+		return mm(L.Gate, nil, H, cfg.Intermediate)
+	case opUpProj:
+		return mm(L.Up, nil, H, cfg.Intermediate)
+	case opDownProj:
+		return mm(L.Down, nil, cfg.Intermediate, H)
+	case opQRope:
+		return layerOp{kind: layerRoPE, heads: cfg.Heads}
+	case opKRope:
+		return layerOp{kind: layerRoPE, heads: cfg.KVHeads}
+	}
+	return layerOp{}
 }

@@ -228,6 +228,20 @@ func dot1(tmp []float32, bounds []int, x, w []float32, combine func([]float32) f
 	return combine(tmp)
 }
 
+// segment2x4 is segment s (bounds[s]:bounds[s+1]) of two rows and four columns, every slice as long as the
+// first (so the tile loops index them without bounds checks). Small enough to inline.
+func segment2x4(bounds []int, s int, x0, x1, w0, w1, w2, w3 []float32) (a0, a1, b0, b1, b2, b3 []float32) {
+	lo, hi := bounds[s], bounds[s+1]
+	a0 = x0[lo:hi]
+	n := len(a0)
+	return a0, x1[lo:hi][:n], w0[lo:hi][:n], w1[lo:hi][:n], w2[lo:hi][:n], w3[lo:hi][:n]
+}
+
+// store4 writes segment s's partial sums of four columns: column j's at part[j*S+s].
+func store4(part []float32, S, s int, c0, c1, c2, c3 float32) {
+	part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c0, c1, c2, c3
+}
+
 // tile2x4 runs the segment chains of 2 rows × 4 columns together: 8 independent accumulators, each in its own
 // fixed order (unrolling across outputs never reorders one output's chain).
 func tile2x4(fast bool, part []float32, S int, bounds []int, x0, x1, w0, w1, w2, w3 []float32) {
@@ -236,10 +250,7 @@ func tile2x4(fast bool, part []float32, S int, bounds []int, x0, x1, w0, w1, w2,
 		return
 	}
 	for s := 0; s < S; s++ {
-		lo, hi := bounds[s], bounds[s+1]
-		a0, a1 := x0[lo:hi], x1[lo:hi]
-		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
-		a1, b0, b1, b2, b3 = a1[:len(a0)], b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		a0, a1, b0, b1, b2, b3 := segment2x4(bounds, s, x0, x1, w0, w1, w2, w3)
 		var c00, c01, c02, c03, c10, c11, c12, c13 float32
 		for k, u := range a0 {
 			v := a1[k]
@@ -253,8 +264,8 @@ func tile2x4(fast bool, part []float32, S int, bounds []int, x0, x1, w0, w1, w2,
 			c12 = FMA32(v, p2, c12)
 			c13 = FMA32(v, p3, c13)
 		}
-		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c00, c01, c02, c03
-		part[4*S+s], part[5*S+s], part[6*S+s], part[7*S+s] = c10, c11, c12, c13
+		store4(part, S, s, c00, c01, c02, c03)
+		store4(part[4*S:], S, s, c10, c11, c12, c13)
 	}
 }
 
@@ -265,10 +276,7 @@ func tile1x4(fast bool, part []float32, S int, bounds []int, x0, w0, w1, w2, w3 
 		return
 	}
 	for s := 0; s < S; s++ {
-		lo, hi := bounds[s], bounds[s+1]
-		a0 := x0[lo:hi]
-		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
-		b0, b1, b2, b3 = b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		a0, _, b0, b1, b2, b3 := segment2x4(bounds, s, x0, x0, w0, w1, w2, w3)
 		var c0, c1, c2, c3 float32
 		for k, u := range a0 {
 			c0 = FMA32(u, b0[k], c0)
@@ -276,17 +284,14 @@ func tile1x4(fast bool, part []float32, S int, bounds []int, x0, w0, w1, w2, w3 
 			c2 = FMA32(u, b2[k], c2)
 			c3 = FMA32(u, b3[k], c3)
 		}
-		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c0, c1, c2, c3
+		store4(part, S, s, c0, c1, c2, c3)
 	}
 }
 
 // tile2x4Exact is tile2x4 when every product is exact in float32: fma(u, p, c) = RN(RN(u·p) + c).
 func tile2x4Exact(part []float32, S int, bounds []int, x0, x1, w0, w1, w2, w3 []float32) {
 	for s := 0; s < S; s++ {
-		lo, hi := bounds[s], bounds[s+1]
-		a0, a1 := x0[lo:hi], x1[lo:hi]
-		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
-		a1, b0, b1, b2, b3 = a1[:len(a0)], b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		a0, a1, b0, b1, b2, b3 := segment2x4(bounds, s, x0, x1, w0, w1, w2, w3)
 		var c00, c01, c02, c03, c10, c11, c12, c13 float32
 		for k, u := range a0 {
 			v := a1[k]
@@ -300,18 +305,15 @@ func tile2x4Exact(part []float32, S int, bounds []int, x0, x1, w0, w1, w2, w3 []
 			c12 = float32(c12 + float32(v*p2))
 			c13 = float32(c13 + float32(v*p3))
 		}
-		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c00, c01, c02, c03
-		part[4*S+s], part[5*S+s], part[6*S+s], part[7*S+s] = c10, c11, c12, c13
+		store4(part, S, s, c00, c01, c02, c03)
+		store4(part[4*S:], S, s, c10, c11, c12, c13)
 	}
 }
 
 // tile1x4Exact is tile1x4 when every product is exact in float32.
 func tile1x4Exact(part []float32, S int, bounds []int, x0, w0, w1, w2, w3 []float32) {
 	for s := 0; s < S; s++ {
-		lo, hi := bounds[s], bounds[s+1]
-		a0 := x0[lo:hi]
-		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
-		b0, b1, b2, b3 = b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		a0, _, b0, b1, b2, b3 := segment2x4(bounds, s, x0, x0, w0, w1, w2, w3)
 		var c0, c1, c2, c3 float32
 		for k, u := range a0 {
 			c0 = float32(c0 + float32(u*b0[k]))
@@ -319,7 +321,7 @@ func tile1x4Exact(part []float32, S int, bounds []int, x0, w0, w1, w2, w3 []floa
 			c2 = float32(c2 + float32(u*b2[k]))
 			c3 = float32(c3 + float32(u*b3[k]))
 		}
-		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c0, c1, c2, c3
+		store4(part, S, s, c0, c1, c2, c3)
 	}
 }
 
@@ -341,10 +343,7 @@ func okBits(u uint32) bool {
 func tile1x4Checked(part []float32, S int, bounds []int, x0, w0, w1, w2, w3 []float32) bool {
 	bad := false
 	for s := 0; s < S; s++ {
-		lo, hi := bounds[s], bounds[s+1]
-		a0 := x0[lo:hi]
-		b0, b1, b2, b3 := w0[lo:hi], w1[lo:hi], w2[lo:hi], w3[lo:hi]
-		b0, b1, b2, b3 = b0[:len(a0)], b1[:len(a0)], b2[:len(a0)], b3[:len(a0)]
+		a0, _, b0, b1, b2, b3 := segment2x4(bounds, s, x0, x0, w0, w1, w2, w3)
 		var c0, c1, c2, c3 float32
 		for k, u := range a0 {
 			p0, p1, p2, p3 := b0[k], b1[k], b2[k], b3[k]
@@ -356,7 +355,7 @@ func tile1x4Checked(part []float32, S int, bounds []int, x0, w0, w1, w2, w3 []fl
 				bad = true
 			}
 		}
-		part[0*S+s], part[1*S+s], part[2*S+s], part[3*S+s] = c0, c1, c2, c3
+		store4(part, S, s, c0, c1, c2, c3)
 	}
 	return !bad
 }

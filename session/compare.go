@@ -315,23 +315,24 @@ func (w *acc) lanes(o *opWork, pi int32, p *piece, e int64, wa, wb uint64) (sum 
 // countWord counts the NaNs and infinities of one eight-byte word per side, visiting only the lanes the SWAR
 // test flags (a lane's sign bit is set in the mask when its exponent is all ones).
 func (w *acc) countWord(f *format, wa, wb uint64) {
+	nan, inf := f.wordSpecials(wa)
+	w.nanA, w.infA = w.nanA+nan, w.infA+inf
+	nan, inf = f.wordSpecials(wb)
+	w.nanB, w.infB = w.nanB+nan, w.infB+inf
+}
+
+// wordSpecials counts the NaNs and infinities among the lanes of one eight-byte word that the SWAR test flags.
+func (f *format) wordSpecials(v uint64) (nan, inf int64) {
 	lane := uint(8*f.size) - 1
-	for m := ((wa & f.swM) + f.swL) & f.swH; m != 0; m &= m - 1 {
-		x := (wa >> (uint(bits.TrailingZeros64(m)) &^ lane)) & f.width
+	for m := ((v & f.swM) + f.swL) & f.swH; m != 0; m &= m - 1 {
+		x := (v >> (uint(bits.TrailingZeros64(m)) &^ lane)) & f.width
 		if f.isNaN(x) {
-			w.nanA++
+			nan++
 		} else if f.isInf(x) {
-			w.infA++
+			inf++
 		}
 	}
-	for m := ((wb & f.swM) + f.swL) & f.swH; m != 0; m &= m - 1 {
-		y := (wb >> (uint(bits.TrailingZeros64(m)) &^ lane)) & f.width
-		if f.isNaN(y) {
-			w.nanB++
-		} else if f.isInf(y) {
-			w.infB++
-		}
-	}
+	return nan, inf
 }
 
 // record accounts one mismatched element (e is its index within the piece) and returns |a−b| (0 unless both

@@ -89,13 +89,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 	if miss := r.MissingProblems(); len(miss) > 0 {
 		fmt.Fprintf(&b, "\n<details><summary>Missing tensors (%d)</summary>\n\n", len(miss))
-		for i, m := range miss {
-			if i == maxMissingListed {
-				fmt.Fprintf(&b, "- ... and %d more (see the JSON report)\n", len(miss)-i)
-				break
-			}
-			fmt.Fprintf(&b, "- %s\n", mdEscape(missingLine(m)))
-		}
+		writeMissing(&b, miss, "- ", mdEscape)
 		b.WriteString("\n</details>\n")
 	}
 	_, err := io.WriteString(w, b.String())

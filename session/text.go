@@ -393,6 +393,18 @@ func opRow(o *OpStat) []string {
 var opHeader = []string{"#", "op", "role", "status", "dtype", "elements", "mismatched", "max ULP", "max at (step seq pos elem)",
 	"max |a−b|/RMS", "max abs", "max rel", "NaN A/B", "Inf A/B"}
 
+// writeMissing lists the missing tensors, one a line after prefix and through esc: at most maxMissingListed,
+// then how many more.
+func writeMissing(b io.Writer, miss []MissingTensor, prefix string, esc func(string) string) {
+	for i, m := range miss {
+		if i == maxMissingListed {
+			fmt.Fprintf(b, "%s... and %d more (see the JSON report)\n", prefix, len(miss)-i)
+			return
+		}
+		fmt.Fprintf(b, "%s%s\n", prefix, esc(missingLine(m)))
+	}
+}
+
 func missingLine(m MissingTensor) string {
 	s := fmt.Sprintf("%s lacks %s [%s] step %d seq %d pos %d", m.MissingIn, m.Op, m.Role, m.Step, m.Seq, m.Pos)
 	if m.NTok > 1 {
@@ -455,13 +467,7 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	if miss := r.MissingProblems(); len(miss) > 0 {
 		fmt.Fprintf(&b, "\nMissing (%d):\n", len(miss))
-		for i, m := range miss {
-			if i == maxMissingListed {
-				fmt.Fprintf(&b, "  ... and %d more (see the JSON report)\n", len(miss)-i)
-				break
-			}
-			fmt.Fprintf(&b, "  %s\n", missingLine(m))
-		}
+		writeMissing(&b, miss, "  ", func(s string) string { return s })
 	}
 	lines := strings.Split(b.String(), "\n")
 	for i := range lines {

@@ -6,18 +6,11 @@ import (
 	"io"
 
 	"bitalign/internal/atomicfile"
+	"bitalign/ui/overview"
 )
 
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
+// countingWriter is what a report is written through: it counts the bytes.
+type countingWriter = atomicfile.Counter
 
 // writeAtomic writes path atomically (internal/atomicfile): a temp file in the same directory, fsynced, then
 // linked into place (renamed with overwrite), so a crash leaves no half-written report and a file created
@@ -25,9 +18,9 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 func writeAtomic(path string, overwrite bool, write func(w *countingWriter) error) (int64, error) {
 	var n int64
 	err := atomicfile.Write(path, overwrite, func(w io.Writer) error {
-		cw := &countingWriter{w: w}
+		cw := &countingWriter{W: w}
 		err := write(cw)
-		n = cw.n
+		n = cw.N
 		return err
 	})
 	if errors.Is(err, atomicfile.ErrExist) {
@@ -39,12 +32,5 @@ func writeAtomic(path string, overwrite bool, write func(w *countingWriter) erro
 	return n, nil
 }
 
-func byteCount(n int64) string {
-	switch {
-	case n < 1<<10:
-		return fmt.Sprintf("%d B", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-}
+// byteCount formats a written report's size, as the overview formats sizes.
+func byteCount(n int64) string { return overview.Bytes(n) }

@@ -129,3 +129,16 @@ func Write(path string, overwrite bool, fill func(io.Writer) error) error {
 	}
 	return f.Commit()
 }
+
+// Counter passes writes on to W and counts the bytes that went through: the position in a file being written
+// from its start (what a report's size or an Arrow file's block offsets need).
+type Counter struct {
+	W io.Writer
+	N int64
+}
+
+func (c *Counter) Write(p []byte) (int, error) {
+	n, err := c.W.Write(p)
+	c.N += int64(n)
+	return n, err
+}

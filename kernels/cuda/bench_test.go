@@ -113,7 +113,7 @@ func BenchmarkMatmul(b *testing.B) {
 				ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, i int) error {
 					g.k.tile = v.tile
 					defer func() { g.k.tile = tileConfig{} }()
-					return g.k.MatmulForward(c, p, dtCode(kernels.BF16), out, x, ws[i%copies], 0, M, K, N)
+					return g.k.MatmulForward(c, p, DTCode(kernels.BF16), out, x, ws[i%copies], 0, M, K, N)
 				})
 				bytes := 4 * float64(M*K+N*K+M*N)
 				b.ReportMetric(ms*1e3, "gpu-us/op")

@@ -210,7 +210,7 @@ func TestMatmulBitwise(t *testing.T) {
 					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
 						k.tile = tc
 						defer func() { k.tile = tileConfig{} }()
-						return k.MatmulForward(c, p, dtCode(dt), out, dx, dw, db, s.M, s.K, s.N)
+						return k.MatmulForward(c, p, DTCode(dt), out, dx, dw, db, s.M, s.K, s.N)
 					})
 					same(t, fmt.Sprintf("%s tile=%+v", name, tc), d.get(t, out, s.M*s.N), want)
 				}
@@ -265,7 +265,7 @@ func TestMatmulBatchInvariance(t *testing.T) {
 	var ref []float32
 	for _, M := range []int{1, 2, 7, 16, 17, 64, 129, 1000, 2048} {
 		d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-			return k.MatmulForward(c, kernels.Canonical, dtCode(kernels.BF16), out, dx, dw, 0, M, K, N)
+			return k.MatmulForward(c, kernels.Canonical, DTCode(kernels.BF16), out, dx, dw, 0, M, K, N)
 		})
 		row := d.get(t, out, N)
 		if ref == nil {
@@ -446,7 +446,7 @@ func TestElementwiseBitwise(t *testing.T) {
 
 			want := make([]float32, n)
 			kernels.ResidualForward(dt, want, a, b, n)
-			d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.ResidualForward(c, dtCode(dt), out, da, db, n) })
+			d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.ResidualForward(c, DTCode(dt), out, da, db, n) })
 			same(t, fmt.Sprintf("residual %v n=%d", dt, n), d.get(t, out, n), want)
 
 			kernels.SwiGLUForward(dt, want, a, b, n)

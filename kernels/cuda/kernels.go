@@ -150,8 +150,8 @@ func (k *Kernels) launch(c *cuda.Ctx, name string, grid, block cuda.Dim3, shared
 
 func blocks(n int64, per int) cuda.Dim3 { return cuda.Dim3{X: int((n + int64(per) - 1) / int64(per))} }
 
-// dtCode maps a kernels.DType to the kernels' dt code.
-func dtCode(dt kernels.DType) int {
+// DTCode maps a kernels.DType to the kernels' dt code (the int the MatmulForward and ResidualForward take).
+func DTCode(dt kernels.DType) int {
 	switch dt {
 	case kernels.BF16:
 		return 1

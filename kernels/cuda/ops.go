@@ -148,9 +148,9 @@ func (k *Kernels) RMSNormForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DTyp
 		if C%4 == 0 && (out|x|w)%16 == 0 {
 			vec = 1
 		}
-		return k.launch(c, "rmsnorm_row", cuda.Dim3{X: rows}, cuda.Dim3{X: 128}, smem, out, x, w, rows, C, eps, dtCode(dt), vec)
+		return k.launch(c, "rmsnorm_row", cuda.Dim3{X: rows}, cuda.Dim3{X: 128}, smem, out, x, w, rows, C, eps, DTCode(dt), vec)
 	}
-	return k.launch(c, "rmsnorm", blocks(int64(rows), 8), cuda.Dim3{X: 256}, 0, out, x, w, rows, C, eps, profCode(p), dtCode(dt))
+	return k.launch(c, "rmsnorm", blocks(int64(rows), 8), cuda.Dim3{X: 256}, 0, out, x, w, rows, C, eps, profCode(p), DTCode(dt))
 }
 
 // RoPEForward: x and out are (T, heads·hd), pos is (T) int32 on the device, cos and sin are (maxPos, hd/2)
@@ -160,7 +160,7 @@ func (k *Kernels) RoPEForward(c *cuda.Ctx, dt kernels.DType, out, x, pos cuda.Pt
 	if n == 0 {
 		return nil
 	}
-	return k.launch(c, "rope", blocks(n, 256), cuda.Dim3{X: 256}, 0, out, x, pos, T, heads, hd, cos, sin, dtCode(dt))
+	return k.launch(c, "rope", blocks(n, 256), cuda.Dim3{X: 256}, 0, out, x, pos, T, heads, hd, cos, sin, DTCode(dt))
 }
 
 // AttentionForward: q is (T, nh·hd), kc and vc are (S, nkv·hd), pos is (T) int32 on the device, out is
@@ -199,7 +199,7 @@ func (k *Kernels) attention(c *cuda.Ctx, p kernels.Profile, fast bool, dt kernel
 				name += "_fast"
 			}
 			return k.launch(c, name, cuda.Dim3{X: (T + tq - 1) / tq, Y: nkv}, cuda.Dim3{X: 32 * attWarps}, smem,
-				out, q, kc, vc, pos, T, nh, nkv, hd, scale, dtCode(dt), tq)
+				out, q, kc, vc, pos, T, nh, nkv, hd, scale, DTCode(dt), tq)
 		}
 	}
 	mode := 0
@@ -212,7 +212,7 @@ func (k *Kernels) attention(c *cuda.Ctx, p kernels.Profile, fast bool, dt kernel
 		}
 	}
 	return k.launch(c, "attention", blocks(int64(T)*int64(nh), 4), cuda.Dim3{X: 128}, 0,
-		out, q, kc, vc, pos, T, S, nh, nkv, hd, scale, mode, dtCode(dt))
+		out, q, kc, vc, pos, T, S, nh, nkv, hd, scale, mode, DTCode(dt))
 }
 
 // attention_blk's shape (ATT_KB, ATT_WARPS, ATT_WARPS·ATT_TPW in attention.cu): 64-key blocks, 8 warps, at most
@@ -236,7 +236,7 @@ func (k *Kernels) SwiGLUForward(c *cuda.Ctx, dt kernels.DType, out, gate, up cud
 	if n <= 0 {
 		return nil
 	}
-	return k.launch(c, "swiglu", blocks(int64(n), 256), cuda.Dim3{X: 256}, 0, out, gate, up, int64(n), dtCode(dt))
+	return k.launch(c, "swiglu", blocks(int64(n), 256), cuda.Dim3{X: 256}, 0, out, gate, up, int64(n), DTCode(dt))
 }
 
 // Round rounds n elements of x to dt in place (kernels.DType.RoundSlice).
@@ -244,7 +244,7 @@ func (k *Kernels) Round(c *cuda.Ctx, dt kernels.DType, x cuda.Ptr, n int) error 
 	if n <= 0 {
 		return nil
 	}
-	return k.launch(c, "round_buf", blocks(int64(n), 256), cuda.Dim3{X: 256}, 0, x, int64(n), dtCode(dt))
+	return k.launch(c, "round_buf", blocks(int64(n), 256), cuda.Dim3{X: 256}, 0, x, int64(n), DTCode(dt))
 }
 
 // AddBias: out is (M, N), bias is (N): out[m,n] ⊕= bias[n], unrounded.
@@ -261,7 +261,7 @@ func (k *Kernels) EmbeddingForward(c *cuda.Ctx, dt kernels.DType, out, table, to
 	if T*C <= 0 {
 		return nil
 	}
-	return k.launch(c, "embedding", blocks(int64(T)*int64(C), 256), cuda.Dim3{X: 256}, 0, out, table, tokens, T, V, C, dtCode(dt))
+	return k.launch(c, "embedding", blocks(int64(T)*int64(C), 256), cuda.Dim3{X: 256}, 0, out, table, tokens, T, V, C, DTCode(dt))
 }
 
 // LogSoftmaxStats: logits is (T, V) on one rank (tp = 1); m and S (each T floats, device) receive the row max
@@ -326,17 +326,24 @@ func (k *Kernels) LogProbsTarget(c *cuda.Ctx, d, logits, targets, m cuda.Ptr, T,
 	return k.launch(c, "logprobs", blocks(int64(T), 128), cuda.Dim3{X: 128}, 0, d, logits, targets, m, cuda.Ptr(0), T, vLocal, off, 0)
 }
 
+// statsInScratch runs LogSoftmaxStats of the (T, V) logits into the scratch: the rows' m and S, (T) float32
+// each, valid until the scratch is next used.
+func (k *Kernels) statsInScratch(c *cuda.Ctx, p kernels.Profile, logits cuda.Ptr, T, V int) (m, S cuda.Ptr, err error) {
+	st, err := k.Scratch(c, int64(2*T)*4)
+	if err != nil {
+		return 0, 0, err
+	}
+	m, S = st, st.Add(int64(T)*4)
+	return m, S, k.LogSoftmaxStats(c, p, m, S, logits, T, V)
+}
+
 // LogSoftmaxForward: logits and out are (T, V), float32 (kernels.LogSoftmaxForward with one rank).
 func (k *Kernels) LogSoftmaxForward(c *cuda.Ctx, p kernels.Profile, out, logits cuda.Ptr, T, V int) error {
 	if T <= 0 {
 		return nil
 	}
-	st, err := k.Scratch(c, int64(2*T)*4)
+	m, S, err := k.statsInScratch(c, p, logits, T, V)
 	if err != nil {
-		return err
-	}
-	m, S := st, st.Add(int64(T)*4)
-	if err := k.LogSoftmaxStats(c, p, m, S, logits, T, V); err != nil {
 		return err
 	}
 	return k.launch(c, "ls_finish", blocks(int64(T)*int64(V), 256), cuda.Dim3{X: 256}, 0, out, logits, m, S, T, V)
@@ -347,12 +354,8 @@ func (k *Kernels) LogProbs(c *cuda.Ctx, p kernels.Profile, out, logits, targets 
 	if T <= 0 {
 		return nil
 	}
-	st, err := k.Scratch(c, int64(2*T)*4)
+	m, S, err := k.statsInScratch(c, p, logits, T, V)
 	if err != nil {
-		return err
-	}
-	m, S := st, st.Add(int64(T)*4)
-	if err := k.LogSoftmaxStats(c, p, m, S, logits, T, V); err != nil {
 		return err
 	}
 	return k.launch(c, "logprobs", blocks(int64(T), 128), cuda.Dim3{X: 128}, 0, out, logits, targets, m, S, T, V, 0, 1)

@@ -261,38 +261,24 @@ func (m *Model) SetCursorCell(cr, cc int) {
 	m.Move(0, 0)
 }
 
+// keySteps and wheelSteps are the cursor moves (rows, columns) of the navigation keys and the wheel.
+var (
+	keySteps = map[keys.Action][2]int{keys.Up: {-1, 0}, keys.Down: {1, 0}, keys.Left: {0, -1}, keys.Right: {0, 1},
+		keys.FastUp: {-8, 0}, keys.FastDown: {8, 0}, keys.FastLeft: {0, -8}, keys.FastRight: {0, 8}}
+	wheelSteps = map[tea.MouseButton][2]int{tea.MouseWheelUp: {-1, 0}, tea.MouseWheelDown: {1, 0},
+		tea.MouseWheelLeft: {0, -1}, tea.MouseWheelRight: {0, 1}}
+)
+
 // Update moves the cursor on navigation keys and the wheel.
 func (m Model) Update(msg tea.Msg) (Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.KeyPressMsg:
-		switch keys.Lookup(msg.String()) {
-		case keys.Up:
-			m.Move(-1, 0)
-		case keys.Down:
-			m.Move(1, 0)
-		case keys.Left:
-			m.Move(0, -1)
-		case keys.Right:
-			m.Move(0, 1)
-		case keys.FastUp:
-			m.Move(-8, 0)
-		case keys.FastDown:
-			m.Move(8, 0)
-		case keys.FastLeft:
-			m.Move(0, -8)
-		case keys.FastRight:
-			m.Move(0, 8)
+		if d, ok := keySteps[keys.Lookup(msg.String())]; ok {
+			m.Move(d[0], d[1])
 		}
 	case tea.MouseWheelMsg:
-		switch msg.Button {
-		case tea.MouseWheelUp:
-			m.Move(-1, 0)
-		case tea.MouseWheelDown:
-			m.Move(1, 0)
-		case tea.MouseWheelLeft:
-			m.Move(0, -1)
-		case tea.MouseWheelRight:
-			m.Move(0, 1)
+		if d, ok := wheelSteps[msg.Button]; ok {
+			m.Move(d[0], d[1])
 		}
 	}
 	return m, nil

@@ -239,6 +239,10 @@ func (m Model) View() string {
 	return strings.Join(theme.FitLines(b.String(), m.w, m.h), "\n")
 }
 
+// warnStatus is the status column of the ops that could not be compared.
+var warnStatus = map[view.Status]string{view.MissingA: "∅ missing A", view.MissingB: "∅ missing B",
+	view.Incomplete: "~ incomplete", view.ShapeMismatch: "≠ shapes"}
+
 func (m Model) row(i int, selected bool, c cols) string {
 	o := &m.ops[i]
 	mark := "  "
@@ -263,18 +267,8 @@ func (m Model) row(i int, selected bool, c cols) string {
 		pct = fmtPct(o.MismatchFrac())
 		ulp = Measure(o)
 		stStyle = m.st.Bad
-	case view.MissingA:
-		status = "∅ missing A"
-		stStyle = m.st.Warn
-	case view.MissingB:
-		status = "∅ missing B"
-		stStyle = m.st.Warn
-	case view.Incomplete:
-		status = "~ incomplete"
-		stStyle = m.st.Warn
-	case view.ShapeMismatch:
-		status = "≠ shapes"
-		stStyle = m.st.Warn
+	case view.MissingA, view.MissingB, view.Incomplete, view.ShapeMismatch:
+		status, stStyle = warnStatus[o.Status], m.st.Warn
 	}
 	typ := ""
 	if c.typ > 0 {
