@@ -300,25 +300,25 @@ func (c *GPUComm) allReduceStep(m int64, t ElemType, op reduceOp) step {
 // ReduceScatterDevice enqueues out[i] = tree over ranks of in[rank·n + i] for i < n: in holds Size()·n
 // elements, out n. Size()·n·t.Size() must fit the scratch (WithGPUBuffer).
 func (c *GPUComm) ReduceScatterDevice(x *cuda.Ctx, s *cuda.Stream, out, in cuda.Ptr, n int64, t ElemType) error {
-	return c.shardsDevice(x, s, collRS, "reduce-scatter", out, in, n, t)
+	if int64(c.g.n)*n*t.Size() > c.g.cfg.Buffer {
+		return fmt.Errorf("nvls: rank %d: reduce-scatter of %d×%d %v elements exceeds the %d-byte GPU buffer", c.rank, c.g.n, n, t, c.g.cfg.Buffer)
+	}
+	if in == 0 || out == 0 {
+		return fmt.Errorf("nvls: rank %d: reduce-scatter of a null device pointer", c.rank)
+	}
+	return c.launch(x, s, step{key: kernelKey{coll: collRS, elem: t}, in: in, out: out, n: int64(c.g.n) * n, chunk: n})
 }
 
 // AllGatherDevice enqueues out[r·n + i] = rank r's in[i] for every rank r and i < n. Size()·n·t.Size() must
 // fit the scratch.
 func (c *GPUComm) AllGatherDevice(x *cuda.Ctx, s *cuda.Stream, out, in cuda.Ptr, n int64, t ElemType) error {
-	return c.shardsDevice(x, s, collAG, "all-gather", out, in, n, t)
-}
-
-// shardsDevice checks and enqueues a device reduce-scatter or all-gather (coll, named what in errors) of n
-// elements per rank.
-func (c *GPUComm) shardsDevice(x *cuda.Ctx, s *cuda.Stream, coll collective, what string, out, in cuda.Ptr, n int64, t ElemType) error {
 	if int64(c.g.n)*n*t.Size() > c.g.cfg.Buffer {
-		return fmt.Errorf("nvls: rank %d: %s of %d×%d %v elements exceeds the %d-byte GPU buffer", c.rank, what, c.g.n, n, t, c.g.cfg.Buffer)
+		return fmt.Errorf("nvls: rank %d: all-gather of %d×%d %v elements exceeds the %d-byte GPU buffer", c.rank, c.g.n, n, t, c.g.cfg.Buffer)
 	}
 	if in == 0 || out == 0 {
-		return fmt.Errorf("nvls: rank %d: %s of a null device pointer", c.rank, what)
+		return fmt.Errorf("nvls: rank %d: all-gather of a null device pointer", c.rank)
 	}
-	return c.launch(x, s, step{key: kernelKey{coll: coll, elem: t}, in: in, out: out, n: int64(c.g.n) * n, chunk: n})
+	return c.launch(x, s, step{key: kernelKey{coll: collAG, elem: t}, in: in, out: out, n: int64(c.g.n) * n, chunk: n})
 }
 
 // Wait waits for stream s and reports a collective's failure (a *TimeoutError, a kernel fault).
@@ -348,86 +348,112 @@ func hostAllReduce[T float32 | uint16](c *GPUComm, buf []T, op reduceOp) error {
 	piece := int(c.allReducePiece(t))
 	for off := 0; off < len(buf); off += piece {
 		p := buf[off:min(off+piece, len(buf))]
-		st := c.allReduceStep(int64(len(p)), t, op)
-		if err := hostPiece(c, st, len(p), len(p), func(stage []T) { copy(stage, p) }, func(stage []T) { copy(p, stage) }); err != nil {
+		bytes := int64(len(p)) * t.Size()
+		err := c.dev.Do(func(x *cuda.Ctx) error {
+			if err := c.g.Err(); err != nil {
+				return err
+			}
+			st := c.allReduceStep(int64(len(p)), t, op)
+			stage := staging[T](c, len(p))
+			copy(stage, p)
+			if err := x.CopyHtoDAsync(c.nextHalf().Add(c.inputOffset(st)), unsafe.Pointer(&stage[0]), bytes, c.stream); err != nil {
+				return c.g.fail(err)
+			}
+			st.out = c.result
+			if err := c.launch(x, c.stream, st); err != nil {
+				return err
+			}
+			if err := x.CopyDtoHAsync(unsafe.Pointer(&stage[0]), c.result, bytes, c.stream); err != nil {
+				return c.g.fail(err)
+			}
+			if err := c.check(x, c.stream); err != nil {
+				return err
+			}
+			copy(p, stage)
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// hostPiece runs one piece of a host-slice collective on c's device thread: fill writes the first in
-// elements of the page-locked staging, which go to st's input place in the next scratch half; st runs into
-// c.result, whose first out elements come back to the staging for drain to read.
-func hostPiece[T float32 | uint16](c *GPUComm, st step, in, out int, fill, drain func(stage []T)) error {
-	size := int64(unsafe.Sizeof(T(0)))
-	return c.dev.Do(func(x *cuda.Ctx) error {
-		if err := c.g.Err(); err != nil {
-			return err
-		}
-		stage := staging[T](c, max(in, out))
-		fill(stage[:in])
-		if err := x.CopyHtoDAsync(c.nextHalf().Add(c.inputOffset(st)), unsafe.Pointer(&stage[0]), int64(in)*size, c.stream); err != nil {
-			return c.g.fail(err)
-		}
-		st.out = c.result
-		if err := c.launch(x, c.stream, st); err != nil {
-			return err
-		}
-		if err := x.CopyDtoHAsync(unsafe.Pointer(&stage[0]), c.result, int64(out)*size, c.stream); err != nil {
-			return c.g.fail(err)
-		}
-		if err := c.check(x, c.stream); err != nil {
-			return err
-		}
-		drain(stage[:out])
-		return nil
-	})
-}
-
 // ReduceScatter sets out to this rank's slice [rank·len(out), (rank+1)·len(out)) of the all-reduce of in
 // (len(in) = Size()·len(out)), with the same bits as AllReduce.
 func (c *GPUComm) ReduceScatter(out, in []float32) error {
-	n, m := c.g.n, len(out)
-	if len(in) != n*m {
+	n := c.g.n
+	if len(in) != n*len(out) {
 		return fmt.Errorf("nvls: rank %d: reduce-scatter of %d elements into %d: want %d = %d ranks × %d", c.rank, len(in), len(out), n*len(out), n, len(out))
 	}
-	fill := func(stage []float32, off, k int) {
-		for r := 0; r < n; r++ { // rank r's piece goes to chunk r of the scratch half
-			copy(stage[r*k:(r+1)*k], in[r*m+off:])
+	m := len(out)
+	piece := int(c.g.cfg.Buffer / 4 / int64(n))
+	for off := 0; off < m; off += piece {
+		k := min(piece, m-off)
+		err := c.dev.Do(func(x *cuda.Ctx) error {
+			if err := c.g.Err(); err != nil {
+				return err
+			}
+			stage := staging[float32](c, n*k)
+			for r := 0; r < n; r++ { // rank r's piece goes to chunk r of the scratch half
+				copy(stage[r*k:(r+1)*k], in[r*m+off:])
+			}
+			if err := x.CopyHtoDAsync(c.nextHalf(), unsafe.Pointer(&stage[0]), int64(n*k)*4, c.stream); err != nil {
+				return c.g.fail(err)
+			}
+			if err := c.launch(x, c.stream, step{key: kernelKey{coll: collRS, elem: ElemF32}, out: c.result, n: int64(n * k), chunk: int64(k)}); err != nil {
+				return err
+			}
+			if err := x.CopyDtoHAsync(unsafe.Pointer(&stage[0]), c.result, int64(k)*4, c.stream); err != nil {
+				return c.g.fail(err)
+			}
+			if err := c.check(x, c.stream); err != nil {
+				return err
+			}
+			copy(out[off:off+k], stage)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
-	return c.hostShards(collRS, m, fill, func(stage []float32, off, k int) { copy(out[off:off+k], stage) })
+	return nil
 }
 
 // AllGather sets out to every rank's in, in rank order (len(out) = Size()·len(in)).
 func (c *GPUComm) AllGather(out, in []float32) error {
-	n, m := c.g.n, len(in)
-	if len(out) != n*m {
+	n := c.g.n
+	if len(out) != n*len(in) {
 		return fmt.Errorf("nvls: rank %d: all-gather of %d elements into %d: want %d = %d ranks × %d", c.rank, len(in), len(out), n*len(in), n, len(in))
 	}
-	drain := func(stage []float32, off, k int) {
-		for r := 0; r < n; r++ {
-			copy(out[r*m+off:r*m+off+k], stage[r*k:(r+1)*k])
-		}
-	}
-	return c.hostShards(collAG, m, func(stage []float32, off, k int) { copy(stage, in[off:off+k]) }, drain)
-}
-
-// hostShards runs a host-slice reduce-scatter or all-gather (coll) of m elements per rank, k per rank at a
-// time: fill and drain move the piece at off between the caller's slices and the staging (Size()·k elements
-// on the all-ranks side, k on the other).
-func (c *GPUComm) hostShards(coll collective, m int, fill, drain func(stage []float32, off, k int)) error {
-	n := c.g.n
+	m := len(in)
 	piece := int(c.g.cfg.Buffer / 4 / int64(n))
 	for off := 0; off < m; off += piece {
 		k := min(piece, m-off)
-		in, out := n*k, k
-		if coll == collAG {
-			in, out = k, n*k
-		}
-		st := step{key: kernelKey{coll: coll, elem: ElemF32}, n: int64(n * k), chunk: int64(k)}
-		if err := hostPiece(c, st, in, out, func(s []float32) { fill(s, off, k) }, func(s []float32) { drain(s, off, k) }); err != nil {
+		err := c.dev.Do(func(x *cuda.Ctx) error {
+			if err := c.g.Err(); err != nil {
+				return err
+			}
+			stage := staging[float32](c, n*k)
+			copy(stage, in[off:off+k])
+			if err := x.CopyHtoDAsync(c.nextHalf().Add(int64(c.rank*k)*4), unsafe.Pointer(&stage[0]), int64(k)*4, c.stream); err != nil {
+				return c.g.fail(err)
+			}
+			if err := c.launch(x, c.stream, step{key: kernelKey{coll: collAG, elem: ElemF32}, out: c.result, n: int64(n * k), chunk: int64(k)}); err != nil {
+				return err
+			}
+			if err := x.CopyDtoHAsync(unsafe.Pointer(&stage[0]), c.result, int64(n*k)*4, c.stream); err != nil {
+				return c.g.fail(err)
+			}
+			if err := c.check(x, c.stream); err != nil {
+				return err
+			}
+			for r := 0; r < n; r++ {
+				copy(out[r*m+off:r*m+off+k], stage[r*k:(r+1)*k])
+			}
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 	}
