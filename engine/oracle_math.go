@@ -181,34 +181,50 @@ func oracleMatmul(out []float32, x []float32, w, bias []float32, M, K, N int, dt
 	for n := range wn {
 		wn[n] = norm2(w[n*K : (n+1)*K])
 	}
-	xr := make([]float64, K)
-	for m := 0; m < M; m++ {
-		for k := range xr {
-			xr[k] = float64(x[m*K+k])
+	// Blocks of oracleRows tokens against 4 weight rows at a time: the 4 rows stay in cache while every token of
+	// the block reads them, and the block's tokens (in float64) stay in cache across all N. Each output is the
+	// same single float64 sum over k in ascending order whatever the blocking.
+	const oracleRows = 32
+	xb := make([]float64, oracleRows*K)
+	xn := make([]float64, oracleRows)
+	for m0 := 0; m0 < M; m0 += oracleRows {
+		rows := min(oracleRows, M-m0)
+		for r := range rows {
+			xr := xb[r*K : (r+1)*K]
+			for k := range xr {
+				xr[k] = float64(x[(m0+r)*K+k])
+			}
+			xn[r] = norm2(x[(m0+r)*K : (m0+r+1)*K])
 		}
-		xn := norm2(x[m*K : (m+1)*K])
 		n := 0
 		for ; n+4 <= N; n += 4 {
 			w0, w1, w2, w3 := w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K]
-			w0, w1, w2, w3 = w0[:len(xr)], w1[:len(xr)], w2[:len(xr)], w3[:len(xr)]
-			var s0, s1, s2, s3 float64
-			for k, xv := range xr {
-				s0 += xv * float64(w0[k])
-				s1 += xv * float64(w1[k])
-				s2 += xv * float64(w2[k])
-				s3 += xv * float64(w3[k])
-			}
-			for j, s := range [4]float64{s0, s1, s2, s3} {
-				out[m*N+n+j] = finishDot(s, xn*wn[n+j], xr, w[(n+j)*K:(n+j+1)*K], bias, n+j, dt)
+			for r := range rows {
+				xr := xb[r*K : (r+1)*K]
+				w0, w1, w2, w3 := w0[:len(xr)], w1[:len(xr)], w2[:len(xr)], w3[:len(xr)]
+				var s0, s1, s2, s3 float64
+				for k, xv := range xr {
+					s0 += xv * float64(w0[k])
+					s1 += xv * float64(w1[k])
+					s2 += xv * float64(w2[k])
+					s3 += xv * float64(w3[k])
+				}
+				m := m0 + r
+				for j, s := range [4]float64{s0, s1, s2, s3} {
+					out[m*N+n+j] = finishDot(s, xn[r]*wn[n+j], xr, w[(n+j)*K:(n+j+1)*K], bias, n+j, dt)
+				}
 			}
 		}
 		for ; n < N; n++ {
 			wr := w[n*K : (n+1)*K]
-			var s float64
-			for k, xv := range xr {
-				s += xv * float64(wr[k])
+			for r := range rows {
+				xr := xb[r*K : (r+1)*K]
+				var s float64
+				for k, xv := range xr {
+					s += xv * float64(wr[k])
+				}
+				out[(m0+r)*N+n] = finishDot(s, xn[r]*wn[n], xr, wr, bias, n, dt)
 			}
-			out[m*N+n] = finishDot(s, xn*wn[n], xr, wr, bias, n, dt)
 		}
 	}
 }
