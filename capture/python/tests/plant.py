@@ -102,7 +102,8 @@ def plant(m, bug, layer):
             return m, f"layers.{layer}.attn.o_proj"
         if bug == "rope":
             rot = m.model.rotary_emb
-            rot.inv_freq.copy_(rot.inv_freq * 0.5 ** (torch.arange(rot.inv_freq.numel()) / rot.inv_freq.numel()))
+            n = rot.inv_freq.numel()
+            rot.inv_freq.copy_(rot.inv_freq * 0.5 ** (torch.arange(n, device=rot.inv_freq.device) / n))
             rot.original_inv_freq = rot.inv_freq.clone()
             return m, "layers.0.attn.sdpa"
         if bug == "none":
@@ -117,6 +118,7 @@ def sequences(n, tokens, vocab, seed=1):
 
 def trainer(m, path, seqs):
     """One right-padded forward over t0..t(N-2) of every sequence; t(N-1) is only a target."""
+    dev = next(m.parameters()).device
     S = max(len(s) for s in seqs) - 1
     ids = torch.zeros((len(seqs), S), dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -126,7 +128,7 @@ def trainer(m, path, seqs):
     pos = (mask.cumsum(1) - 1).clamp(min=0)
     final = {b: s[-1] for b, s in enumerate(seqs)}
     with torch.no_grad(), bc.record(m, path, "trainer", final_tokens=final, created=CREATED, batch_size=len(seqs)) as rec:
-        m(input_ids=ids, attention_mask=mask, position_ids=pos)
+        m(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev))
 
 
 def sampler(m, path, seqs, prompt):
@@ -134,16 +136,17 @@ def sampler(m, path, seqs, prompt):
     the same tokens, as a rollout's recomputation needs)."""
     from transformers import DynamicCache  # noqa: I001
 
+    dev = next(m.parameters()).device
     with torch.no_grad(), bc.record(m, path, "sampler", record_samples=True, created=CREATED, batch_size=1) as rec:
         for b, s in enumerate(seqs):
             cache = DynamicCache()
-            ids = torch.tensor([s[:prompt]])
+            ids = torch.tensor([s[:prompt]], device=dev)
             rec.batch(seq_ids=[b])
-            m(input_ids=ids, position_ids=torch.arange(prompt)[None], past_key_values=cache, use_cache=True)
+            m(input_ids=ids, position_ids=torch.arange(prompt, device=dev)[None], past_key_values=cache, use_cache=True)
             for p in range(prompt, len(s) - 1):
                 rec.batch(seq_ids=[b])
-                m(input_ids=torch.tensor([[s[p]]]), position_ids=torch.tensor([[p]]), past_key_values=cache,
-                  use_cache=True)
+                m(input_ids=torch.tensor([[s[p]]], device=dev), position_ids=torch.tensor([[p]], device=dev),
+                  past_key_values=cache, use_cache=True)
             rec.sampled([b], [s[-1]])
 
 
@@ -160,6 +163,10 @@ def main():
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=4)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
+    ap.add_argument("--device", default="cpu", help="where both sides run: cpu or cuda (the checkpoint is the same)")
+    ap.add_argument("--native", action="store_true",
+                    help="the sampler keeps the trainer's kernels (eager attention, whole row-parallel matmuls): its "
+                         "only differences are the batch shape and the decode loop, as on a GPU, where cuBLAS varies with M")
     a = ap.parse_args()
     torch.set_num_threads(max(torch.get_num_threads(), 1))
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
@@ -169,7 +176,8 @@ def main():
             clean.model.layers[a.layer].self_attn.o_proj.weight.mul_(2.0**20)
     os.makedirs(a.out, exist_ok=True)
     clean.save_pretrained(os.path.join(a.out, "checkpoint"), safe_serialization=True)
-    samp = as_sampler(clean)
+    clean = clean.to(a.device)
+    samp = copy.deepcopy(clean) if a.native else as_sampler(clean)
     if a.side == "trainer":
         train, op = plant(clean, a.bug, a.layer)
     else:
