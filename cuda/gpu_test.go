@@ -8,23 +8,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// requireGPU fails (instead of skipping) when BITALIGN_REQUIRE_GPU=1: on the GPU machine a skip must not
-// hide a broken driver binding.
-func requireGPU(t *testing.T, err error) {
-	t.Helper()
-	if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
-		t.Fatalf("BITALIGN_REQUIRE_GPU=1 but the GPU is unavailable: %v", err)
-	}
-}
+	"bitalign/internal/testgpu"
+)
 
 func openOrSkip(t *testing.T) *Device {
 	t.Helper()
 	d, err := Open(0)
 	if err != nil {
-		requireGPU(t, err)
-		t.Skipf("no GPU here (%v): skipped, not passed", err)
+		testgpu.SkipOrFail(t, err, "no GPU here (%v): skipped, not passed", err)
 	}
 	t.Cleanup(func() { d.Close() })
 	return d

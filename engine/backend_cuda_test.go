@@ -2,11 +2,11 @@ package engine
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"bitalign/capture"
+	"bitalign/internal/testgpu"
 	"bitalign/kernels"
 )
 
@@ -16,13 +16,10 @@ func cudaOrSkip(t *testing.T) BackendFactory {
 	t.Helper()
 	f, desc, err := CUDAFactory()
 	if err != nil {
-		if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
-			t.Fatalf("BITALIGN_REQUIRE_GPU=1 but: %v", err)
-		}
-		if !IsGPUUnavailable(err) {
+		if !testgpu.Required() && !IsGPUUnavailable(err) {
 			t.Fatalf("CUDAFactory failed without cuda.ErrUnavailable: %v", err)
 		}
-		t.Skipf("no GPU here (%v): skipped, not passed", err)
+		testgpu.SkipOrFail(t, err, "no GPU here (%v): skipped, not passed", err)
 	}
 	t.Logf("GPU: %s", desc)
 	return f

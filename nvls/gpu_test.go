@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"unsafe"
 
 	"bitalign/cuda"
+	"bitalign/internal/testgpu"
 	"bitalign/kernels"
 )
 
@@ -25,10 +25,7 @@ func openGPUGroupOrSkip(t testing.TB, n int, cfg GPUConfig, opts ...Option) *GPU
 		err = fmt.Errorf("this machine has %d GPU(s)", have)
 	}
 	if err != nil {
-		if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
-			t.Fatalf("BITALIGN_REQUIRE_GPU=1 but %d GPUs are unavailable: %v", n, err)
-		}
-		t.Skipf("needs %d GPUs (%v): skipped, not passed", n, err)
+		testgpu.SkipOrFail(t, fmt.Errorf("%d GPUs are unavailable: %w", n, err), "needs %d GPUs (%v): skipped, not passed", n, err)
 	}
 	// a short default timeout: a kernel bug shows as an error in seconds, not a minute per call
 	g, err := OpenGPUGroup(n, cfg, append([]Option{WithTimeout(5 * time.Second)}, opts...)...)
