@@ -101,11 +101,7 @@ func TestCUDAArchitecturesMatchCPU(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var seqs [][]int32
-				var plen []int
-				for _, s := range sout.Seqs {
-					seqs, plen = append(seqs, s.Tokens), append(plen, s.Prompt)
-				}
+				seqs, plen := trainInputs(sout)
 				to := TrainOptions{RunOptions: RunOptions{TP: tp, Seed: 9, Step: 1, CaptureDir: td, Backend: be}, Batch: 3, PromptLens: plen}
 				tout, err := m.Train(context.Background(), seqs, to)
 				if err != nil {

@@ -49,13 +49,19 @@ func rollout(t *testing.T, m *Model, p kernels.Profile, dir string) ([][]int32, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	seqs, plen := trainInputs(out)
+	return seqs, plen, out
+}
+
+// trainInputs returns a sampler's sequences and their prompt lengths: what the trainer is given.
+func trainInputs(out *Output) ([][]int32, []int) {
 	var seqs [][]int32
 	var plen []int
 	for _, s := range out.Seqs {
 		seqs = append(seqs, s.Tokens)
 		plen = append(plen, s.Prompt)
 	}
-	return seqs, plen, out
+	return seqs, plen
 }
 
 // sameOutputs reports the first difference between two outputs' tokens, log-probabilities and samples.

@@ -22,22 +22,7 @@ func TestRunOpReproducesCaptures(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, side := range []string{"trainer", "sampler"} {
-			c, err := capture.Open(filepath.Join(root, side))
-			if err != nil {
-				t.Fatal(err)
-			}
-			byOp := map[string][]capture.Tensor{}
-			for i := 0; i < c.Len(); i++ {
-				tn, err := c.Tensor(i)
-				if err != nil {
-					t.Fatal(err)
-				}
-				byOp[tn.Op] = append(byOp[tn.Op], tn)
-			}
-			asm, err := assembleCapture(c)
-			if err != nil {
-				t.Fatal(err)
-			}
+			byOp, asm := captured(t, filepath.Join(root, side))
 			checked := 0
 			for _, op := range OpNames(cfg)[1:] {
 				for seq := int64(0); seq < int64(len(seqs)); seq++ {
@@ -62,7 +47,6 @@ func TestRunOpReproducesCaptures(t *testing.T) {
 					}
 				}
 			}
-			c.Close()
 			t.Logf("%s %s: %d op replays bitwise equal", cfg.Architecture, side, checked)
 		}
 	}
