@@ -22,6 +22,20 @@ func openOrSkip(t *testing.T) *Device {
 	return d
 }
 
+// testKernel loads testPTX on d and returns the module and its kernel name.
+func testKernel(t *testing.T, d *Device, name string) (*Module, *Function) {
+	t.Helper()
+	m, err := d.LoadModule([]byte(testPTX))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Function(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, f
+}
+
 // testPTX holds add_one(p, n): p[i] += 1 for i < n, and fault(): a store to address 0.
 const testPTX = `.version 8.0
 .target sm_90
@@ -63,14 +77,7 @@ DONE:
 func TestDeviceRoundTripAndLaunch(t *testing.T) {
 	d := openOrSkip(t)
 	t.Logf("%v", d)
-	m, err := d.LoadModule([]byte(testPTX))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := m.Function("add_one")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, f := testKernel(t, d, "add_one")
 	if _, err := m.Function("no_such_kernel"); err == nil || !strings.Contains(err.Error(), "cuModuleGetFunction") {
 		t.Errorf("missing kernel: err = %v", err)
 	}
@@ -160,14 +167,7 @@ func TestKernelFaultIsError(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := d.LoadModule([]byte(testPTX))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := m.Function("fault")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, f := testKernel(t, d, "fault")
 		err = d.Launch(f, Dim3{X: 1}, Dim3{X: 1}, 0, nil)
 		if err == nil {
 			err = d.Synchronize()
