@@ -5,16 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"bitalign/capture"
+	"bitalign/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/session")
 
 // f32Tensor is an f32 [n, v] tensor ([n] when v is 1): bf16 activations widened to f32, with low bits set
 // (a genuine f32 op) unless widened.
@@ -114,22 +111,9 @@ func scenario(t *testing.T, diverge bool, opts ...Option) *Report {
 	return rep
 }
 
-func golden(t *testing.T, name string, got []byte) {
+func goldenReport(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("..", "testdata", "session", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./session -update)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (run go test ./session -update and review the diff); got:\n%s", name, got)
-	}
+	golden.Check(t, filepath.Join("..", "testdata", "session", name), got, "go test ./session -update")
 }
 
 func TestReportGolden(t *testing.T) {
@@ -163,7 +147,7 @@ func TestReportGolden(t *testing.T) {
 			if !bytes.Equal(b1.Bytes(), b2.Bytes()) {
 				t.Errorf("%s.%s: two runs differ", sc.name, w.ext)
 			}
-			golden(t, "report-"+sc.name+"."+w.ext, b1.Bytes())
+			goldenReport(t, "report-"+sc.name+"."+w.ext, b1.Bytes())
 		}
 	}
 }
