@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -51,6 +52,18 @@ func rollout(t *testing.T, m *Model, p kernels.Profile, dir string) ([][]int32, 
 	}
 	seqs, plen := trainInputs(out)
 	return seqs, plen, out
+}
+
+// captureBoth captures a canonical rollout of the tiny prompts (root/sampler) and a TP-2 trainer forward over
+// its sequences (root/trainer), and returns the sequences.
+func captureBoth(t *testing.T, m *Model, root string) [][]int32 {
+	t.Helper()
+	seqs, plen, _ := rollout(t, m, 0, filepath.Join(root, "sampler"))
+	if _, err := m.Train(context.Background(), seqs, TrainOptions{RunOptions: RunOptions{TP: 2, Seed: 9, Step: 3,
+		CaptureDir: filepath.Join(root, "trainer")}, PromptLens: plen}); err != nil {
+		t.Fatal(err)
+	}
+	return seqs
 }
 
 // trainInputs returns a sampler's sequences and their prompt lengths: what the trainer is given.

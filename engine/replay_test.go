@@ -16,11 +16,7 @@ func TestRunOpReproducesCaptures(t *testing.T) {
 	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), tinyConfig(ArchQwen3, capture.F32)} {
 		m := NewRandom(cfg, 8)
 		root := t.TempDir()
-		seqs, plen, _ := rollout(t, m, 0, filepath.Join(root, "sampler"))
-		if _, err := m.Train(context.Background(), seqs, TrainOptions{RunOptions: RunOptions{TP: 2, Seed: 9, Step: 3,
-			CaptureDir: filepath.Join(root, "trainer")}, PromptLens: plen}); err != nil {
-			t.Fatal(err)
-		}
+		seqs := captureBoth(t, m, root)
 		for _, side := range []string{"trainer", "sampler"} {
 			byOp, asm := captured(t, filepath.Join(root, side))
 			checked := 0

@@ -43,11 +43,17 @@ func writeCapture(t testing.TB, path, side string, tp int, ts []capture.Tensor) 
 			}
 		}
 	}
+	return openTestCapture(t, path)
+}
+
+// openTestCapture opens the capture at path, closed when the test ends.
+func openTestCapture(tb testing.TB, path string) *capture.Capture {
+	tb.Helper()
 	c, err := capture.Open(path)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	tb.Cleanup(func() { c.Close() })
 	return c
 }
 
@@ -563,16 +569,7 @@ func TestDiffSafetensors(t *testing.T) {
 	q2 := append([]byte(nil), q...)
 	flipBit(q2, 4*48+17, 1)
 	writeSafetensors(t, dir+"/b.safetensors", []string{"hidden", "q"}, [][2]int64{{6, 32}, {6, 48}}, [][]byte{h, q2})
-	a, err := capture.Open(dir + "/a.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := capture.Open(dir + "/b.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := openTestCapture(t, dir+"/a.safetensors"), openTestCapture(t, dir+"/b.safetensors")
 	rep, err := Diff(context.Background(), a, b)
 	if err != nil {
 		t.Fatal(err)
