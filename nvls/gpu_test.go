@@ -53,6 +53,38 @@ func gpuRanks() int {
 	return r
 }
 
+// deviceBuffers allocates an input and an output buffer of size bytes on each of g's n ranks, writes the
+// inputs with fill, and frees both (checking that they were freed) when the benchmark ends.
+func deviceBuffers(b *testing.B, g *GPUGroup, n int, size int64, fill func(x *cuda.Ctx, r int, in cuda.Ptr) error) [][2]cuda.Ptr {
+	b.Helper()
+	bufs := make([][2]cuda.Ptr, n)
+	b.Cleanup(func() {
+		testrank.NoErrors(b, testrank.Each(n, func(r int) error {
+			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
+				var errs []error
+				for _, p := range bufs[r] {
+					if p != 0 {
+						errs = append(errs, x.Free(p))
+					}
+				}
+				return errors.Join(errs...)
+			})
+		}))
+	})
+	testrank.NoErrors(b, testrank.Each(n, func(r int) error {
+		return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
+			var err error
+			for i := range bufs[r] {
+				if bufs[r][i], err = x.Alloc(size); err != nil {
+					return err
+				}
+			}
+			return fill(x, r, bufs[r][0])
+		})
+	}))
+	return bufs
+}
+
 // reportBusBW reports a collective's time, the slowest rank's median (meds: each rank's, in µs), and its bus
 // bandwidth: factor·bytes moved per rank in that time.
 func reportBusBW(b *testing.B, meds []float64, factor float64, bytes int64) {
@@ -593,22 +625,13 @@ func BenchmarkGPUAllReduce(b *testing.B) {
 		{"registered", AlgoAuto, []ElemType{ElemF32}, true},
 	} {
 		g := openGPUGroupOrSkip(b, n, GPUConfig{Algo: v.algo, Buffer: int64(n) * maxBytes}) // push: every slot fits
-		bufs := make([][2]cuda.Ptr, n)
-		testrank.NoErrors(b, testrank.Each(n, func(r int) error {
-			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
-				var err error
-				for i := range bufs[r] {
-					if bufs[r][i], err = x.Alloc(maxBytes); err != nil {
-						return err
-					}
-				}
-				host := randomInputs(1, maxBytes/4, uint64(r), false)[0] // finite, also as bf16 pairs
-				if err := cuda.Upload(x, bufs[r][0], host); err != nil {
-					return err
-				}
-				return x.Synchronize()
-			})
-		}))
+		bufs := deviceBuffers(b, g, n, maxBytes, func(x *cuda.Ctx, r int, in cuda.Ptr) error {
+			host := randomInputs(1, maxBytes/4, uint64(r), false)[0] // finite, also as bf16 pairs
+			if err := cuda.Upload(x, in, host); err != nil {
+				return err
+			}
+			return x.Synchronize()
+		})
 		for _, t := range v.types {
 			for bytes := int64(512); bytes <= maxBytes; bytes *= 2 {
 				b.Run(fmt.Sprintf("%s/%v/%dB", v.name, t, bytes), func(b *testing.B) {
@@ -631,11 +654,6 @@ func BenchmarkGPUAllReduce(b *testing.B) {
 				})
 			}
 		}
-		testrank.NoErrors(b, testrank.Each(n, func(r int) error {
-			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
-				return errors.Join(x.Free(bufs[r][0]), x.Free(bufs[r][1]))
-			})
-		}))
 	}
 }
 
@@ -645,22 +663,8 @@ func BenchmarkGPUReduceScatterAllGather(b *testing.B) {
 	n := gpuRanks()
 	const maxBytes = 64 << 20
 	g := openGPUGroupOrSkip(b, n, GPUConfig{})
-	bufs := make([][2]cuda.Ptr, n)
-	testrank.NoErrors(b, testrank.Each(n, func(r int) error {
-		return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
-			var err error
-			for i := range bufs[r] {
-				if bufs[r][i], err = x.Alloc(maxBytes); err != nil {
-					return err
-				}
-			}
-			return x.Memset8(bufs[r][0], 0x3C, maxBytes) // finite values (0x3C3C3C3C ≈ 0.0115)
-		})
-	}))
-	b.Cleanup(func() {
-		testrank.Each(n, func(r int) error {
-			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error { return errors.Join(x.Free(bufs[r][0]), x.Free(bufs[r][1])) })
-		})
+	bufs := deviceBuffers(b, g, n, maxBytes, func(x *cuda.Ctx, r int, in cuda.Ptr) error {
+		return x.Memset8(in, 0x3C, maxBytes) // finite values (0x3C3C3C3C ≈ 0.0115)
 	})
 	for _, op := range []string{"reducescatter", "allgather"} {
 		for _, bytes := range []int64{4 << 10, 1 << 20, 8 << 20, 64 << 20} {
