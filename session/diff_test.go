@@ -133,50 +133,28 @@ func TestDiffPrefillVsDecodeIdentical(t *testing.T) {
 	}
 }
 
+// plantedFlip flips bit of testOps[op]'s value at sequence seq, position pos, feature feat, in B.
+type plantedFlip struct {
+	op       int
+	seq, pos int64
+	feat     int64
+	bit      uint
+}
+
 func TestDiffFirstDivergence(t *testing.T) {
 	// flips planted in B (decode layout): the first in execution order must win, not the first in the file
 	cases := []struct {
-		name  string
-		flips []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}
+		name                       string
+		flips                      []plantedFlip
 		wantOp                     string
 		wantSeq, wantPos, wantFeat int64
 		wantULP                    uint64
 	}{
-		{name: "single", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{2, 1, 7, 13, 0}}, wantOp: "layers.0.attn.q_proj", wantSeq: 1, wantPos: 7, wantFeat: 13, wantULP: 1},
-		{name: "earliest position wins", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{3, 1, 4, 0, 5}, {1, 1, 6, 39, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 1, wantPos: 4, wantFeat: 0, wantULP: 32},
-		{name: "earliest op at one position wins", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{3, 2, 9, 0, 5}, {1, 2, 9, 39, 3}, {1, 2, 10, 0, 3}}, wantOp: "layers.0.attn_norm", wantSeq: 2, wantPos: 9, wantFeat: 39, wantULP: 8},
-		{name: "earliest sequence wins", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{1, 2, 1, 0, 3}, {3, 0, 11, 1, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 0, wantPos: 11, wantFeat: 1, wantULP: 8},
-		{name: "in prompt", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{0, 0, 3, 2, 15}}, wantOp: "embed", wantSeq: 0, wantPos: 3, wantFeat: 2},
+		{name: "single", flips: []plantedFlip{{2, 1, 7, 13, 0}}, wantOp: "layers.0.attn.q_proj", wantSeq: 1, wantPos: 7, wantFeat: 13, wantULP: 1},
+		{name: "earliest position wins", flips: []plantedFlip{{3, 1, 4, 0, 5}, {1, 1, 6, 39, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 1, wantPos: 4, wantFeat: 0, wantULP: 32},
+		{name: "earliest op at one position wins", flips: []plantedFlip{{3, 2, 9, 0, 5}, {1, 2, 9, 39, 3}, {1, 2, 10, 0, 3}}, wantOp: "layers.0.attn_norm", wantSeq: 2, wantPos: 9, wantFeat: 39, wantULP: 8},
+		{name: "earliest sequence wins", flips: []plantedFlip{{1, 2, 1, 0, 3}, {3, 0, 11, 1, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 0, wantPos: 11, wantFeat: 1, wantULP: 8},
+		{name: "in prompt", flips: []plantedFlip{{0, 0, 3, 2, 15}}, wantOp: "embed", wantSeq: 0, wantPos: 3, wantFeat: 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
