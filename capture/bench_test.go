@@ -12,10 +12,7 @@ import (
 // manyTensors writes n tensors of nbytes each (bf16 [nbytes/2]) spread over layers, positions and ops.
 func manyTensors(tb testing.TB, path string, n, nbytes int) {
 	tb.Helper()
-	w, err := Create(path, Meta{Side: "bench", Created: time.Unix(0, 0).UTC()}, WithOverwrite())
-	if err != nil {
-		tb.Fatal(err)
-	}
+	w := createCapture(tb, path, Meta{Side: "bench", Created: time.Unix(0, 0).UTC()}, WithOverwrite())
 	data := make([]byte, nbytes)
 	ops := []string{"attn_norm", "attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj", "mlp.down_proj"}
 	for i := 0; i < n; i++ {
@@ -68,11 +65,7 @@ func BenchmarkOpen(b *testing.B) {
 // BenchmarkData measures Data, a bounds-checked zero-copy view of the mapping (one call per op).
 func BenchmarkData(b *testing.B) {
 	path := benchCapture(b, 2000, 64<<10)
-	c, err := Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(b, path)
 	b.ReportAllocs()
 	var sum int
 	i := 0
@@ -92,11 +85,7 @@ func BenchmarkData(b *testing.B) {
 // BenchmarkDataRead reads every tensor's bytes through Data (64 KiB each, from the page cache).
 func BenchmarkDataRead(b *testing.B) {
 	path := benchCapture(b, 2000, 64<<10)
-	c, err := Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(b, path)
 	b.SetBytes(int64(c.Len()) * 64 << 10)
 	var sum uint64
 	for b.Loop() {
@@ -118,10 +107,7 @@ func BenchmarkWrite(b *testing.B) {
 	dir := b.TempDir()
 	data := make([]byte, 64<<10)
 	b.SetBytes(int64(len(data)))
-	w, err := Create(filepath.Join(dir, "w.arrow"), Meta{Side: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	w := createCapture(b, filepath.Join(dir, "w.arrow"), Meta{Side: "bench"})
 	i := 0
 	for b.Loop() {
 		t := Tensor{Pos: int64(i), NTok: 1, Op: "embed", Role: "out", DType: BF16, Shape: []int64{1, 32 << 10},

@@ -35,11 +35,7 @@ func TestDirectoryOfRanks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, ".rank3.arrow.tmp-1"), []byte("junk"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, dir)
 	if c.Len() != 6 || len(c.Ranks()) != 3 || c.Meta().Rank != 0 || c.Path() != dir {
 		t.Fatalf("Len %d, %d ranks, Meta().Rank %d", c.Len(), len(c.Ranks()), c.Meta().Rank)
 	}

@@ -103,11 +103,7 @@ func appendInts(b array.Builder, vs []int64) {
 
 func openEntries(t *testing.T, path string, opts ...OpenOption) []Tensor {
 	t.Helper()
-	c, err := Open(path, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path, opts...)
 	var out []Tensor
 	for i := 0; i < c.Len(); i++ {
 		tn, err := c.Tensor(i)
@@ -158,11 +154,7 @@ func TestForeignWriterReads(t *testing.T) {
 					sameTensor(t, i, got[i], ts[i])
 				}
 			}
-			c, err := Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := openCapture(t, path)
 			if !reflect.DeepEqual(c.Meta(), meta) {
 				t.Fatalf("meta %+v", c.Meta())
 			}

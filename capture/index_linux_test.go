@@ -65,11 +65,7 @@ func openIndexOnly(t *testing.T, opts ...OpenOption) {
 	if r > 0 {
 		t.Skipf("%d pages still resident after fadvise: cannot test", r)
 	}
-	c, err := Open(path, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path, opts...)
 	data := c.files[0].data
 	for i := 0; i < c.Len(); i++ {
 		e := c.Entry(i)

@@ -55,6 +55,27 @@ func allDTypeTensors(seed uint64, n int) []Tensor {
 	return ts
 }
 
+// createCapture starts a capture file at path (Create), failing the test when it cannot.
+func createCapture(tb testing.TB, path string, meta Meta, opts ...WriterOption) *Writer {
+	tb.Helper()
+	w, err := Create(path, meta, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return w
+}
+
+// openCapture opens path (a capture file or directory), closed when the test ends.
+func openCapture(tb testing.TB, path string, opts ...OpenOption) *Capture {
+	tb.Helper()
+	c, err := Open(path, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
 func sameTensor(t *testing.T, i int, got, want Tensor) {
 	t.Helper()
 	if !bytes.Equal(got.Data, want.Data) {
@@ -76,11 +97,7 @@ func TestRoundTripEveryDType(t *testing.T) {
 	if err := WriteAll(path, meta, ts); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	if c.Len() != len(ts) {
 		t.Fatalf("Len = %d, want %d", c.Len(), len(ts))
 	}
@@ -107,11 +124,7 @@ func TestDataAligned(t *testing.T) {
 	if err := WriteAll(path, testMeta("sampler", 0), ts); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	base := c.files[0].data
 	for i := 0; i < c.Len(); i++ {
 		e := c.Entry(i)

@@ -86,11 +86,7 @@ func TestSafetensorsImport(t *testing.T) {
 	meta := map[string]string{"side": "sampler", "tp": "2", "rank": "1", "seed": "18446744073709551615",
 		"step": "5", "created": "2026-11-29T19:00:00Z", "model": `{"architecture":"qwen3"}`, "format": "pt", "zz": "y"}
 	path := writeFile(t, "acts.safetensors", buildSafetensors(meta, ts))
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	if c.Len() != len(ts) {
 		t.Fatalf("Len %d, want %d", c.Len(), len(ts))
 	}
@@ -148,11 +144,7 @@ func TestSafetensorsBitalignMeta(t *testing.T) {
 	mj, _ := json.Marshal(testMeta("trainer", 1))
 	path := writeFile(t, "a.safetensors", buildSafetensors(map[string]string{"bitalign.meta": string(mj), "k": "v"},
 		[]stTensor{{"x", "U8", []int64{2}, []byte{1, 2}}}))
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	if m := c.Meta(); m.Side != "trainer" || m.TP != 2 || m.Rank != 1 || string(m.Extra) != `{"note":"x"}` {
 		t.Fatalf("meta %+v", m)
 	}
@@ -253,11 +245,7 @@ func TestSafetensorsCanonicalNamesGiveExecutionOrder(t *testing.T) {
 		t.Fatal("test setup: save_file order should not start with tokens")
 	}
 	path := writeFile(t, "hf.safetensors", buildSafetensors(map[string]string{"side": "trainer"}, ts))
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	want := OpNames(2, true)
 	for i := 0; i < c.Len(); i++ {
 		e := c.Entry(i)
@@ -279,11 +267,7 @@ func TestSafetensorsIndexMetadata(t *testing.T) {
 	}
 	md := map[string]string{"side": "sampler", KeyImportIndex: `["a.weight","x","b.weight"]`}
 	path := writeFile(t, "ix.safetensors", buildSafetensors(md, ts))
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	got := map[string]int32{}
 	for i := 0; i < c.Len(); i++ {
 		got[c.Entry(i).Op] = c.Entry(i).Index
@@ -313,11 +297,7 @@ func TestSafetensorsDataOrderIsWarned(t *testing.T) {
 		{"model.layers.0.attn", "F32", []int64{1}, seqBytes(4, 3)},
 	}
 	path := writeFile(t, "mods.safetensors", buildSafetensors(nil, ts))
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	base := int32(len(OpNames(0, false)))
 	if e := c.Entry(1); e.Op != OpEmbed || e.Index != 1 {
 		t.Fatalf("canonical embed: %+v", e)
@@ -347,11 +327,7 @@ func TestSafetensorsDataOrderIsWarned(t *testing.T) {
 func TestSafetensorsHugeLayerNumberIsNotCanonical(t *testing.T) {
 	ts := []stTensor{{"layers.2147483647.attn_norm", "F32", []int64{1}, seqBytes(4, 1)}, {"embed", "F32", []int64{1}, seqBytes(4, 2)}}
 	path := writeFile(t, "huge.safetensors", buildSafetensors(nil, ts))
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	if c.Entry(0).Index != int32(len(OpNames(0, false))) || c.Entry(1).Index != 1 || len(c.ImportWarnings()) != 1 {
 		t.Fatalf("entries %+v %+v", c.Entry(0), c.Entry(1))
 	}

@@ -24,10 +24,7 @@ func dirNames(t *testing.T, dir string) []string {
 func TestAtomicWrite(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "c.arrow")
-	w, err := Create(path, testMeta("trainer", 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := createCapture(t, path, testMeta("trainer", 0))
 	for _, tn := range allDTypeTensors(6, 3) {
 		if err := w.Write(tn); err != nil {
 			t.Fatal(err)
@@ -57,10 +54,7 @@ func TestAtomicWrite(t *testing.T) {
 func TestAbortLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "c.arrow")
-	w, err := Create(path, testMeta("trainer", 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := createCapture(t, path, testMeta("trainer", 0))
 	if err := w.Write(allDTypeTensors(7, 1)[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +79,7 @@ func TestCreateRefusesOverwrite(t *testing.T) {
 
 	// the file appears between Create and Close: Close must not replace it either
 	path2 := filepath.Join(dir, "d.arrow")
-	w, err := Create(path2, testMeta("trainer", 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := createCapture(t, path2, testMeta("trainer", 0))
 	if err := os.WriteFile(path2, []byte("precious"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +94,7 @@ func TestCreateRefusesOverwrite(t *testing.T) {
 	if err := WriteAll(path, testMeta("trainer", 0), allDTypeTensors(8, 1), WithOverwrite()); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	if c.Len() != len(allDTypeTensors(8, 1)) {
 		t.Fatalf("overwritten capture has %d tensors", c.Len())
 	}
@@ -135,10 +122,7 @@ func TestWriteValidates(t *testing.T) {
 		{"negative ntok", func(t *Tensor) { t.NTok = -1 }, "ntok"},
 	}
 	path := filepath.Join(t.TempDir(), "c.arrow")
-	w, err := Create(path, testMeta("trainer", 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := createCapture(t, path, testMeta("trainer", 0))
 	defer w.Abort()
 	for _, tc := range cases {
 		tn := good
@@ -158,11 +142,7 @@ func TestWriteValidates(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCapture(t, path)
 	if c.Len() != 2 || c.Entry(1).Shard.Dim != -1 {
 		t.Fatalf("%d tensors, second has shard %+v", c.Len(), c.Entry(1).Shard)
 	}
@@ -190,10 +170,7 @@ func TestNoArrowLeaks(t *testing.T) {
 		c.Close()
 	}
 	// an aborted writer releases too
-	w, err := Create(filepath.Join(t.TempDir(), "a.arrow"), testMeta("trainer", 0), WithAllocator(mem))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := createCapture(t, filepath.Join(t.TempDir(), "a.arrow"), testMeta("trainer", 0), WithAllocator(mem))
 	if err := w.Write(allDTypeTensors(9, 1)[0]); err != nil {
 		t.Fatal(err)
 	}

@@ -4,16 +4,26 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"bitalign/internal/testgpu"
 )
 
-func TestOpenLibraryMissing(t *testing.T) {
-	_, err := openLibrary("libbitalign-no-such-driver.so.1")
+// openLibraryFails opens name as the CUDA driver: it must fail with an error that wraps ErrUnavailable,
+// returned for the caller to check its text.
+func openLibraryFails(t *testing.T, name string) error {
+	t.Helper()
+	_, err := openLibrary(name)
 	if err == nil {
-		t.Fatal("opening a missing library succeeded")
+		t.Fatalf("%s passed for a CUDA driver", name)
 	}
 	if !errors.Is(err, ErrUnavailable) {
 		t.Errorf("error does not wrap ErrUnavailable: %v", err)
 	}
+	return err
+}
+
+func TestOpenLibraryMissing(t *testing.T) {
+	err := openLibraryFails(t, "libbitalign-no-such-driver.so.1")
 	if !strings.Contains(err.Error(), "no CUDA driver") || !strings.Contains(err.Error(), "libbitalign-no-such-driver.so.1") {
 		t.Errorf("unclear error: %v", err)
 	}
@@ -21,13 +31,7 @@ func TestOpenLibraryMissing(t *testing.T) {
 
 func TestOpenLibraryMissingSymbol(t *testing.T) {
 	// libc exists on every Linux machine and has none of the driver's symbols.
-	_, err := openLibrary("libc.so.6")
-	if err == nil {
-		t.Fatal("libc.so.6 passed for a CUDA driver")
-	}
-	if !errors.Is(err, ErrUnavailable) {
-		t.Errorf("error does not wrap ErrUnavailable: %v", err)
-	}
+	err := openLibraryFails(t, "libc.so.6")
 	if !strings.Contains(err.Error(), "has no symbol cuInit") {
 		t.Errorf("error does not name the missing symbol: %v", err)
 	}
@@ -50,8 +54,7 @@ func TestOpenWithoutOrWithGPU(t *testing.T) {
 		if !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Open(0) failed without ErrUnavailable: %v", err)
 		}
-		requireGPU(t, err)
-		t.Skipf("no GPU here (%v): device paths are tested on the GPU machine", err)
+		testgpu.SkipOrFail(t, err, "no GPU here (%v): device paths are tested on the GPU machine", err)
 	}
 	defer d.Close()
 	if _, err := Open(1 << 20); !errors.Is(err, ErrUnavailable) {

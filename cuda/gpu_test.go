@@ -8,26 +8,32 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// requireGPU fails (instead of skipping) when BITALIGN_REQUIRE_GPU=1: on the GPU machine a skip must not
-// hide a broken driver binding.
-func requireGPU(t *testing.T, err error) {
-	t.Helper()
-	if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
-		t.Fatalf("BITALIGN_REQUIRE_GPU=1 but the GPU is unavailable: %v", err)
-	}
-}
+	"bitalign/internal/testgpu"
+)
 
 func openOrSkip(t *testing.T) *Device {
 	t.Helper()
 	d, err := Open(0)
 	if err != nil {
-		requireGPU(t, err)
-		t.Skipf("no GPU here (%v): skipped, not passed", err)
+		testgpu.SkipOrFail(t, err, "no GPU here (%v): skipped, not passed", err)
 	}
 	t.Cleanup(func() { d.Close() })
 	return d
+}
+
+// testKernel loads testPTX on d and returns the module and its kernel name.
+func testKernel(t *testing.T, d *Device, name string) (*Module, *Function) {
+	t.Helper()
+	m, err := d.LoadModule([]byte(testPTX))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Function(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, f
 }
 
 // testPTX holds add_one(p, n): p[i] += 1 for i < n, and fault(): a store to address 0.
@@ -71,14 +77,7 @@ DONE:
 func TestDeviceRoundTripAndLaunch(t *testing.T) {
 	d := openOrSkip(t)
 	t.Logf("%v", d)
-	m, err := d.LoadModule([]byte(testPTX))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := m.Function("add_one")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, f := testKernel(t, d, "add_one")
 	if _, err := m.Function("no_such_kernel"); err == nil || !strings.Contains(err.Error(), "cuModuleGetFunction") {
 		t.Errorf("missing kernel: err = %v", err)
 	}
@@ -168,14 +167,7 @@ func TestKernelFaultIsError(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := d.LoadModule([]byte(testPTX))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := m.Function("fault")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, f := testKernel(t, d, "fault")
 		err = d.Launch(f, Dim3{X: 1}, Dim3{X: 1}, 0, nil)
 		if err == nil {
 			err = d.Synchronize()

@@ -33,11 +33,7 @@ func TestCUDACollectivesMatchCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var seqs [][]int32
-			var plen []int
-			for _, s := range sout.Seqs {
-				seqs, plen = append(seqs, s.Tokens), append(plen, s.Prompt)
-			}
+			seqs, plen := trainInputs(sout)
 			ro.CaptureDir = td
 			tout, err := m.Train(context.Background(), seqs, TrainOptions{RunOptions: ro, Batch: 3, PromptLens: plen})
 			if err != nil {

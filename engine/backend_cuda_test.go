@@ -2,11 +2,11 @@ package engine
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"bitalign/capture"
+	"bitalign/internal/testgpu"
 	"bitalign/kernels"
 )
 
@@ -16,13 +16,10 @@ func cudaOrSkip(t *testing.T) BackendFactory {
 	t.Helper()
 	f, desc, err := CUDAFactory()
 	if err != nil {
-		if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
-			t.Fatalf("BITALIGN_REQUIRE_GPU=1 but: %v", err)
-		}
-		if !IsGPUUnavailable(err) {
+		if !testgpu.Required() && !IsGPUUnavailable(err) {
 			t.Fatalf("CUDAFactory failed without cuda.ErrUnavailable: %v", err)
 		}
-		t.Skipf("no GPU here (%v): skipped, not passed", err)
+		testgpu.SkipOrFail(t, err, "no GPU here (%v): skipped, not passed", err)
 	}
 	t.Logf("GPU: %s", desc)
 	return f
@@ -104,11 +101,7 @@ func TestCUDAArchitecturesMatchCPU(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var seqs [][]int32
-				var plen []int
-				for _, s := range sout.Seqs {
-					seqs, plen = append(seqs, s.Tokens), append(plen, s.Prompt)
-				}
+				seqs, plen := trainInputs(sout)
 				to := TrainOptions{RunOptions: RunOptions{TP: tp, Seed: 9, Step: 1, CaptureDir: td, Backend: be}, Batch: 3, PromptLens: plen}
 				tout, err := m.Train(context.Background(), seqs, to)
 				if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -49,13 +50,31 @@ func rollout(t *testing.T, m *Model, p kernels.Profile, dir string) ([][]int32, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	seqs, plen := trainInputs(out)
+	return seqs, plen, out
+}
+
+// captureBoth captures a canonical rollout of the tiny prompts (root/sampler) and a TP-2 trainer forward over
+// its sequences (root/trainer), and returns the sequences.
+func captureBoth(t *testing.T, m *Model, root string) [][]int32 {
+	t.Helper()
+	seqs, plen, _ := rollout(t, m, 0, filepath.Join(root, "sampler"))
+	if _, err := m.Train(context.Background(), seqs, TrainOptions{RunOptions: RunOptions{TP: 2, Seed: 9, Step: 3,
+		CaptureDir: filepath.Join(root, "trainer")}, PromptLens: plen}); err != nil {
+		t.Fatal(err)
+	}
+	return seqs
+}
+
+// trainInputs returns a sampler's sequences and their prompt lengths: what the trainer is given.
+func trainInputs(out *Output) ([][]int32, []int) {
 	var seqs [][]int32
 	var plen []int
 	for _, s := range out.Seqs {
 		seqs = append(seqs, s.Tokens)
 		plen = append(plen, s.Prompt)
 	}
-	return seqs, plen, out
+	return seqs, plen
 }
 
 // sameOutputs reports the first difference between two outputs' tokens, log-probabilities and samples.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"bitalign/capture"
+	"bitalign/internal/hftest"
 )
 
 // TestHFParity compares the engine with transformers' eager float32 forward on checkpoints written by
@@ -16,92 +17,82 @@ import (
 // BITALIGN_HF_PARITY=DIR and skips otherwise. Checked: the embedding and every layer's residual stream, the
 // final norm and the logits to a relative error below 1e-5 (max |a-b| / max |b| per tensor), identical argmax.
 func TestHFParity(t *testing.T) {
-	root := os.Getenv("BITALIGN_HF_PARITY")
-	if root == "" {
-		t.Skip("BITALIGN_HF_PARITY not set: needs checkpoints from testdata/engine/hf_parity.py (torch + transformers)")
-	}
-	dirs, err := os.ReadDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range dirs {
-		dir := filepath.Join(root, d.Name())
-		t.Run(d.Name(), func(t *testing.T) {
-			m, err := Load(dir)
+	const skip = "BITALIGN_HF_PARITY not set: needs checkpoints from testdata/engine/hf_parity.py (torch + transformers)"
+	hftest.EachDir(t, "BITALIGN_HF_PARITY", skip, func(t *testing.T, dir string) {
+		m, err := Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Config.DType != capture.F32 {
+			t.Fatalf("dtype %v, want f32", m.Config.DType)
+		}
+		var meta struct {
+			Transformers string
+			Seqs         []struct {
+				Tokens []int32
+				Logits string
+				Hidden []string
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "parity.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &meta); err != nil {
+			t.Fatal(err)
+		}
+		cfg := m.Config
+		for i, s := range meta.Seqs {
+			capDir := filepath.Join(t.TempDir(), "cap")
+			// the engine processes positions 0..N-2 of N tokens: append a token so that all N are inputs
+			toks := append(append([]int32(nil), s.Tokens...), 0)
+			if _, err := m.Train(context.Background(), [][]int32{toks}, TrainOptions{RunOptions: RunOptions{TP: 2, CaptureDir: capDir}}); err != nil {
+				t.Fatal(err)
+			}
+			c, err := capture.Open(capDir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.Config.DType != capture.F32 {
-				t.Fatalf("dtype %v, want f32", m.Config.DType)
-			}
-			var meta struct {
-				Transformers string
-				Seqs         []struct {
-					Tokens []int32
-					Logits string
-					Hidden []string
-				}
-			}
-			b, err := os.ReadFile(filepath.Join(dir, "parity.json"))
+			asm, err := assembleCapture(c)
+			c.Close()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := json.Unmarshal(b, &meta); err != nil {
-				t.Fatal(err)
-			}
-			cfg := m.Config
-			for i, s := range meta.Seqs {
-				capDir := filepath.Join(t.TempDir(), "cap")
-				// the engine processes positions 0..N-2 of N tokens: append a token so that all N are inputs
-				toks := append(append([]int32(nil), s.Tokens...), 0)
-				if _, err := m.Train(context.Background(), [][]int32{toks}, TrainOptions{RunOptions: RunOptions{TP: 2, CaptureDir: capDir}}); err != nil {
-					t.Fatal(err)
+			T := len(s.Tokens)
+			check := func(op, file string, width int) {
+				want := readF32(t, filepath.Join(dir, file), T*width)
+				st := asm[tensorKey{0, 0, op}]
+				if st == nil {
+					t.Fatalf("no %s in the capture", op)
 				}
-				c, err := capture.Open(capDir)
-				if err != nil {
-					t.Fatal(err)
+				got := st.floats(0, T)
+				var maxDiff, maxRef float64
+				for j := range want {
+					maxDiff = math.Max(maxDiff, math.Abs(float64(got[j])-float64(want[j])))
+					maxRef = math.Max(maxRef, math.Abs(float64(want[j])))
 				}
-				asm, err := assembleCapture(c)
-				c.Close()
-				if err != nil {
-					t.Fatal(err)
+				rel := maxDiff / maxRef
+				if rel > 1e-5 || math.IsNaN(rel) {
+					t.Errorf("seq %d %s: relative error %.3g (max |diff| %.3g, max |ref| %.3g)", i, op, rel, maxDiff, maxRef)
+				} else {
+					t.Logf("seq %d %-24s relative error %.3g", i, op, rel)
 				}
-				T := len(s.Tokens)
-				check := func(op, file string, width int) {
-					want := readF32(t, filepath.Join(dir, file), T*width)
-					st := asm[tensorKey{0, 0, op}]
-					if st == nil {
-						t.Fatalf("no %s in the capture", op)
-					}
-					got := st.floats(0, T)
-					var maxDiff, maxRef float64
-					for j := range want {
-						maxDiff = math.Max(maxDiff, math.Abs(float64(got[j])-float64(want[j])))
-						maxRef = math.Max(maxRef, math.Abs(float64(want[j])))
-					}
-					rel := maxDiff / maxRef
-					if rel > 1e-5 || math.IsNaN(rel) {
-						t.Errorf("seq %d %s: relative error %.3g (max |diff| %.3g, max |ref| %.3g)", i, op, rel, maxDiff, maxRef)
-					} else {
-						t.Logf("seq %d %-24s relative error %.3g", i, op, rel)
-					}
-					if op == OpLogits {
-						for p := 0; p < T; p++ {
-							if argmax(got[p*width:(p+1)*width]) != argmax(want[p*width:(p+1)*width]) {
-								t.Errorf("seq %d position %d: argmax differs", i, p)
-							}
+				if op == OpLogits {
+					for p := 0; p < T; p++ {
+						if hftest.Argmax(got[p*width:(p+1)*width]) != hftest.Argmax(want[p*width:(p+1)*width]) {
+							t.Errorf("seq %d position %d: argmax differs", i, p)
 						}
 					}
 				}
-				check(OpEmbed, s.Hidden[0], cfg.Hidden)
-				for l := 0; l+1 < cfg.Layers; l++ {
-					check(LayerOp(l, opMLPResidual), s.Hidden[l+1], cfg.Hidden)
-				}
-				check(OpFinalNorm, s.Hidden[cfg.Layers], cfg.Hidden)
-				check(OpLogits, s.Logits, cfg.Vocab)
 			}
-		})
-	}
+			check(OpEmbed, s.Hidden[0], cfg.Hidden)
+			for l := 0; l+1 < cfg.Layers; l++ {
+				check(LayerOp(l, opMLPResidual), s.Hidden[l+1], cfg.Hidden)
+			}
+			check(OpFinalNorm, s.Hidden[cfg.Layers], cfg.Hidden)
+			check(OpLogits, s.Logits, cfg.Vocab)
+		}
+	})
 }
 
 func readF32(t *testing.T, path string, n int) []float32 {
@@ -115,14 +106,4 @@ func readF32(t *testing.T, path string, n int) []float32 {
 	out := make([]float32, n)
 	decode(capture.F32, b, out)
 	return out
-}
-
-func argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }

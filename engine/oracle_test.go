@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"context"
 	"math"
 	"math/big"
 	"path/filepath"
@@ -87,11 +86,7 @@ func TestOracleMatchesEngine(t *testing.T) {
 		tinyConfig(ArchQwen3, capture.F32), tinyConfig(ArchLlama, capture.F16)} {
 		m := NewRandom(cfg, 8)
 		root := t.TempDir()
-		seqs, plen, _ := rollout(t, m, 0, filepath.Join(root, "sampler"))
-		if _, err := m.Train(context.Background(), seqs, TrainOptions{RunOptions: RunOptions{TP: 2, Seed: 9, Step: 3,
-			CaptureDir: filepath.Join(root, "trainer")}, PromptLens: plen}); err != nil {
-			t.Fatal(err)
-		}
+		seqs := captureBoth(t, m, root)
 		byOp, asm := captured(t, filepath.Join(root, "trainer"))
 		worst := map[string]uint64{}
 		var worstScale float64

@@ -16,28 +16,9 @@ func TestRunOpReproducesCaptures(t *testing.T) {
 	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), tinyConfig(ArchQwen3, capture.F32)} {
 		m := NewRandom(cfg, 8)
 		root := t.TempDir()
-		seqs, plen, _ := rollout(t, m, 0, filepath.Join(root, "sampler"))
-		if _, err := m.Train(context.Background(), seqs, TrainOptions{RunOptions: RunOptions{TP: 2, Seed: 9, Step: 3,
-			CaptureDir: filepath.Join(root, "trainer")}, PromptLens: plen}); err != nil {
-			t.Fatal(err)
-		}
+		seqs := captureBoth(t, m, root)
 		for _, side := range []string{"trainer", "sampler"} {
-			c, err := capture.Open(filepath.Join(root, side))
-			if err != nil {
-				t.Fatal(err)
-			}
-			byOp := map[string][]capture.Tensor{}
-			for i := 0; i < c.Len(); i++ {
-				tn, err := c.Tensor(i)
-				if err != nil {
-					t.Fatal(err)
-				}
-				byOp[tn.Op] = append(byOp[tn.Op], tn)
-			}
-			asm, err := assembleCapture(c)
-			if err != nil {
-				t.Fatal(err)
-			}
+			byOp, asm := captured(t, filepath.Join(root, side))
 			checked := 0
 			for _, op := range OpNames(cfg)[1:] {
 				for seq := int64(0); seq < int64(len(seqs)); seq++ {
@@ -62,7 +43,6 @@ func TestRunOpReproducesCaptures(t *testing.T) {
 					}
 				}
 			}
-			c.Close()
 			t.Logf("%s %s: %d op replays bitwise equal", cfg.Architecture, side, checked)
 		}
 	}

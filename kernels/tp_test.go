@@ -3,20 +3,12 @@ package kernels_test
 import (
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
+	"bitalign/internal/testrank"
 	"bitalign/kernels"
 	"bitalign/nvls"
 )
-
-func randBF16(r *rand.Rand, n int, sd float64) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = kernels.RoundBF16(float32(r.NormFloat64() * sd))
-	}
-	return x
-}
 
 // columns returns columns [c0, c1) of the (rows, cols) matrix a.
 func columns(a []float32, rows, cols, c0, c1 int) []float32 {
@@ -37,28 +29,19 @@ func rowParallel(t *testing.T, p kernels.Profile, ord nvls.Order, x, w, bias []f
 	}
 	kl := K / tp
 	outs := make([][]float32, tp)
-	errs := make([]error, tp)
-	var wg sync.WaitGroup
-	for r := 0; r < tp; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out := make([]float32, M*N)
-			if errs[r] = kernels.MatmulPartial(p, out, columns(x, M, K, r*kl, (r+1)*kl), columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, r, tp); errs[r] != nil {
-				return
-			}
-			if errs[r] = cs[r].AllReduce(out); errs[r] != nil {
-				return
-			}
-			kernels.MatmulFinish(kernels.F32, out, bias, M, N)
-			outs[r] = out
-		}()
-	}
-	wg.Wait()
-	for r := range errs {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
+	testrank.NoErrors(t, testrank.Each(tp, func(r int) error {
+		out := make([]float32, M*N)
+		if err := kernels.MatmulPartial(p, out, columns(x, M, K, r*kl, (r+1)*kl), columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, r, tp); err != nil {
+			return err
 		}
+		if err := cs[r].AllReduce(out); err != nil {
+			return err
+		}
+		kernels.MatmulFinish(kernels.F32, out, bias, M, N)
+		outs[r] = out
+		return nil
+	}))
+	for r := range outs {
 		if i, u, ok := kernels.FirstDiff(outs[r], outs[0]); ok {
 			t.Fatalf("rank %d differs from rank 0 at %d by %d ulp", r, i, u)
 		}
@@ -71,7 +54,7 @@ func TestMatmulTPInvariance(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, sh := range [][3]int{{3, 1024, 17}, {1, 8, 5}, {5, 200, 9}, {2, 16, 3}, {4, 808, 11}} {
 		M, K, N := sh[0], sh[1], sh[2]
-		x, w, b := randBF16(r, M*K, 1), randBF16(r, N*K, 0.05), randBF16(r, N, 0.1)
+		x, w, b := kernels.RandBF16(r, M*K, 1), kernels.RandBF16(r, N*K, 0.05), kernels.RandBF16(r, N, 0.1)
 		full := make([]float32, M*N)
 		kernels.MatmulForward(kernels.Canonical, kernels.F32, full, x, w, b, M, K, N)
 		for _, tp := range []int{1, 2, 4, 8} {
@@ -128,27 +111,15 @@ func TestLogSoftmaxSharded(t *testing.T) {
 			vl := V / tp
 			lps := make([][]float32, tp)
 			lss := make([][]float32, tp)
-			errs := make([]error, tp)
-			var wg sync.WaitGroup
-			for rk := 0; rk < tp; rk++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					shard := columns(logits, T, V, rk*vl, (rk+1)*vl)
-					lps[rk] = make([]float32, T)
-					if errs[rk] = kernels.LogProbs(p, lps[rk], shard, targets, T, vl, cs[rk]); errs[rk] != nil {
-						return
-					}
-					lss[rk] = make([]float32, T*vl)
-					errs[rk] = kernels.LogSoftmaxForward(p, lss[rk], shard, T, vl, cs[rk])
-				}()
-			}
-			wg.Wait()
-			for rk := range errs {
-				if errs[rk] != nil {
-					t.Fatal(errs[rk])
+			testrank.NoErrors(t, testrank.Each(tp, func(rk int) error {
+				shard := columns(logits, T, V, rk*vl, (rk+1)*vl)
+				lps[rk] = make([]float32, T)
+				if err := kernels.LogProbs(p, lps[rk], shard, targets, T, vl, cs[rk]); err != nil {
+					return err
 				}
-			}
+				lss[rk] = make([]float32, T*vl)
+				return kernels.LogSoftmaxForward(p, lss[rk], shard, T, vl, cs[rk])
+			}))
 			ls := make([]float32, T*V)
 			for rk := 0; rk < tp; rk++ {
 				for i := 0; i < T; i++ {

@@ -5,32 +5,16 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
+	"bitalign/internal/testrank"
 	"bitalign/kernels"
 )
 
 // runRanks runs f on every rank concurrently and returns the ranks' errors.
 func runRanks(cs []Comm, f func(c Comm) error) []error {
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = f(c) }()
-	}
-	wg.Wait()
-	return errs
-}
-
-func noErr(t *testing.T, errs []error) {
-	t.Helper()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	return testrank.Each(len(cs), func(r int) error { return f(cs[r]) })
 }
 
 // inputs gives each rank values of mixed magnitudes so that the summation order shows in the bits.
@@ -85,7 +69,7 @@ func TestAllReduceTree(t *testing.T) {
 			for r := range bufs {
 				bufs[r] = append([]float32(nil), in[r]...)
 			}
-			noErr(t, runRanks(cs, func(c Comm) error { return c.AllReduce(bufs[c.Rank()]) }))
+			testrank.NoErrors(t, runRanks(cs, func(c Comm) error { return c.AllReduce(bufs[c.Rank()]) }))
 			vals := make([]float32, n)
 			for i := 0; i < L; i++ {
 				for r := range vals {
@@ -110,7 +94,7 @@ func TestReduceScatterIsAllReduceSlice(t *testing.T) {
 			cs, _ := NewCPUGroup(n, WithOrder(ord))
 			full := make([][]float32, n)
 			outs := make([][]float32, n)
-			noErr(t, runRanks(cs, func(cm Comm) error {
+			testrank.NoErrors(t, runRanks(cs, func(cm Comm) error {
 				r := cm.Rank()
 				full[r] = append([]float32(nil), in[r]...)
 				if err := cm.AllReduce(full[r]); err != nil {
@@ -137,7 +121,7 @@ func TestAllGatherAndMax(t *testing.T) {
 	in[2][1] = float32(math.NaN())
 	gath := make([][]float32, n)
 	mx := make([][]float32, n)
-	noErr(t, runRanks(cs, func(c Comm) error {
+	testrank.NoErrors(t, runRanks(cs, func(c Comm) error {
 		r := c.Rank()
 		gath[r] = make([]float32, n*5)
 		if err := c.AllGather(gath[r], in[r]); err != nil {
@@ -248,7 +232,7 @@ func TestRingDiffers(t *testing.T) {
 		for _, ord := range []Order{Tree, Ring} {
 			cs, _ := NewCPUGroup(n, WithOrder(ord))
 			bufs := make([][]float32, n)
-			noErr(t, runRanks(cs, func(c Comm) error {
+			testrank.NoErrors(t, runRanks(cs, func(c Comm) error {
 				bufs[c.Rank()] = append([]float32(nil), in[c.Rank()]...)
 				return c.AllReduce(bufs[c.Rank()])
 			}))

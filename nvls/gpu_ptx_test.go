@@ -6,15 +6,12 @@ import (
 	"testing"
 
 	"bitalign/internal/ptx"
+	"bitalign/internal/ptx/ptxtest"
 )
 
 // The embedded PTX must be what `make ptx` makes of the current collectives.cu with the Makefile's flags: a
 // changed .cu without regenerated PTX (or a hand-edited PTX) fails here, without a GPU.
 func TestPTXManifest(t *testing.T) {
-	flags, err := ptx.MakefileFlags("../Makefile")
-	if err != nil {
-		t.Fatal(err)
-	}
 	modules := func(cu string) []string {
 		if cu != "collectives.cu" {
 			return nil
@@ -25,9 +22,7 @@ func TestPTXManifest(t *testing.T) {
 		}
 		return names
 	}
-	for _, err := range ptx.Check("cuda", modules, flags) {
-		t.Error(err)
-	}
+	ptxtest.CheckManifest(t, "../Makefile", "cuda", modules)
 	t.Setenv(ptx.DirEnv, "")
 	for _, n := range ptxRanks {
 		src, err := ptxFor(n)

@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
 	"bitalign/cuda"
+	"bitalign/internal/testgpu"
+	"bitalign/internal/testrank"
 	"bitalign/kernels"
 )
 
@@ -25,10 +25,7 @@ func openGPUGroupOrSkip(t testing.TB, n int, cfg GPUConfig, opts ...Option) *GPU
 		err = fmt.Errorf("this machine has %d GPU(s)", have)
 	}
 	if err != nil {
-		if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
-			t.Fatalf("BITALIGN_REQUIRE_GPU=1 but %d GPUs are unavailable: %v", n, err)
-		}
-		t.Skipf("needs %d GPUs (%v): skipped, not passed", n, err)
+		testgpu.SkipOrFail(t, fmt.Errorf("%d GPUs are unavailable: %w", n, err), "needs %d GPUs (%v): skipped, not passed", n, err)
 	}
 	// a short default timeout: a kernel bug shows as an error in seconds, not a minute per call
 	g, err := OpenGPUGroup(n, cfg, append([]Option{WithTimeout(5 * time.Second)}, opts...)...)
@@ -56,19 +53,47 @@ func gpuRanks() int {
 	return r
 }
 
-// eachRank runs f for every rank on its own goroutine and returns the ranks' errors.
-func eachRank(n int, f func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(r)
-		}()
+// deviceBuffers allocates an input and an output buffer of size bytes on each of g's n ranks, writes the
+// inputs with fill, and frees both (checking that they were freed) when the benchmark ends.
+func deviceBuffers(b *testing.B, g *GPUGroup, n int, size int64, fill func(x *cuda.Ctx, r int, in cuda.Ptr) error) [][2]cuda.Ptr {
+	b.Helper()
+	bufs := make([][2]cuda.Ptr, n)
+	b.Cleanup(func() {
+		testrank.NoErrors(b, testrank.Each(n, func(r int) error {
+			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
+				var errs []error
+				for _, p := range bufs[r] {
+					if p != 0 {
+						errs = append(errs, x.Free(p))
+					}
+				}
+				return errors.Join(errs...)
+			})
+		}))
+	})
+	testrank.NoErrors(b, testrank.Each(n, func(r int) error {
+		return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
+			var err error
+			for i := range bufs[r] {
+				if bufs[r][i], err = x.Alloc(size); err != nil {
+					return err
+				}
+			}
+			return fill(x, r, bufs[r][0])
+		})
+	}))
+	return bufs
+}
+
+// reportBusBW reports a collective's time, the slowest rank's median (meds: each rank's, in µs), and its bus
+// bandwidth: factor·bytes moved per rank in that time.
+func reportBusBW(b *testing.B, meds []float64, factor float64, bytes int64) {
+	med := 0.0
+	for _, m := range meds {
+		med = max(med, m)
 	}
-	wg.Wait()
-	return errs
+	b.ReportMetric(med, "median-µs")
+	b.ReportMetric(factor*float64(bytes)/(med*1e-6)/1e9, "busbw-GB/s")
 }
 
 func noErrors(t *testing.T, what string, errs []error) {
@@ -155,7 +180,7 @@ func cpuReference(t *testing.T, n int, op func(c Comm, r int) error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noErrors(t, "CPU reference", eachRank(n, func(r int) error { return op(cs[r], r) }))
+	noErrors(t, "CPU reference", testrank.Each(n, func(r int) error { return op(cs[r], r) }))
 }
 
 var gpuSizes = []int{1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 100, 1000, 1023, 1024, 4097, 65536 + 3, 1 << 20, 1<<20 + 5, 1 << 24}
@@ -179,7 +204,7 @@ func TestGPUAllReduceMatchesCPU(t *testing.T) {
 			}
 			got := clone2(in)
 			g := groups[name]
-			noErrors(t, fmt.Sprintf("%s AllReduce(%d)", name, size), eachRank(n, func(r int) error { return g.Comm(r).AllReduce(got[r]) }))
+			noErrors(t, fmt.Sprintf("%s AllReduce(%d)", name, size), testrank.Each(n, func(r int) error { return g.Comm(r).AllReduce(got[r]) }))
 			for r := 0; r < n; r++ {
 				if err := sameBits(got[r], want[r]); err != nil {
 					t.Errorf("%s AllReduce of %d elements, rank %d vs the CPU transport: %v", name, size, r, err)
@@ -196,7 +221,7 @@ func TestGPUAllReduceMaxMatchesCPU(t *testing.T) {
 		in := randomInputs(n, size, 2, true)
 		want, got := clone2(in), clone2(in)
 		cpuReference(t, n, func(c Comm, r int) error { return c.AllReduceMax(want[r]) })
-		noErrors(t, "AllReduceMax", eachRank(n, func(r int) error { return g.Comm(r).AllReduceMax(got[r]) }))
+		noErrors(t, "AllReduceMax", testrank.Each(n, func(r int) error { return g.Comm(r).AllReduceMax(got[r]) }))
 		for r := 0; r < n; r++ {
 			for i := range got[r] { // max moves values: even NaN payloads must match
 				if math.Float32bits(got[r][i]) != math.Float32bits(want[r][i]) {
@@ -226,7 +251,7 @@ func TestGPUReduceScatterMatchesCPU(t *testing.T) {
 			for r := range got {
 				got[r] = make([]float32, c)
 			}
-			noErrors(t, "ReduceScatter", eachRank(n, func(r int) error { return g.Comm(r).ReduceScatter(got[r], in[r]) }))
+			noErrors(t, "ReduceScatter", testrank.Each(n, func(r int) error { return g.Comm(r).ReduceScatter(got[r], in[r]) }))
 			for r := 0; r < n; r++ {
 				if err := sameBits(got[r], want[r]); err != nil {
 					t.Errorf("group %d ReduceScatter %d×%d rank %d vs CPU: %v", gi, n, c, r, err)
@@ -251,7 +276,7 @@ func TestGPUAllGather(t *testing.T) {
 				got[r][i] = float32(math.NaN()) // poison: every element must be written
 			}
 		}
-		noErrors(t, "AllGather", eachRank(n, func(r int) error { return g.Comm(r).AllGather(got[r], in[r]) }))
+		noErrors(t, "AllGather", testrank.Each(n, func(r int) error { return g.Comm(r).AllGather(got[r], in[r]) }))
 		for r := 0; r < n; r++ {
 			for q := 0; q < n; q++ {
 				for i := 0; i < c; i++ {
@@ -285,7 +310,7 @@ func TestGPUAllReduceBF16(t *testing.T) {
 			}
 			want[i] = kernels.ToBF16Bits(treeRef(vals))
 		}
-		noErrors(t, "AllReduceBF16", eachRank(n, func(r int) error { return g.Comm(r).AllReduceBF16(bufs[r]) }))
+		noErrors(t, "AllReduceBF16", testrank.Each(n, func(r int) error { return g.Comm(r).AllReduceBF16(bufs[r]) }))
 		for r := 0; r < n; r++ {
 			for i := range want {
 				if bufs[r][i] != want[i] {
@@ -326,7 +351,7 @@ func testAllReduceDevice(t *testing.T, g *GPUGroup) {
 		want := clone2(in)
 		cpuReference(t, n, func(c Comm, r int) error { return c.AllReduce(want[r]) })
 		got := make([][]float32, n)
-		noErrors(t, tc.name, eachRank(n, func(r int) error {
+		noErrors(t, tc.name, testrank.Each(n, func(r int) error {
 			c := g.Comm(r)
 			got[r] = make([]float32, tc.size)
 			return c.Device().Do(func(x *cuda.Ctx) error {
@@ -407,7 +432,7 @@ func TestGPUMismatchedCalls(t *testing.T) {
 	n := gpuRanks()
 	g := openGPUGroupOrSkip(t, n, GPUConfig{}, WithTimeout(5*time.Second))
 	start := time.Now()
-	errs := eachRank(n, func(r int) error { return g.Comm(r).AllReduce(make([]float32, 1000+r)) })
+	errs := testrank.Each(n, func(r int) error { return g.Comm(r).AllReduce(make([]float32, 1000+r)) })
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("mismatched calls took %v: the ranks waited for the timeout", took)
 	}
@@ -440,7 +465,7 @@ func TestGPUMatmulRowParallelMatchesTP1(t *testing.T) {
 	kernels.MatmulForward(kernels.Canonical, kernels.BF16, want, x, w, bias, M, K, N)
 	kl := K / tp
 	outs := make([][]float32, tp)
-	noErrors(t, "row-parallel matmul", eachRank(tp, func(r int) error {
+	noErrors(t, "row-parallel matmul", testrank.Each(tp, func(r int) error {
 		xl, wl := make([]float32, M*kl), make([]float32, N*kl)
 		for m := 0; m < M; m++ {
 			copy(xl[m*kl:(m+1)*kl], x[m*K+r*kl:])
@@ -493,7 +518,7 @@ func TestGPUSharedRanksMatchCPU(t *testing.T) {
 				in := randomInputs(n, size, 12, true)
 				want, got := clone2(in), clone2(in)
 				cpuReference(t, n, func(c Comm, r int) error { return c.AllReduce(want[r]) })
-				noErrors(t, fmt.Sprintf("%d ranks, algo %d, AllReduce(%d)", n, algo, size), eachRank(n, func(r int) error { return g.Comm(r).AllReduce(got[r]) }))
+				noErrors(t, fmt.Sprintf("%d ranks, algo %d, AllReduce(%d)", n, algo, size), testrank.Each(n, func(r int) error { return g.Comm(r).AllReduce(got[r]) }))
 				for r := 0; r < n; r++ {
 					if err := sameBits(got[r], want[r]); err != nil {
 						t.Errorf("%d ranks, algo %d, AllReduce(%d) rank %d vs CPU: %v", n, algo, size, r, err)
@@ -507,11 +532,11 @@ func TestGPUSharedRanksMatchCPU(t *testing.T) {
 				want[r], got[r] = make([]float32, c), make([]float32, c)
 			}
 			cpuReference(t, n, func(cm Comm, r int) error { return cm.ReduceScatter(want[r], in[r]) })
-			noErrors(t, "shared ReduceScatter", eachRank(n, func(r int) error { return g.Comm(r).ReduceScatter(got[r], in[r]) }))
+			noErrors(t, "shared ReduceScatter", testrank.Each(n, func(r int) error { return g.Comm(r).ReduceScatter(got[r], in[r]) }))
 			mx := clone2(in)
 			mxWant := clone2(in)
 			cpuReference(t, n, func(cm Comm, r int) error { return cm.AllReduceMax(mxWant[r]) })
-			noErrors(t, "shared AllReduceMax", eachRank(n, func(r int) error { return g.Comm(r).AllReduceMax(mx[r]) }))
+			noErrors(t, "shared AllReduceMax", testrank.Each(n, func(r int) error { return g.Comm(r).AllReduceMax(mx[r]) }))
 			for r := 0; r < n; r++ {
 				if err := sameBits(got[r], want[r]); err != nil {
 					t.Errorf("%d ranks ReduceScatter rank %d vs CPU: %v", n, r, err)
@@ -534,7 +559,7 @@ func TestGPUCommClose(t *testing.T) {
 	n := gpuRanks()
 	g := openGPUGroupOrSkip(t, n, GPUConfig{})
 	bufs := randomInputs(n, 100, 8, false)
-	noErrors(t, "before Close", eachRank(n, func(r int) error { return g.Comm(r).AllReduce(bufs[r]) }))
+	noErrors(t, "before Close", testrank.Each(n, func(r int) error { return g.Comm(r).AllReduce(bufs[r]) }))
 	if err := g.Comm(n - 1).Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +575,7 @@ func TestGPULateRank(t *testing.T) {
 	in := randomInputs(n, 1000, 7, false)
 	want := clone2(in)
 	cpuReference(t, n, func(c Comm, r int) error { return c.AllReduce(want[r]) })
-	noErrors(t, "late rank", eachRank(n, func(r int) error {
+	noErrors(t, "late rank", testrank.Each(n, func(r int) error {
 		if r == n-1 {
 			time.Sleep(300 * time.Millisecond)
 		}
@@ -600,27 +625,18 @@ func BenchmarkGPUAllReduce(b *testing.B) {
 		{"registered", AlgoAuto, []ElemType{ElemF32}, true},
 	} {
 		g := openGPUGroupOrSkip(b, n, GPUConfig{Algo: v.algo, Buffer: int64(n) * maxBytes}) // push: every slot fits
-		bufs := make([][2]cuda.Ptr, n)
-		noErrorsB(b, eachRank(n, func(r int) error {
-			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
-				var err error
-				for i := range bufs[r] {
-					if bufs[r][i], err = x.Alloc(maxBytes); err != nil {
-						return err
-					}
-				}
-				host := randomInputs(1, maxBytes/4, uint64(r), false)[0] // finite, also as bf16 pairs
-				if err := cuda.Upload(x, bufs[r][0], host); err != nil {
-					return err
-				}
-				return x.Synchronize()
-			})
-		}))
+		bufs := deviceBuffers(b, g, n, maxBytes, func(x *cuda.Ctx, r int, in cuda.Ptr) error {
+			host := randomInputs(1, maxBytes/4, uint64(r), false)[0] // finite, also as bf16 pairs
+			if err := cuda.Upload(x, in, host); err != nil {
+				return err
+			}
+			return x.Synchronize()
+		})
 		for _, t := range v.types {
 			for bytes := int64(512); bytes <= maxBytes; bytes *= 2 {
 				b.Run(fmt.Sprintf("%s/%v/%dB", v.name, t, bytes), func(b *testing.B) {
 					meds := make([]float64, n)
-					noErrorsB(b, eachRank(n, func(r int) error {
+					testrank.NoErrors(b, testrank.Each(n, func(r int) error {
 						c := g.Comm(r)
 						return c.Device().Do(func(x *cuda.Ctx) error {
 							us, err := timeCalls(x, c, b.N, func() error {
@@ -634,20 +650,10 @@ func BenchmarkGPUAllReduce(b *testing.B) {
 							return err
 						})
 					}))
-					med := 0.0
-					for _, m := range meds {
-						med = max(med, m)
-					}
-					b.ReportMetric(med, "median-µs")
-					b.ReportMetric(float64(2*(n-1))/float64(n)*float64(bytes)/(med*1e-6)/1e9, "busbw-GB/s")
+					reportBusBW(b, meds, float64(2*(n-1))/float64(n), bytes)
 				})
 			}
 		}
-		noErrorsB(b, eachRank(n, func(r int) error {
-			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
-				return errors.Join(x.Free(bufs[r][0]), x.Free(bufs[r][1]))
-			})
-		}))
 	}
 }
 
@@ -657,29 +663,15 @@ func BenchmarkGPUReduceScatterAllGather(b *testing.B) {
 	n := gpuRanks()
 	const maxBytes = 64 << 20
 	g := openGPUGroupOrSkip(b, n, GPUConfig{})
-	bufs := make([][2]cuda.Ptr, n)
-	noErrorsB(b, eachRank(n, func(r int) error {
-		return g.Comm(r).Device().Do(func(x *cuda.Ctx) error {
-			var err error
-			for i := range bufs[r] {
-				if bufs[r][i], err = x.Alloc(maxBytes); err != nil {
-					return err
-				}
-			}
-			return x.Memset8(bufs[r][0], 0x3C, maxBytes) // finite values (0x3C3C3C3C ≈ 0.0115)
-		})
-	}))
-	b.Cleanup(func() {
-		eachRank(n, func(r int) error {
-			return g.Comm(r).Device().Do(func(x *cuda.Ctx) error { return errors.Join(x.Free(bufs[r][0]), x.Free(bufs[r][1])) })
-		})
+	bufs := deviceBuffers(b, g, n, maxBytes, func(x *cuda.Ctx, r int, in cuda.Ptr) error {
+		return x.Memset8(in, 0x3C, maxBytes) // finite values (0x3C3C3C3C ≈ 0.0115)
 	})
 	for _, op := range []string{"reducescatter", "allgather"} {
 		for _, bytes := range []int64{4 << 10, 1 << 20, 8 << 20, 64 << 20} {
 			b.Run(fmt.Sprintf("%s/f32/%dB", op, bytes), func(b *testing.B) {
 				count := bytes / 4 / int64(n)
 				meds := make([]float64, n)
-				noErrorsB(b, eachRank(n, func(r int) error {
+				testrank.NoErrors(b, testrank.Each(n, func(r int) error {
 					c := g.Comm(r)
 					return c.Device().Do(func(x *cuda.Ctx) error {
 						us, err := timeCalls(x, c, b.N, func() error {
@@ -692,12 +684,7 @@ func BenchmarkGPUReduceScatterAllGather(b *testing.B) {
 						return err
 					})
 				}))
-				med := 0.0
-				for _, m := range meds {
-					med = max(med, m)
-				}
-				b.ReportMetric(med, "median-µs")
-				b.ReportMetric(float64(n-1)/float64(n)*float64(bytes)/(med*1e-6)/1e9, "busbw-GB/s")
+				reportBusBW(b, meds, float64(n-1)/float64(n), bytes)
 			})
 		}
 	}
@@ -772,13 +759,4 @@ func timeCalls(x *cuda.Ctx, c *GPUComm, calls int, call func() error) (float64, 
 	}
 	sort.Float64s(us)
 	return us[calls/2], nil
-}
-
-func noErrorsB(b *testing.B, errs []error) {
-	b.Helper()
-	for r, err := range errs {
-		if err != nil {
-			b.Fatalf("rank %d: %v", r, err)
-		}
-	}
 }

@@ -136,12 +136,7 @@ func benchCapture(b *testing.B, path, side string, data []byte) *capture.Capture
 	if err := capture.WriteAll(path, capture.Meta{FormatVersion: 1, Side: side, TP: 1, PP: 1, DP: 1}, ts); err != nil {
 		b.Fatal(err)
 	}
-	c, err := capture.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	return c
+	return openTestCapture(b, path)
 }
 
 // BenchmarkBlock compares the parts of the identical-block path on one cached block: bytes.Equal of the two

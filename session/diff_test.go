@@ -43,11 +43,17 @@ func writeCapture(t testing.TB, path, side string, tp int, ts []capture.Tensor) 
 			}
 		}
 	}
+	return openTestCapture(t, path)
+}
+
+// openTestCapture opens the capture at path, closed when the test ends.
+func openTestCapture(tb testing.TB, path string) *capture.Capture {
+	tb.Helper()
 	c, err := capture.Open(path)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	tb.Cleanup(func() { c.Close() })
 	return c
 }
 
@@ -127,50 +133,28 @@ func TestDiffPrefillVsDecodeIdentical(t *testing.T) {
 	}
 }
 
+// plantedFlip flips bit of testOps[op]'s value at sequence seq, position pos, feature feat, in B.
+type plantedFlip struct {
+	op       int
+	seq, pos int64
+	feat     int64
+	bit      uint
+}
+
 func TestDiffFirstDivergence(t *testing.T) {
 	// flips planted in B (decode layout): the first in execution order must win, not the first in the file
 	cases := []struct {
-		name  string
-		flips []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}
+		name                       string
+		flips                      []plantedFlip
 		wantOp                     string
 		wantSeq, wantPos, wantFeat int64
 		wantULP                    uint64
 	}{
-		{name: "single", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{2, 1, 7, 13, 0}}, wantOp: "layers.0.attn.q_proj", wantSeq: 1, wantPos: 7, wantFeat: 13, wantULP: 1},
-		{name: "earliest position wins", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{3, 1, 4, 0, 5}, {1, 1, 6, 39, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 1, wantPos: 4, wantFeat: 0, wantULP: 32},
-		{name: "earliest op at one position wins", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{3, 2, 9, 0, 5}, {1, 2, 9, 39, 3}, {1, 2, 10, 0, 3}}, wantOp: "layers.0.attn_norm", wantSeq: 2, wantPos: 9, wantFeat: 39, wantULP: 8},
-		{name: "earliest sequence wins", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{1, 2, 1, 0, 3}, {3, 0, 11, 1, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 0, wantPos: 11, wantFeat: 1, wantULP: 8},
-		{name: "in prompt", flips: []struct {
-			op       int
-			seq, pos int64
-			feat     int64
-			bit      uint
-		}{{0, 0, 3, 2, 15}}, wantOp: "embed", wantSeq: 0, wantPos: 3, wantFeat: 2},
+		{name: "single", flips: []plantedFlip{{2, 1, 7, 13, 0}}, wantOp: "layers.0.attn.q_proj", wantSeq: 1, wantPos: 7, wantFeat: 13, wantULP: 1},
+		{name: "earliest position wins", flips: []plantedFlip{{3, 1, 4, 0, 5}, {1, 1, 6, 39, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 1, wantPos: 4, wantFeat: 0, wantULP: 32},
+		{name: "earliest op at one position wins", flips: []plantedFlip{{3, 2, 9, 0, 5}, {1, 2, 9, 39, 3}, {1, 2, 10, 0, 3}}, wantOp: "layers.0.attn_norm", wantSeq: 2, wantPos: 9, wantFeat: 39, wantULP: 8},
+		{name: "earliest sequence wins", flips: []plantedFlip{{1, 2, 1, 0, 3}, {3, 0, 11, 1, 3}}, wantOp: "layers.0.attn_residual", wantSeq: 0, wantPos: 11, wantFeat: 1, wantULP: 8},
+		{name: "in prompt", flips: []plantedFlip{{0, 0, 3, 2, 15}}, wantOp: "embed", wantSeq: 0, wantPos: 3, wantFeat: 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -568,16 +552,7 @@ func TestDiffSafetensors(t *testing.T) {
 	q2 := append([]byte(nil), q...)
 	flipBit(q2, 4*48+17, 1)
 	writeSafetensors(t, dir+"/b.safetensors", []string{"hidden", "q"}, [][2]int64{{6, 32}, {6, 48}}, [][]byte{h, q2})
-	a, err := capture.Open(dir + "/a.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := capture.Open(dir + "/b.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := openTestCapture(t, dir+"/a.safetensors"), openTestCapture(t, dir+"/b.safetensors")
 	rep, err := Diff(context.Background(), a, b)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,22 @@ import (
 	"bitalign/kernels"
 )
 
+// localErrorsOf loads dir/checkpoint and measures the captures dir/trainer.arrow and dir/sampler.arrow (as
+// transformers' captures are laid out) against its oracle.
+func localErrorsOf(t testing.TB, dir string) (*engine.Model, []LocalErr) {
+	t.Helper()
+	m, err := engine.Load(filepath.Join(dir, "checkpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openSides(t, filepath.Join(dir, "trainer.arrow"), filepath.Join(dir, "sampler.arrow"))
+	res, err := LocalErrors(context.Background(), s, m, LocalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, res
+}
+
 // openSides opens two captures as a session (no diff report: the local error needs none), closed when the test
 // ends.
 func openSides(t testing.TB, pathA, pathB string) *Session {
@@ -231,15 +247,7 @@ func BenchmarkLocalErrors(b *testing.B) {
 // from the same inputs, though neither is bitwise the other.
 func TestLocalErrorsTransformers(t *testing.T) {
 	dir := filepath.Join("..", "testdata", "python")
-	m, err := engine.Load(filepath.Join(dir, "checkpoint"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := openSides(t, filepath.Join(dir, "trainer.arrow"), filepath.Join(dir, "sampler.arrow"))
-	res, err := LocalErrors(context.Background(), s, m, LocalOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, res := localErrorsOf(t, dir)
 	count := map[string]int{}
 	var worst ErrStats
 	for _, r := range res {

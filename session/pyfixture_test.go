@@ -11,6 +11,7 @@ import (
 
 	"bitalign/capture"
 	"bitalign/engine"
+	"bitalign/internal/hftest"
 	"bitalign/session"
 )
 
@@ -241,8 +242,8 @@ func TestReplayPythonFixtures(t *testing.T) {
 					maxDiff[k.op] = max(maxDiff[k.op], math.Abs(gf[i]-wf[i]))
 					maxAbs[k.op] = max(maxAbs[k.op], math.Abs(wf[i]))
 				}
-				if k.op == "logits" && pyArgmax(wf) != pyArgmax(gf) {
-					t.Errorf("%v: argmax %d in the capture, %d in the replay", k, pyArgmax(wf), pyArgmax(gf))
+				if k.op == "logits" && hftest.Argmax(wf) != hftest.Argmax(gf) {
+					t.Errorf("%v: argmax %d in the capture, %d in the replay", k, hftest.Argmax(wf), hftest.Argmax(gf))
 				}
 			}
 			if len(maxDiff) != 19 { // every op but tokens, sample and the rope ops HF hooks cannot see
@@ -263,14 +264,4 @@ func pyFloats(b []byte) []float64 {
 		out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 	}
 	return out
-}
-
-func pyArgmax(x []float64) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }

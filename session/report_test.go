@@ -5,18 +5,15 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"flag"
 	"html/template"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"bitalign/capture"
+	"bitalign/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/session")
 
 // f32Tensor is an f32 [n, v] tensor ([n] when v is 1): bf16 activations widened to f32, with low bits set
 // (a genuine f32 op) unless widened.
@@ -119,28 +116,15 @@ func scenario(t *testing.T, diverge bool, opts ...Option) *Report {
 // styleSheet matches an HTML report's stylesheet: constant code, not data, so the goldens leave it out.
 var styleSheet = regexp.MustCompile(`(?s)<style>.*?</style>`)
 
-func golden(t *testing.T, name string, got []byte) {
+func goldenReport(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("..", "testdata", "session", name)
 	if strings.HasSuffix(name, ".html") {
 		if !styleSheet.Match(got) {
 			t.Errorf("%s has no stylesheet", name)
 		}
 		got = styleSheet.ReplaceAll(got, []byte("<style>/* session/html.go's stylesheet */</style>"))
 	}
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./session -update)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (run go test ./session -update and review the diff); got:\n%s", name, got)
-	}
+	golden.Check(t, filepath.Join("..", "testdata", "session", name), got, "go test ./session -update")
 }
 
 func TestReportGolden(t *testing.T) {
@@ -181,7 +165,7 @@ func TestReportGolden(t *testing.T) {
 				}
 				continue
 			}
-			golden(t, "report-"+sc.name+"."+w.ext, b1.Bytes())
+			goldenReport(t, "report-"+sc.name+"."+w.ext, b1.Bytes())
 		}
 	}
 }

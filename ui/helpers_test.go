@@ -2,8 +2,6 @@ package ui
 
 import (
 	"context"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,12 +9,11 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 
+	"bitalign/internal/golden"
 	"bitalign/session/view"
 	"bitalign/ui/heatmap"
 	"bitalign/ui/internal/fake"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/ui")
 
 // run executes cmd and feeds the UI's own messages back (see drive).
 func run(t *testing.T, m *Model, cmd tea.Cmd) []tea.Msg {
@@ -80,22 +77,10 @@ func text(m *Model) string {
 	return strings.Join(lines, "\n")
 }
 
-// golden compares got with testdata/ui/name.golden (rewritten with -update).
-func golden(t *testing.T, name, got string) {
+// goldenFrame compares got with testdata/ui/name.golden (rewritten with -update).
+func goldenFrame(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("..", "testdata", "ui", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./ui -update)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from %s (run go test ./ui -update after checking):\n%s", name, path, got)
-	}
+	golden.Check(t, filepath.Join("..", "testdata", "ui", name+".golden"), []byte(got), "go test ./ui -update")
 }
 
 func prepare(p *view.Pair) (*heatmap.Data, error) { return heatmap.Prepare(p) }

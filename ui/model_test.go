@@ -40,7 +40,7 @@ func selectedOp(m *Model) string {
 func TestOverviewGolden(t *testing.T) {
 	m := loaded(t, fake.Default(), 120, 40)
 	checkFrame(t, m)
-	golden(t, "overview-120x40", text(m))
+	goldenFrame(t, "overview-120x40", text(m))
 	if got := selectedOp(m); got != "layers.2.mlp.down_proj" {
 		t.Errorf("after loading, selected %q, want the first divergence layers.2.mlp.down_proj", got)
 	}
@@ -57,9 +57,9 @@ func TestResize(t *testing.T) {
 	}
 	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
 	run(t, m, m.setScreen(overviewScreen))
-	golden(t, "overview-80x24", text(m))
+	goldenFrame(t, "overview-80x24", text(m))
 	press(t, m, "enter")
-	golden(t, "tensor-80x24", text(m))
+	goldenFrame(t, "tensor-80x24", text(m))
 	// the cursor keeps its element across a resize
 	press(t, m, "m")
 	r0, c0, _ := m.heat.Cursor()
@@ -78,7 +78,7 @@ func TestFilter(t *testing.T) {
 	}
 	press(t, m, "enter")
 	checkFrame(t, m)
-	golden(t, "filter-down", text(m))
+	goldenFrame(t, "filter-down", text(m))
 	press(t, m, "j", "j")
 	if got := selectedOp(m); got != "layers.3.mlp.down_proj" {
 		t.Errorf("j j in the filtered list selected %q", got)
@@ -162,16 +162,16 @@ func TestSteppingKeepsToken(t *testing.T) {
 		t.Errorf("token row %d after stepping, want %d", r, r0)
 	}
 	press(t, m, "m")
-	golden(t, "tensor-k_proj", text(m))
+	goldenFrame(t, "tensor-k_proj", text(m))
 }
 
 func TestBitViewGolden(t *testing.T) {
 	m := loaded(t, fake.Default(), 120, 40)
 	press(t, m, "enter")
 	checkFrame(t, m)
-	golden(t, "tensor-first-divergence", text(m))
+	goldenFrame(t, "tensor-first-divergence", text(m))
 	press(t, m, "}", "m")
-	golden(t, "tensor-layer3-max", text(m))
+	goldenFrame(t, "tensor-layer3-max", text(m))
 	o := m.selected()
 	r, c, _ := m.heat.Cursor()
 	if o.MaxAt == nil || int64(r) != o.MaxAt.Pos || int64(c) != o.MaxAt.Feature || !strings.Contains(text(m), "227 ULP") {
@@ -201,7 +201,7 @@ func TestLoadError(t *testing.T) {
 	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
 	run(t, m, m.Init())
 	checkFrame(t, m)
-	golden(t, "load-error", text(m))
+	goldenFrame(t, "load-error", text(m))
 	press(t, m, "enter", "j", "r", "e", "/")
 	if m.prompt != noPrompt || m.screen != overviewScreen {
 		t.Error("keys other than help and quit must do nothing without a session")
@@ -217,7 +217,7 @@ func TestPairError(t *testing.T) {
 	m := loaded(t, cfg, 100, 30)
 	press(t, m, "enter")
 	checkFrame(t, m)
-	golden(t, "pair-error", text(m))
+	goldenFrame(t, "pair-error", text(m))
 	if m.statusKind != statusErr {
 		t.Error("a pair that cannot be read should be an error in the status line")
 	}
@@ -231,7 +231,7 @@ func TestReplay(t *testing.T) {
 	m := loaded(t, fake.Default(), 120, 40)
 	press(t, m, "enter", "r")
 	checkFrame(t, m)
-	golden(t, "replay-local", text(m))
+	goldenFrame(t, "replay-local", text(m))
 	rs := m.replays[m.curKey()]
 	if rs == nil || rs.Result == nil || !rs.Result.Local || !strings.Contains(m.status, "local") {
 		t.Fatalf("replay of the first divergence: %+v, status %q", rs, m.status)
@@ -273,7 +273,7 @@ func TestExport(t *testing.T) {
 	if m.prompt != confirmPrompt {
 		t.Fatal("exporting over an existing file must ask first")
 	}
-	golden(t, "export-confirm", strings.ReplaceAll(text(m), dir, "DIR"))
+	goldenFrame(t, "export-confirm", strings.ReplaceAll(text(m), dir, "DIR"))
 	press(t, m, "n")
 	if b, _ := os.ReadFile(path); string(b) != "mine" {
 		t.Error("n must leave the file alone")
@@ -330,7 +330,7 @@ func TestHelp(t *testing.T) {
 	m := loaded(t, fake.Default(), 120, 40)
 	press(t, m, "?")
 	checkFrame(t, m)
-	golden(t, "help", text(m))
+	goldenFrame(t, "help", text(m))
 	press(t, m, "j") // ignored while help is open
 	press(t, m, "esc")
 	if m.showHelp || selectedOp(m) != "layers.2.mlp.down_proj" {
@@ -421,7 +421,7 @@ func TestKeysWhileLoading(t *testing.T) {
 		t.Errorf("progress not shown:\n%s", text(m))
 	}
 	checkFrame(t, m)
-	golden(t, "loading", text(m))
+	goldenFrame(t, "loading", text(m))
 	press(t, m, "?")
 	if !m.showHelp {
 		t.Error("? must work while loading")

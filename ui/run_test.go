@@ -21,6 +21,19 @@ func (s *slowReader) Read(p []byte) (int, error) {
 	return s.r.Read(p)
 }
 
+// waitRun fails the test unless Run, started with done as its result, returns nil within limit after what.
+func waitRun(t *testing.T, done <-chan error, limit time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after %s: %v", what, err)
+		}
+	case <-time.After(limit):
+		t.Fatalf("Run did not return after %s", what)
+	}
+}
+
 // TestRun runs the entry point headlessly on the demo: q quits and Run returns nil.
 func TestRun(t *testing.T) {
 	in := realDemo(t)
@@ -31,14 +44,7 @@ func TestRun(t *testing.T) {
 		done <- Run(context.Background(), Options{Load: loaderOf(in), Title: "demo",
 			Input: &slowReader{r: strings.NewReader("jq"), wait: 500 * time.Millisecond}, Output: &out})
 	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after q")
-	}
+	waitRun(t, done, 30*time.Second, "q")
 	if !strings.Contains(out.String(), "bitalign") {
 		t.Errorf("nothing rendered: %q", out.String())
 	}
@@ -56,12 +62,5 @@ func TestRunCancel(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond)
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Run after cancel: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
+	waitRun(t, done, 10*time.Second, "cancel")
 }

@@ -10,6 +10,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"bitalign/internal/testgpu"
 	"bitalign/session"
 	"bitalign/session/view"
 )
@@ -68,10 +69,7 @@ func TestRealSessionCUDA(t *testing.T) {
 	in := realDemo(t)
 	in.Device = "cuda"
 	if l, err := session.Load(context.Background(), in, nil); err != nil {
-		if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
-			t.Fatalf("BITALIGN_REQUIRE_GPU=1 but: %v", err)
-		}
-		t.Skipf("no GPU, so replay in the UI is not run on one here (not counted as passed): %v", err)
+		testgpu.SkipOrFail(t, err, "no GPU, so replay in the UI is not run on one here (not counted as passed): %v", err)
 	} else {
 		t.Logf("GPU: %s", l.BackendName)
 		l.Close()

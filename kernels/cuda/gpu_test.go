@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"unsafe"
 
 	"bitalign/cuda"
+	"bitalign/internal/testgpu"
 	"bitalign/kernels"
 )
 
@@ -41,10 +41,7 @@ func openGPU(t testing.TB) *gpu {
 		theGPU = &gpu{d: d, k: k}
 	})
 	if gpuErr != nil {
-		if os.Getenv("BITALIGN_REQUIRE_GPU") == "1" {
-			t.Fatalf("BITALIGN_REQUIRE_GPU=1 but: %v", gpuErr)
-		}
-		t.Skipf("no GPU here (%v): skipped, not passed", gpuErr)
+		testgpu.SkipOrFail(t, gpuErr, "no GPU here (%v): skipped, not passed", gpuErr)
 	}
 	return theGPU
 }

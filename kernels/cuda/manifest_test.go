@@ -10,19 +10,14 @@ import (
 	"testing"
 
 	"bitalign/internal/ptx"
+	"bitalign/internal/ptx/ptxtest"
 	"bitalign/kernels"
 )
 
 // TestManifest fails when a kernel source changed without its PTX being regenerated (`make ptx`), a PTX file
 // was edited by hand, or the Makefile's NVCCFLAGS are not the flags the PTX was built with.
 func TestManifest(t *testing.T) {
-	flags, err := ptx.MakefileFlags("../../Makefile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, err := range ptx.Check(".", func(cu string) []string { return []string{strings.TrimSuffix(cu, ".cu") + ".ptx"} }, flags) {
-		t.Error(err)
-	}
+	ptxtest.CheckManifest(t, "../../Makefile", ".", func(cu string) []string { return []string{strings.TrimSuffix(cu, ".cu") + ".ptx"} })
 }
 
 // TestEmbeddedPTX checks that the embedded modules are the files on disk and that each declares sm_90 code

@@ -204,11 +204,11 @@ func (r *Report) FirstDivergent() int {
 
 // Pair holds both sides of one tensor slice over Rows tokens × Cols features (trailing dims flattened).
 type Pair struct {
-	Key        Key
-	DType      string // capture dtype name: "bf16", "f16", "f32", "f64", "f8e4m3", "f8e5m2", "i32", "i64", "u8", "bool"
+	Key   Key
+	DType string // capture dtype name: "bf16", "f16", "f32", "f64", "f8e4m3", "f8e5m2", "i32", "i64", "u8", "bool"
 	// ULPDType is the dtype ULP distances are counted in ("" = DType): "bf16" for f32 tensors whose values are
 	// all bf16 values on both sides (bf16 logits widened to float32), so that one bf16 step is 1 ULP, not 65536.
-	ULPDType string
+	ULPDType   string
 	Rows       int
 	Cols       int
 	Pos0       int64  // position of row 0

@@ -1,30 +1,15 @@
 package keys
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite docs/keys.md")
+	"bitalign/internal/golden"
+)
 
 // TestDocs fails when docs/keys.md is not what the table generates.
 func TestDocs(t *testing.T) {
-	path := filepath.Join("..", "..", "docs", "keys.md")
-	want := Markdown()
-	if *update {
-		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (regenerate: go test ./ui/keys -run TestDocs -update)", err)
-	}
-	if string(got) != want {
-		t.Fatalf("docs/keys.md is stale: regenerate with go test ./ui/keys -run TestDocs -update")
-	}
+	golden.Check(t, filepath.Join("..", "..", "docs", "keys.md"), []byte(Markdown()), "go test ./ui/keys -run TestDocs -update")
 }
 
 // TestNoDuplicateKeys: one key, one action.

@@ -1,0 +1,4 @@
+package kernels
+
+// RandBF16 lends randBF16 to the external tests (package kernels_test).
+var RandBF16 = randBF16
