@@ -9,6 +9,8 @@
 #   test  runs the cuda/ and kernels/cuda/ tests with BITALIGN_REQUIRE_GPU=1 (a skip becomes a failure).
 #   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's).
 #   nvls  runs the GPU collectives' tests (the 2-GPU ones need a machine with two).
+#   audit plants bugs in transformers pairs made on the GPU (capture/python/tests/plant.py) and checks that
+#         bitalign audit's first suspect names each (docs/audit.md).
 #   ui    runs the debugger's real-session test with replay on the GPU (verdicts as on the CPU).
 #   bench runs the Go benchmarks and the cuBLAS reference (PyTorch) in the same call.
 set -uo pipefail
@@ -18,7 +20,7 @@ export PYTHONUNBUFFERED=1
 export BITALIGN_REQUIRE_GPUS="$(nvidia-smi -L | wc -l)"       # the 2-GPU engine test fails instead of skipping
 OUT="${OUT:-/tmp/gpu-out}"
 mkdir -p "$OUT"
-steps="${*:-ptx test engine nvls ui bench}"
+steps="${*:-ptx test engine nvls ui audit bench}"
 NVCC="${NVCC:-nvcc}"
 rc=0
 for f in .gpu/*.gz; do [[ -e "$f" ]] && gunzip -f "$f" && chmod +x "${f%.gz}"; done  # make gpu-build gzips them
@@ -80,6 +82,32 @@ if [[ " $steps " == *" ui "* ]]; then
   (cd ui && BITALIGN_REQUIRE_GPU=1 ../.gpu/ui.test -test.run 'RealSession' -test.v -test.count=1 -test.timeout 200s) 2>&1 |
     tee "$OUT/test-ui.log" | grep -E "^(--- |ok|FAIL|PASS)|GPU" | head -20
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
+
+if [[ " $steps " == *" audit "* ]]; then
+  # docs/audit.md on the GPU: transformers pairs whose trainer (one padded batch) and sampler (a decode loop) both
+  # run on cuda, the sampler with the trainer's kernels (--native: cuBLAS at another M is the only noise) and
+  # with SDPA and TP-2 style bf16 all-reduces; one bug planted; the audit's first suspect must be it.
+  echo "== audit (bitalign audit on GPU-made transformers pairs)"
+  for c in "weight qwen2 sampler" "eps qwen2 sampler" "fp16 llama sampler" "rope qwen3 sampler" "weight qwen3 trainer" "none llama sampler"; do
+    set -- $c
+    for k in native emulated; do
+      d=/tmp/audit-$1-$2-$3-$k
+      python3 -W ignore capture/python/tests/plant.py "$d" --bug "$1" --arch "$2" --side "$3" --device cuda \
+        $([[ $k == native ]] && echo --native) > "$d.log" 2>&1 || { echo "plant $c $k FAILED"; tail -3 "$d.log"; rc=1; continue; }
+      first=$(.gpu/bitalign diff "$d/trainer.arrow" "$d/sampler.arrow" --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["first_divergence"]["op"])' 2>/dev/null)
+      .gpu/bitalign audit "$d/trainer.arrow" "$d/sampler.arrow" --checkpoint "$d/checkpoint" --format json > "$d.json"
+      python3 - "$d" "$first" "$k" <<'PY' || rc=1
+import json, sys
+d, first, k = sys.argv[1:]
+want, rep = json.load(open(d + "/plant.json")), json.load(open(d + ".json"))
+s = rep["suspects"]
+ok = (s == []) if want["op"] is None else bool(s) and (s[0]["op"], s[0]["side_name"]) == (want["op"], want["side"])
+print(f'{"ok  " if ok else "FAIL"} {want["bug"]:6} {want["arch"]:5} {str(want["side"]):7} {k:8} diff first: {first:22} audit: {rep["headline"]}')
+sys.exit(0 if ok else 1)
+PY
+    done
+  done
 fi
 
 if [[ " $steps " == *" bench "* ]]; then
