@@ -169,7 +169,7 @@ func TestRealSessionAudit(t *testing.T) {
 		t.Fatalf("no suspects (status %q)", m.status)
 	}
 	screen := text(m)
-	if !strings.Contains(screen, "local A/B") || !strings.Contains(screen, "!") {
+	if !strings.Contains(screen, "local A / B") || !strings.Contains(screen, "!") {
 		t.Errorf("the op list does not show the local errors:\n%s", screen)
 	}
 	press(t, m, "s")

@@ -187,11 +187,23 @@ const (
 
 type cols struct {
 	name, typ, bar int
+	local          int // the audit's local errors, A / B (once it has run), in place of the bar
 	numbers        bool
 }
 
+// localW is the width of the local-error column: "   0.48  / 9.1!   ".
+const localW = 19
+
 func (m Model) columns() cols {
 	c := cols{name: max(m.w-fixedCols, 8), numbers: m.w >= fixedCols+16}
+	if m.audit != nil && c.numbers && m.w-fixedCols-localW-2 >= 20 {
+		c.local = localW
+		c.name = min(maxNameW, m.w-fixedCols-localW-2)
+		if extra := m.w - fixedCols - c.name - localW - 2; extra >= typeW {
+			c.typ = typeW
+		}
+		return c
+	}
 	if extra := m.w - fixedCols - maxNameW; extra >= typeW+8 {
 		c.name = maxNameW
 		c.typ = typeW
@@ -215,12 +227,8 @@ func (m Model) View() string {
 	if c.numbers {
 		head += fmt.Sprintf("%8s%12s", "differ", "max diff")
 	}
-	if c.bar > 0 && m.audit != nil {
-		h := "local error A / B (ulp)"
-		if len(h) > c.bar {
-			h = "local A/B"
-		}
-		head += "  " + theme.Fit(h, c.bar)
+	if c.local > 0 {
+		head += "  " + theme.Fit("local A / B (ulp)", c.local)
 	} else if c.bar > 0 {
 		head += "  " + "elements differing"
 	}
@@ -280,14 +288,11 @@ func (m Model) row(i int, selected bool, c cols) string {
 	}
 	bar, barEmpty := "", ""
 	local, suspect := "", false
-	if c.bar > 0 && m.audit != nil {
+	if c.local > 0 {
 		if l, ok := m.audit.Local[o.Op]; ok && (o.Role == "" || o.Role == "out") {
 			sa, sb := m.audit.SuspectOf(o.Op, 0), m.audit.SuspectOf(o.Op, 1)
 			suspect = sa > 0 || sb > 0
-			local = fmt.Sprintf("%7s%s / %-7s%s", view.FormatULPs(l[0]), mark1(sa), view.FormatULPs(l[1]), mark1(sb))
-			if len(local) > c.bar { // narrow: no padding
-				local = view.FormatULPs(l[0]) + strings.TrimSpace(mark1(sa)) + "/" + view.FormatULPs(l[1]) + strings.TrimSpace(mark1(sb))
-			}
+			local = theme.Fit(fmt.Sprintf("%8s / %-8s", view.FormatULPs(l[0])+mark1(sa), view.FormatULPs(l[1])+mark1(sb)), c.local)
 		}
 	} else if c.bar > 0 {
 		n := int(o.MismatchFrac()*float64(c.bar) + 0.5)
@@ -305,7 +310,7 @@ func (m Model) row(i int, selected bool, c cols) string {
 		if c.numbers {
 			line += fmt.Sprintf("%8s%12s", pct, ulp)
 		}
-		if c.bar > 0 {
+		if c.bar > 0 || c.local > 0 {
 			line += "  " + bar + barEmpty + local
 		}
 		return m.st.SelectedMark.Render(mark) + m.st.Selected.Render(theme.Fit(line, m.w-2))
@@ -411,10 +416,10 @@ func Describe(o *view.OpStat) string {
 	return s
 }
 
-// mark1 marks a suspect's side: "!" for a suspect, " " otherwise.
+// mark1 marks a suspect's side: "!" for a suspect, "" otherwise.
 func mark1(rank int) string {
 	if rank > 0 {
 		return "!"
 	}
-	return " "
+	return ""
 }
