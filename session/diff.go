@@ -128,6 +128,10 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 	}
 
 	rep := &Report{A: captureInfo(a), B: captureInfo(b), Filter: slices.Clone(cfg.ops), IgnoreMissing: cfg.ignoreMissing}
+	rep.Warnings = append(append(rep.Warnings, a.ImportWarnings()...), b.ImportWarnings()...)
+	if h := capture.PrefixHint(a, b); h != "" {
+		rep.Warnings = append(rep.Warnings, h)
+	}
 	var total int64
 	for _, kk := range keys {
 		for _, i := range ia.byOp[kk.k] {

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -560,5 +561,49 @@ func TestDiffSafetensors(t *testing.T) {
 	f := rep.First
 	if f == nil || f.Op != "q" || f.At.Pos != 4 || f.At.Col != 17 || f.ULP != 2 || len(rep.Ops) != 2 || rep.Ops[0].Status != StatusIdentical {
 		t.Fatalf("first %+v, ops %d", f, len(rep.Ops))
+	}
+}
+
+// TestDiffWarnings: a safetensors import without an execution order, and op names one side carries with a
+// prefix the other lacks, are said in every report format (and nothing is said for captures without them).
+func TestDiffWarnings(t *testing.T) {
+	dir := t.TempDir()
+	h := activation(0, 1, 0, 6, 32)
+	writeSafetensors(t, dir+"/a.safetensors", []string{"layers.0.attn_norm", "hidden"}, [][2]int64{{6, 32}, {6, 32}}, [][]byte{h, h})
+	writeSafetensors(t, dir+"/b.safetensors", []string{"model.layers.0.attn_norm", "hidden"}, [][2]int64{{6, 32}, {6, 32}}, [][]byte{h, h})
+	a, err := capture.Open(dir + "/a.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := capture.Open(dir + "/b.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	rep, err := Diff(context.Background(), a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Warnings) < 2 || !strings.Contains(strings.Join(rep.Warnings, "\n"), "model.") {
+		t.Fatalf("warnings %q", rep.Warnings)
+	}
+	for _, f := range []string{"text", "json", "md", "html"} {
+		var out bytes.Buffer
+		if err := WriteReport(&out, rep, f); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "model.") {
+			t.Errorf("%s report lacks the prefix hint:\n%s", f, out.String())
+		}
+	}
+	same, err := Diff(context.Background(), a, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range same.Warnings {
+		if strings.Contains(w, "model.") {
+			t.Errorf("a capture against itself: %q", w)
+		}
 	}
 }

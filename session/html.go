@@ -120,6 +120,9 @@ func WriteHTML(w io.Writer, r *Report) error {
 	if n := narrowNote(r); n != "" {
 		d.Notes = append(d.Notes, n+".")
 	}
+	for _, w := range r.Warnings {
+		d.Notes = append(d.Notes, "Warning: "+w)
+	}
 	if r.First != nil {
 		d.FirstAt = where(r.First.At)
 		d.Distance = firstDistance(r.First)

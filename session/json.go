@@ -17,6 +17,7 @@ type jsonReport struct {
 	Mismatched      int64           `json:"mismatched"`
 	OpsFilter       []string        `json:"ops_filter"`
 	IgnoreMissing   bool            `json:"ignore_missing"`
+	Warnings        []string        `json:"warnings,omitempty"`
 	Tolerance       *jsonTolerance  `json:"tolerance"`
 	FirstDivergence *jsonDivergence `json:"first_divergence"`
 	Ops             []jsonOp        `json:"ops"`
@@ -138,7 +139,7 @@ func nonNil[T any](s []T) []T {
 // WriteJSON writes r as the versioned JSON report of docs/report-schema.md (indented, deterministic).
 func WriteJSON(w io.Writer, r *Report) error {
 	out := jsonReport{Schema: "bitalign.diff", Version: SchemaVersion, Identical: r.Identical, A: r.A, B: r.B,
-		Compared: r.Compared, Mismatched: r.Mismatched, OpsFilter: nonNil(r.Filter), IgnoreMissing: r.IgnoreMissing,
+		Compared: r.Compared, Mismatched: r.Mismatched, OpsFilter: nonNil(r.Filter), IgnoreMissing: r.IgnoreMissing, Warnings: r.Warnings,
 		Ops: []jsonOp{}, Missing: nonNil(r.Missing)}
 	if c := r.Check; c != nil {
 		t := &jsonTolerance{Within: c.Within, WorstULP: c.WorstULP, WorstULPOp: c.WorstULPOp, WorstRel: c.WorstRel,

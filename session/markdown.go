@@ -39,6 +39,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	if n := missingNote(r); n != "" {
 		fmt.Fprintf(&b, "\n%s.\n", upper(n))
 	}
+	for _, w := range r.Warnings {
+		fmt.Fprintf(&b, "\n**Warning:** %s\n", mdEscape(w))
+	}
 	if f := r.First; f != nil {
 		fmt.Fprintf(&b, "\n**First divergence:** `%s` [%s] (index %d, %s) at %s\n\n", mdEscape(f.Op), mdEscape(f.Role), f.Index, f.DType, where(f.At))
 		fmt.Fprintf(&b, "| | hex | value |\n|---|---|---|\n| A | `%s` | %s |\n| B | `%s` | %s |\n\n", f.A.Hex, f.A.Decimal, f.B.Hex, f.B.Decimal)

@@ -193,7 +193,11 @@ type Report struct {
 	Compared, Mismatched int64
 	Filter               []string // WithOps's patterns: only matching ops were compared
 	IgnoreMissing        bool     // WithIgnoreMissing: absent tensors do not make the report not identical (MissingProblems)
-	Check                *Check   // WithTolerance's result, nil without one
+	// Warnings are what the inputs could not decide for sure: a safetensors import whose execution order is
+	// the data's (capture.ImportWarnings), op names one side carries with a prefix the other lacks
+	// (capture.PrefixHint). Every report format shows them.
+	Warnings []string
+	Check    *Check // WithTolerance's result, nil without one
 }
 
 // Passed reports whether the diff passes: identical, or within its tolerance (Check). bitalign diff exits 0

@@ -430,6 +430,9 @@ func WriteText(w io.Writer, r *Report) error {
 	if n := missingNote(r); n != "" {
 		fmt.Fprintln(&b, n)
 	}
+	for _, w := range r.Warnings {
+		fmt.Fprintln(&b, "warning: "+w)
+	}
 	if f := r.First; f != nil {
 		fmt.Fprintf(&b, "\nFirst divergence: %s [%s] (index %d, %s)\n", f.Op, f.Role, f.Index, f.DType)
 		fmt.Fprintf(&b, "  at   %s\n", where(f.At))
