@@ -1,8 +1,6 @@
 package session
 
 import (
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"bitalign/engine"
@@ -23,6 +21,7 @@ func TestHFOracle(t *testing.T) {
 			scale float64
 			out   int64
 			n     int64
+			local float64
 		}
 		per := map[string]*[2]agg{}
 		var order []string
@@ -44,16 +43,19 @@ func TestHFOracle(t *testing.T) {
 				a.ulp, a.scale = max(a.ulp, side.Captured.MaxULP), max(a.scale, side.Captured.Scale)
 				a.out += side.Captured.OutOfTolerance
 				a.n += side.Captured.Elements
-				eager := strings.Contains(filepath.Base(dir), "eager") && key == "attn.sdpa"
-				if !side.Captured.OK() && !eager {
-					t.Errorf("%s seq %d side %d: %+v", r.Op, r.Seq, i, side.Captured)
+				// the audit's measure (docs/audit.md): every element within 2 ULPs in the smaller of its ULP
+				// distance and its ULPs at the row's scale. (OutOfTolerance, which needs both, is not a bound
+				// for attention: transformers' bf16 attention rounds its probabilities, 2% of the RMS.)
+				if side.Captured.Local > 2 {
+					t.Errorf("%s seq %d side %d: local error %.3g ULP: %+v", r.Op, r.Seq, i, side.Captured.Local, side.Captured)
 				}
+				a.local = max(a.local, side.Captured.Local)
 			}
 		}
 		for _, k := range order {
 			a := per[k]
-			t.Logf("%-16s trainer %6d ulp %.2e of RMS %d/%d out | sampler %6d ulp %.2e of RMS %d/%d out",
-				k, a[0].ulp, a[0].scale, a[0].out, a[0].n, a[1].ulp, a[1].scale, a[1].out, a[1].n)
+			t.Logf("%-16s trainer local %.2g, %6d ulp %.2e of RMS %d/%d out | sampler local %.2g, %6d ulp %.2e of RMS %d/%d out",
+				k, a[0].local, a[0].ulp, a[0].scale, a[0].out, a[0].n, a[1].local, a[1].ulp, a[1].scale, a[1].out, a[1].n)
 		}
 	})
 }
