@@ -51,30 +51,56 @@ func LayerOps(qkNorm bool) []string {
 		LayerGateProj, LayerUpProj, LayerAct, LayerDownProj, LayerMLPResidual)
 }
 
+// The ops of a mixture-of-experts layer that replace LayerGateProj, LayerUpProj, LayerAct and LayerDownProj, in
+// execution order (docs/design.md, docs/arithmetic.md §19).
+const (
+	LayerRouter        = "mlp.router"         // f32 [T, E]: the router logits (mlp_norm · Wgateᵀ, float32 output)
+	LayerExperts       = "mlp.experts"        // i32 [T, k]: the selected experts, score descending, id ascending
+	LayerExpertWeights = "mlp.expert_weights" // f32 [T, k]: the combine weights, in the experts' order
+	LayerCombine       = "mlp.combine"        // [T, H]: the MoE block's output, what mlp_residual adds
+)
+
 // LayerOp returns "layers.L.suffix".
 func LayerOp(l int, suffix string) string { return "layers." + strconv.Itoa(l) + "." + suffix }
 
+// MoELayerOps lists a mixture-of-experts layer's op suffixes in execution order: LayerOps with the dense MLP's
+// four ops replaced by the router, the experts, their weights and the combine (as many ops: every layer of a
+// model has the same number of ops, dense or not).
+func MoELayerOps(qkNorm bool) []string {
+	ops := LayerOps(qkNorm)
+	n := len(ops)
+	return append(ops[:n-5:n-5], LayerRouter, LayerExperts, LayerExpertWeights, LayerCombine, LayerMLPResidual)
+}
+
+// layerOps is layer l's suffixes: MoELayerOps when moe(l) (moe nil: a dense model), else LayerOps.
+func layerOps(l int, qkNorm bool, moe func(int) bool) []string {
+	if moe != nil && moe(l) {
+		return MoELayerOps(qkNorm)
+	}
+	return LayerOps(qkNorm)
+}
+
 // OpNames returns the canonical op names of one forward pass of a model with the given layers in execution
-// order: a name's position in this list is its capture Index.
-func OpNames(layers int, qkNorm bool) []string {
+// order: a name's position in this list is its capture Index. moe reports which layers are mixture-of-experts
+// layers (nil: none).
+func OpNames(layers int, qkNorm bool, moe func(l int) bool) []string {
 	ops := []string{OpTokens, OpEmbed}
-	per := LayerOps(qkNorm)
 	for l := 0; l < layers; l++ {
-		for _, s := range per {
+		for _, s := range layerOps(l, qkNorm, moe) {
 			ops = append(ops, LayerOp(l, s))
 		}
 	}
 	return append(ops, OpFinalNorm, OpLogits, OpLogprobs, OpSample)
 }
 
-// OpIndex returns op's position in OpNames(layers, qkNorm), or -1, without building the list.
-func OpIndex(op string, layers int, qkNorm bool) int {
-	per := LayerOps(qkNorm)
+// OpIndex returns op's position in OpNames(layers, qkNorm, moe), or -1, without building the list.
+func OpIndex(op string, layers int, qkNorm bool, moe func(l int) bool) int {
+	per := LayerOps(qkNorm) // a MoE layer has as many ops
 	if l, s, ok := SplitLayerOp(op); ok {
 		if l >= layers {
 			return -1
 		}
-		for i, x := range per {
+		for i, x := range layerOps(l, qkNorm, moe) {
 			if x == s {
 				return 2 + l*len(per) + i
 			}

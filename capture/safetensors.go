@@ -385,22 +385,33 @@ func importOrder(md map[string]string, es []Entry, explicit []bool) (order map[s
 		return order, "", nil
 	}
 	layers, qkNorm := 0, false
+	moeLayers := map[int]bool{} // layers with a mixture-of-experts op
+	isMoE := func(l int) bool { return moeLayers[l] }
+	allMoE := func(int) bool { return true }
 	for _, op := range ops {
-		if l, s, ok := SplitLayerOp(op); ok && l < maxImportLayer && OpIndex(op, l+1, true) >= 0 {
+		l, s, ok := SplitLayerOp(op)
+		if !ok || l >= maxImportLayer {
+			continue
+		}
+		dense, moe := OpIndex(op, l+1, true, nil) >= 0, OpIndex(op, l+1, true, allMoE) >= 0
+		if dense || moe {
 			layers = max(layers, l+1)
 			qkNorm = qkNorm || s == LayerQNorm || s == LayerKNorm
+		}
+		if moe && !dense {
+			moeLayers[l] = true
 		}
 	}
 	next, canonical := int32(0), false
 	for _, op := range ops {
-		canonical = canonical || OpIndex(op, layers, qkNorm) >= 0
+		canonical = canonical || OpIndex(op, layers, qkNorm, isMoE) >= 0
 	}
 	if canonical {
-		next = int32(OpIndex(OpSample, layers, qkNorm) + 1) // past the canonical list
+		next = int32(OpIndex(OpSample, layers, qkNorm, isMoE) + 1) // past the canonical list
 	}
 	var other []string
 	for _, op := range ops {
-		if i := OpIndex(op, layers, qkNorm); i >= 0 {
+		if i := OpIndex(op, layers, qkNorm, isMoE); i >= 0 {
 			order[op] = int32(i)
 			continue
 		}

@@ -107,9 +107,9 @@ func TestSafetensorsImport(t *testing.T) {
 	}
 	e := func(i int) Entry { return c.Entry(i) }
 	n := len(DTypes())
-	// q_proj and logits are canonical (one layer, no q/k norms: OpNames(1, false)); the t.* ops follow that
+	// q_proj and logits are canonical (one layer, no q/k norms: OpNames(1, false, nil)); the t.* ops follow that
 	// list in data order
-	base := int32(len(OpNames(1, false)))
+	base := int32(len(OpNames(1, false, nil)))
 	if e(0).Op != "t.bf16" || e(0).Pos != 0 || e(0).NTok != 3 || e(0).Role != "out" || e(0).Index != base || e(3).Pos != 3 || e(3).Index != base+3 {
 		t.Fatalf("entry 0 %+v, entry 3 %+v", e(0), e(3))
 	}
@@ -121,7 +121,7 @@ func TestSafetensorsImport(t *testing.T) {
 		t.Fatalf("suffixed name: %+v", q1)
 	}
 	lg := e(n + 2)
-	if lg.Index != int32(OpIndex(OpLogits, 1, false)) || lg.Rank != 1 || lg.Shard.Dim != 1 || lg.Shard.Start != 2 || fmt.Sprint(lg.Shard.FullShape) != "[2 4]" || lg.Seq != 3 {
+	if lg.Index != int32(OpIndex(OpLogits, 1, false, nil)) || lg.Rank != 1 || lg.Shard.Dim != 1 || lg.Shard.Start != 2 || fmt.Sprint(lg.Shard.FullShape) != "[2 4]" || lg.Seq != 3 {
 		t.Fatalf("sharded: %+v", lg)
 	}
 	if s := e(n + 3); s.NTok != 0 || len(s.Shape) != 0 {
@@ -246,7 +246,7 @@ func TestSafetensorsCanonicalNamesGiveExecutionOrder(t *testing.T) {
 	}
 	path := writeFile(t, "hf.safetensors", buildSafetensors(map[string]string{"side": "trainer"}, ts))
 	c := openCapture(t, path)
-	want := OpNames(2, true)
+	want := OpNames(2, true, nil)
 	for i := 0; i < c.Len(); i++ {
 		e := c.Entry(i)
 		if int(e.Index) != slices.Index(want, e.Op) {
@@ -298,7 +298,7 @@ func TestSafetensorsDataOrderIsWarned(t *testing.T) {
 	}
 	path := writeFile(t, "mods.safetensors", buildSafetensors(nil, ts))
 	c := openCapture(t, path)
-	base := int32(len(OpNames(0, false)))
+	base := int32(len(OpNames(0, false, nil)))
 	if e := c.Entry(1); e.Op != OpEmbed || e.Index != 1 {
 		t.Fatalf("canonical embed: %+v", e)
 	}
@@ -328,7 +328,7 @@ func TestSafetensorsHugeLayerNumberIsNotCanonical(t *testing.T) {
 	ts := []stTensor{{"layers.2147483647.attn_norm", "F32", []int64{1}, seqBytes(4, 1)}, {"embed", "F32", []int64{1}, seqBytes(4, 2)}}
 	path := writeFile(t, "huge.safetensors", buildSafetensors(nil, ts))
 	c := openCapture(t, path)
-	if c.Entry(0).Index != int32(len(OpNames(0, false))) || c.Entry(1).Index != 1 || len(c.ImportWarnings()) != 1 {
+	if c.Entry(0).Index != int32(len(OpNames(0, false, nil))) || c.Entry(1).Index != 1 || len(c.ImportWarnings()) != 1 {
 		t.Fatalf("entries %+v %+v", c.Entry(0), c.Entry(1))
 	}
 }

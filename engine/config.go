@@ -14,13 +14,16 @@ const (
 	ArchLlama = "llama"
 	ArchQwen2 = "qwen2"
 	ArchQwen3 = "qwen3"
+	// ArchQwen3MoE is Qwen3 attention with mixture-of-experts MLPs (Qwen3MoeForCausalLM, docs/arithmetic.md §19).
+	ArchQwen3MoE = "qwen3_moe"
 )
 
 // hfArchitectures maps a config.json "architectures" entry to the engine's architecture name.
 var hfArchitectures = map[string]string{
-	"LlamaForCausalLM": ArchLlama,
-	"Qwen2ForCausalLM": ArchQwen2,
-	"Qwen3ForCausalLM": ArchQwen3,
+	"LlamaForCausalLM":    ArchLlama,
+	"Qwen2ForCausalLM":    ArchQwen2,
+	"Qwen3ForCausalLM":    ArchQwen3,
+	"Qwen3MoeForCausalLM": ArchQwen3MoE,
 }
 
 // Config describes a decoder-only model. The field names follow docs/design.md; QKVBias, OBias and QKNorm are
@@ -46,14 +49,47 @@ type Config struct {
 	QKVBias bool // q_proj, k_proj, v_proj have a bias
 	OBias   bool // o_proj has a bias
 	QKNorm  bool // Qwen3: RMSNorm over each head's hd values of q and k, before RoPE
+
+	// Mixture of experts (Qwen3-MoE); Experts = 0 is a dense model and the rest is ignored.
+	Experts         int   // num_experts (config.json's num_experts, or num_local_experts)
+	ExpertsPerTok   int   // num_experts_per_tok: k, the experts each token uses
+	MoEIntermediate int   // moe_intermediate_size: each expert's intermediate width
+	NormTopK        bool  // norm_topk_prob: the k selected probabilities are divided by their sum
+	SparseStep      int   // decoder_sparse_step: layer l is sparse when (l+1) % SparseStep == 0
+	MLPOnly         []int // mlp_only_layers: layers that keep the dense MLP (Intermediate wide)
+}
+
+// MoELayer reports whether layer l runs the mixture-of-experts block (transformers' Qwen3MoeDecoderLayer rule:
+// not in mlp_only_layers, and (l+1) divisible by decoder_sparse_step).
+func (c Config) MoELayer(l int) bool {
+	if c.Experts <= 0 || c.SparseStep <= 0 || (l+1)%c.SparseStep != 0 {
+		return false
+	}
+	for _, d := range c.MLPOnly {
+		if d == l {
+			return false
+		}
+	}
+	return true
+}
+
+// moeLayers is MoELayer for capture.OpNames, nil for a dense model.
+func (c Config) moeLayers() func(int) bool {
+	if c.Experts <= 0 {
+		return nil
+	}
+	return c.MoELayer
 }
 
 // Validate checks that the sizes are positive and consistent.
 func (c Config) Validate() error {
 	switch c.Architecture {
-	case ArchLlama, ArchQwen2, ArchQwen3:
+	case ArchLlama, ArchQwen2, ArchQwen3, ArchQwen3MoE:
 	default:
-		return fmt.Errorf("engine: unknown architecture %q (want llama, qwen2 or qwen3)", c.Architecture)
+		return fmt.Errorf("engine: unknown architecture %q (want llama, qwen2, qwen3 or qwen3_moe)", c.Architecture)
+	}
+	if err := c.validateMoE(); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string
@@ -93,6 +129,40 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// validateMoE checks the mixture-of-experts fields: present exactly for qwen3_moe, sizes positive, k ≤ E.
+func (c Config) validateMoE() error {
+	if c.Architecture != ArchQwen3MoE {
+		if c.Experts != 0 {
+			return fmt.Errorf("engine: config: %s has no experts, num_experts is %d", c.Architecture, c.Experts)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"num_experts", c.Experts}, {"num_experts_per_tok", c.ExpertsPerTok}, {"moe_intermediate_size", c.MoEIntermediate},
+		{"decoder_sparse_step", c.SparseStep}} {
+		if f.v <= 0 {
+			return fmt.Errorf("engine: config: %s must be positive, is %d", f.name, f.v)
+		}
+		if f.v > 1<<24 {
+			return fmt.Errorf("engine: config: %s = %d is implausibly large", f.name, f.v)
+		}
+	}
+	if c.Experts > 1<<12 {
+		return fmt.Errorf("engine: config: num_experts = %d is implausibly large (at most 4096)", c.Experts)
+	}
+	if c.ExpertsPerTok > c.Experts {
+		return fmt.Errorf("engine: config: num_experts_per_tok %d exceeds num_experts %d", c.ExpertsPerTok, c.Experts)
+	}
+	for _, l := range c.MLPOnly {
+		if l < 0 || l >= max(c.Layers, 1) {
+			return fmt.Errorf("engine: config: mlp_only_layers names layer %d of %d", l, c.Layers)
+		}
+	}
+	return nil
+}
+
 // hfConfig is the subset of a Hugging Face config.json the engine reads. Pointers tell "absent" from zero.
 type hfConfig struct {
 	Architectures     []string        `json:"architectures"`
@@ -117,6 +187,14 @@ type hfConfig struct {
 	HiddenAct         string          `json:"hidden_act"`
 	UseSlidingWindow  *bool           `json:"use_sliding_window"`
 	PretrainingTP     *int            `json:"pretraining_tp"`
+	// Qwen3-MoE
+	NumExperts        *int  `json:"num_experts"`
+	NumLocalExperts   *int  `json:"num_local_experts"` // transformers ≥ 5 writes this name
+	NumExpertsPerTok  *int  `json:"num_experts_per_tok"`
+	MoEIntermediate   *int  `json:"moe_intermediate_size"`
+	NormTopKProb      *bool `json:"norm_topk_prob"`
+	DecoderSparseStep *int  `json:"decoder_sparse_step"`
+	MLPOnlyLayers     []int `json:"mlp_only_layers"`
 }
 
 // ParseConfig reads a Hugging Face config.json. name is used in error messages (usually the file's path).
@@ -129,11 +207,11 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		return fmt.Errorf("engine: %s: "+format, append([]any{name}, a...)...)
 	}
 	if len(h.Architectures) != 1 {
-		return Config{}, errf("architectures must name exactly one of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, has %q", h.Architectures)
+		return Config{}, errf("architectures must name exactly one of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, has %q", h.Architectures)
 	}
 	arch, ok := hfArchitectures[h.Architectures[0]]
 	if !ok {
-		return Config{}, errf("unsupported architecture %q (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)", h.Architectures[0])
+		return Config{}, errf("unsupported architecture %q (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)", h.Architectures[0])
 	}
 	c := Config{
 		Architecture: arch, Vocab: h.VocabSize, Hidden: h.HiddenSize, Intermediate: h.IntermediateSize,
@@ -202,8 +280,32 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		c.QKVBias = true // Qwen2Attention: q/k/v bias always, o_proj none
 	case ArchLlama:
 		c.QKVBias, c.OBias = bias, bias
-	case ArchQwen3:
+	case ArchQwen3, ArchQwen3MoE:
 		c.QKVBias, c.OBias, c.QKNorm = bias, bias, true
+	}
+	if arch == ArchQwen3MoE {
+		// Qwen3MoeConfig's defaults: 128 experts, 8 per token, moe_intermediate_size 768, norm_topk_prob false,
+		// decoder_sparse_step 1
+		c.Experts, c.ExpertsPerTok, c.MoEIntermediate, c.SparseStep = 128, 8, 768, 1
+		switch {
+		case h.NumExperts != nil:
+			c.Experts = *h.NumExperts
+		case h.NumLocalExperts != nil:
+			c.Experts = *h.NumLocalExperts
+		}
+		if h.NumExpertsPerTok != nil {
+			c.ExpertsPerTok = *h.NumExpertsPerTok
+		}
+		if h.MoEIntermediate != nil {
+			c.MoEIntermediate = *h.MoEIntermediate
+		}
+		if h.NormTopKProb != nil {
+			c.NormTopK = *h.NormTopKProb
+		}
+		if h.DecoderSparseStep != nil {
+			c.SparseStep = *h.DecoderSparseStep
+		}
+		c.MLPOnly = append([]int(nil), h.MLPOnlyLayers...)
 	}
 	check := c
 	if check.DType == capture.InvalidDType {
@@ -252,7 +354,8 @@ var hfDTypes = map[string]capture.DType{"bfloat16": capture.BF16, "float16": cap
 
 // HFConfig returns the config in Hugging Face config.json form (what Save writes and ParseConfig reads back).
 func (c Config) HFConfig() map[string]any {
-	archName := map[string]string{ArchLlama: "LlamaForCausalLM", ArchQwen2: "Qwen2ForCausalLM", ArchQwen3: "Qwen3ForCausalLM"}[c.Architecture]
+	archName := map[string]string{ArchLlama: "LlamaForCausalLM", ArchQwen2: "Qwen2ForCausalLM", ArchQwen3: "Qwen3ForCausalLM",
+		ArchQwen3MoE: "Qwen3MoeForCausalLM"}[c.Architecture]
 	dt := ""
 	for name, d := range hfDTypes {
 		if d == c.DType {
@@ -279,6 +382,14 @@ func (c Config) HFConfig() map[string]any {
 	}
 	if c.Architecture != ArchQwen2 {
 		m["attention_bias"] = c.QKVBias
+	}
+	if c.Architecture == ArchQwen3MoE {
+		m["num_experts"] = c.Experts
+		m["num_experts_per_tok"] = c.ExpertsPerTok
+		m["moe_intermediate_size"] = c.MoEIntermediate
+		m["norm_topk_prob"] = c.NormTopK
+		m["decoder_sparse_step"] = c.SparseStep
+		m["mlp_only_layers"] = append([]int{}, c.MLPOnly...)
 	}
 	return m
 }

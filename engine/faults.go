@@ -80,7 +80,7 @@ func runVariant(side string, o RunOptions, layers int) (v variant, stale int, er
 	}
 	switch f.Name {
 	case "split-k":
-		v.matmul = kernels.Standard
+		v.matmul, v.router, v.experts = kernels.Standard, kernels.Standard, kernels.Standard
 	case "ring-allreduce":
 		v.ringLayer = o.FaultLayer
 	case "fusion":

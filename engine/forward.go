@@ -10,15 +10,17 @@ import (
 // variant is how one run's kernels are chosen: the profile of each op family and the deliberate faults.
 type variant struct {
 	matmul, norm, attn, softmax kernels.Profile
-	ring                        bool // every all-reduce in ring order (the standard profile)
-	ringLayer                   int  // ≥ 0: only this layer's all-reduces in ring order (ring-allreduce fault)
-	fusionLayer                 int  // ≥ 0: this layer's mlp_norm reads the unrounded residual sum (fusion fault)
-	fastExpLayer                int  // ≥ 0: this layer's attention uses an approximate exp (fast-exp fault)
-	rngSlot                     bool // Gumbel noise keyed by batch slot instead of sequence id (rng-slot fault)
+	router                      kernels.Profile // the MoE router matmul (router-split-k fault: standard)
+	experts                     kernels.Profile // the MoE experts' matmuls (standard: split-K from the tokens an expert got)
+	ring                        bool            // every all-reduce in ring order (the standard profile)
+	ringLayer                   int             // ≥ 0: only this layer's all-reduces in ring order (ring-allreduce fault)
+	fusionLayer                 int             // ≥ 0: this layer's mlp_norm reads the unrounded residual sum (fusion fault)
+	fastExpLayer                int             // ≥ 0: this layer's attention uses an approximate exp (fast-exp fault)
+	rngSlot                     bool            // Gumbel noise keyed by batch slot instead of sequence id (rng-slot fault)
 }
 
 func profileVariant(p kernels.Profile) variant {
-	return variant{matmul: p, norm: p, attn: p, softmax: p, ring: p != kernels.Canonical,
+	return variant{matmul: p, norm: p, attn: p, softmax: p, router: p, experts: p, ring: p != kernels.Canonical,
 		ringLayer: -1, fusionLayer: -1, fastExpLayer: -1}
 }
 
@@ -27,7 +29,12 @@ type layerWeights struct {
 	q, k, v, o, qb, kb, vb, ob Buf
 	qn, kn                     Buf
 	gate, up, down             Buf
+	router                     Buf          // (E, H), replicated: MoE layers
+	experts                    []expertBufs // this rank's shard of each expert: MoE layers
 }
+
+// expertBufs is one expert's TP shard: gate and up column-parallel, down row-parallel over moe_intermediate.
+type expertBufs struct{ gate, up, down Buf }
 
 // rank is one TP rank: its backend, its weight shards, its KV caches and its capture writer.
 type rank struct {
@@ -48,6 +55,8 @@ type rank struct {
 	scratch []Buf
 	logits  Buf // the last forward's logits shard (T, vLocal)
 	logitsT int
+	step    int64    // the step being run (the routing replay's key)
+	routing *Routing // another run's routing replayed in the MoE layers; nil: the rank's own
 }
 
 // kvCache holds one sequence's k (after RoPE) and v for every layer, for this rank's kv heads.
@@ -82,15 +91,24 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 		}
 		return x[off : off+n]
 	}
-	for _, L := range m.Layers {
+	for l, L := range m.Layers {
+		var experts []expertBufs
+		if cfg.MoELayer(l) {
+			Im := cfg.MoEIntermediate
+			for _, x := range L.Experts {
+				experts = append(experts, expertBufs{gate: up(rows(x.Gate, H, lay.m0, lay.mLocal)),
+					up: up(rows(x.Up, H, lay.m0, lay.mLocal)), down: up(cols(x.Down, H, Im, lay.m0, lay.mLocal))})
+			}
+		}
 		r.layers = append(r.layers, layerWeights{
+			router: up(L.Router), experts: experts,
 			attnNorm: up(L.AttnNorm), mlpNorm: up(L.MLPNorm),
 			q: up(rows(L.Q, H, q0, qn)), k: up(rows(L.K, H, k0, kn)), v: up(rows(L.V, H, k0, kn)),
 			o:  up(cols(L.O, H, cfg.QDim(), q0, qn)),
 			qb: up(sub(L.QBias, q0, qn)), kb: up(sub(L.KBias, k0, kn)), vb: up(sub(L.VBias, k0, kn)), ob: up(L.OB),
 			qn: up(L.QNorm), kn: up(L.KNorm),
-			gate: up(rows(L.Gate, H, lay.i0, lay.iLocal)), up: up(rows(L.Up, H, lay.i0, lay.iLocal)),
-			down: up(cols(L.Down, H, cfg.Intermediate, lay.i0, lay.iLocal)),
+			gate: up(nilRows(L.Gate, H, lay.i0, lay.iLocal)), up: up(nilRows(L.Up, H, lay.i0, lay.iLocal)),
+			down: up(nilCols(L.Down, H, cfg.Intermediate, lay.i0, lay.iLocal)),
 		})
 	}
 	cos, sin := kernels.RoPETables(cfg.RopeTheta, cfg.HeadDim, max(maxPos, 1), kdt(cfg.DType))
@@ -260,7 +278,7 @@ func (r *rank) forward(segs []segment) (*fwdResult, error) {
 		if err := emit(op(opSDPA), attn, qW); err != nil {
 			return nil, err
 		}
-		r.rowParallel(l, o, attn, w.o, w.ob, T, qW, H)
+		r.rowParallel(r.v.matmul, l, o, attn, w.o, w.ob, T, qW, H)
 		if err := emit(op(opOProj), o, H); err != nil {
 			return nil, err
 		}
@@ -278,6 +296,16 @@ func (r *rank) forward(segs []segment) (*fwdResult, error) {
 		if err := emit(op(opMLPNorm), h, H); err != nil {
 			return nil, err
 		}
+		if cfg.MoELayer(l) {
+			if err := r.moe(l, w, h, o, T, segs, offs); err != nil {
+				return nil, err
+			}
+			be.Residual(x, x2, o, dt)
+			if err := emit(op(opMLPResidual), x, H); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		be.Matmul(r.v.matmul, g, h, w.gate, nil, T, H, iW, dt)
 		if err := emit(op(opGateProj), g, iW); err != nil {
 			return nil, err
@@ -290,7 +318,7 @@ func (r *rank) forward(segs []segment) (*fwdResult, error) {
 		if err := emit(op(opAct), a, iW); err != nil {
 			return nil, err
 		}
-		r.rowParallel(l, o, a, w.down, nil, T, iW, H)
+		r.rowParallel(r.v.matmul, l, o, a, w.down, nil, T, iW, H)
 		if err := emit(op(opDownProj), o, H); err != nil {
 			return nil, err
 		}
@@ -353,9 +381,9 @@ func (f *fwdResult) row(t int) []float32 { return f.logits[t*f.V : (t+1)*f.V] }
 
 // rowParallel computes out (T, N) = x (T, kLocal) · wᵀ + bias over the TP group: the rank's partial subtree,
 // the all-reduce that finishes the tree, then the bias and the rounding.
-func (r *rank) rowParallel(layer int, out, x, w, bias Buf, T, kLocal, N int) {
+func (r *rank) rowParallel(p kernels.Profile, layer int, out, x, w, bias Buf, T, kLocal, N int) {
 	be := r.be
-	be.MatmulPartial(r.v.matmul, out, x, w, T, kLocal, N, r.lay.rank, r.lay.tp)
+	be.MatmulPartial(p, out, x, w, T, kLocal, N, r.lay.rank, r.lay.tp)
 	if r.lay.tp > 1 {
 		c := r.comm
 		if r.v.ring || r.v.ringLayer == layer {

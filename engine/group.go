@@ -33,6 +33,7 @@ type groupOptions struct {
 	maxPos      int
 	captureDir  string
 	meta        capture.Meta
+	routing     *Routing
 }
 
 func newGroup(m *Model, o groupOptions) (*group, error) {
@@ -81,6 +82,7 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 			ring = rings[i]
 		}
 		r := newRank(m, newLayout(cfg, o.tp, i), be, comms[i], ring, o.v, o.maxPos)
+		r.step, r.routing = o.meta.Step, o.routing
 		if err := be.Err(); err != nil {
 			g.abort()
 			return nil, err

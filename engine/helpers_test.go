@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"testing"
 
@@ -21,6 +22,10 @@ func tinyConfig(arch string, dt capture.DType) Config {
 		c.QKVBias = true
 	case ArchQwen3:
 		c.QKNorm = true
+	case ArchQwen3MoE:
+		// 3 layers: 0 and 2 sparse, 1 dense (mlp_only_layers); 8 experts, 2 per token
+		c.QKNorm, c.Layers = true, 3
+		c.Experts, c.ExpertsPerTok, c.MoEIntermediate, c.NormTopK, c.SparseStep, c.MLPOnly = 8, 2, 32, true, 1, []int{1}
 	}
 	return c
 }
@@ -143,7 +148,7 @@ func compare(t *testing.T, cfg Config, a, b string) *Divergence {
 
 // sameWeights compares every weight bitwise.
 func sameWeights(a, b *Model) bool {
-	if a.Config != b.Config {
+	if !reflect.DeepEqual(a.Config, b.Config) {
 		return false
 	}
 	sa, sb := a.weightSpecs(), b.weightSpecs()

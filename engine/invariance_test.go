@@ -101,7 +101,8 @@ func runMatrix(t *testing.T, cfg Config, p kernels.Profile) {
 func TestInvarianceCanonical(t *testing.T) {
 	qwen3 := tinyConfig(ArchQwen3, capture.F32)
 	qwen3.QKVBias, qwen3.OBias = true, true // attention_bias: q/k/v and the row-parallel o_proj
-	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), qwen3, tinyConfig(ArchQwen2, capture.F16)} {
+	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), qwen3, tinyConfig(ArchQwen2, capture.F16),
+		tinyConfig(ArchQwen3MoE, capture.BF16), tinyConfig(ArchQwen3MoE, capture.F32)} {
 		t.Run(cfg.Architecture+"-"+cfg.DType.String(), func(t *testing.T) { runMatrix(t, cfg, kernels.Canonical) })
 	}
 }
@@ -109,5 +110,7 @@ func TestInvarianceCanonical(t *testing.T) {
 // TestInvarianceStandard: the same matrix with vendor-like kernels shows the differences the canonical
 // profile removes (float32 model, so no bf16 rounding can hide them).
 func TestInvarianceStandard(t *testing.T) {
-	runMatrix(t, tinyConfig(ArchLlama, capture.F32), kernels.Standard)
+	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.F32), tinyConfig(ArchQwen3MoE, capture.F32)} {
+		t.Run(cfg.Architecture, func(t *testing.T) { runMatrix(t, cfg, kernels.Standard) })
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"bitalign/capture"
 )
@@ -21,7 +22,14 @@ type Layer struct {
 	Q, K, V, O              []float32 // (nh*hd, H), (nkv*hd, H), (nkv*hd, H), (H, nh*hd)
 	QBias, KBias, VBias, OB []float32 // q/k/v bias (Qwen2; attention_bias), o bias (attention_bias)
 	QNorm, KNorm            []float32 // (hd) Qwen3
-	Gate, Up, Down          []float32 // (I, H), (I, H), (H, I)
+	Gate, Up, Down          []float32 // (I, H), (I, H), (H, I); nil in a mixture-of-experts layer
+	Router                  []float32 // (E, H) mixture-of-experts layers: mlp.gate, the router
+	Experts                 []Expert  // (E) mixture-of-experts layers
+}
+
+// Expert is one expert's SwiGLU MLP, moe_intermediate_size (Im) wide.
+type Expert struct {
+	Gate, Up, Down []float32 // (Im, H), (Im, H), (H, Im)
 }
 
 // Model is a loaded decoder: its config and weights.
@@ -69,11 +77,29 @@ func (m *Model) weightSpecs() []weightSpec {
 				weightSpec{p + "self_attn.q_norm.weight", []int64{hd}, &ly.QNorm},
 				weightSpec{p + "self_attn.k_norm.weight", []int64{hd}, &ly.KNorm})
 		}
-		specs = append(specs,
-			weightSpec{p + "post_attention_layernorm.weight", []int64{H}, &ly.MLPNorm},
-			weightSpec{p + "mlp.gate_proj.weight", []int64{I, H}, &ly.Gate},
-			weightSpec{p + "mlp.up_proj.weight", []int64{I, H}, &ly.Up},
-			weightSpec{p + "mlp.down_proj.weight", []int64{H, I}, &ly.Down})
+		specs = append(specs, weightSpec{p + "post_attention_layernorm.weight", []int64{H}, &ly.MLPNorm})
+		if !c.MoELayer(l) {
+			specs = append(specs,
+				weightSpec{p + "mlp.gate_proj.weight", []int64{I, H}, &ly.Gate},
+				weightSpec{p + "mlp.up_proj.weight", []int64{I, H}, &ly.Up},
+				weightSpec{p + "mlp.down_proj.weight", []int64{H, I}, &ly.Down})
+			continue
+		}
+		// transformers' per-expert names (what save_pretrained writes); Load also reads the fused
+		// mlp.experts.gate_up_proj / down_proj tensors (fusedExperts)
+		E, Im := c.Experts, int64(c.MoEIntermediate)
+		specs = append(specs, weightSpec{p + "mlp.gate.weight", []int64{int64(E), H}, &ly.Router})
+		if len(ly.Experts) != E {
+			ly.Experts = make([]Expert, E)
+		}
+		for e := range ly.Experts {
+			x := &ly.Experts[e]
+			q := p + "mlp.experts." + strconv.Itoa(e) + "."
+			specs = append(specs,
+				weightSpec{q + "gate_proj.weight", []int64{Im, H}, &x.Gate},
+				weightSpec{q + "up_proj.weight", []int64{Im, H}, &x.Up},
+				weightSpec{q + "down_proj.weight", []int64{H, Im}, &x.Down})
+		}
 	}
 	specs = append(specs, weightSpec{"model.norm.weight", []int64{H}, &m.Norm})
 	if !c.TiedEmbeddings {
@@ -150,41 +176,116 @@ func Load(dir string) (*Model, error) {
 	} else {
 		return nil, fmt.Errorf("engine: %v", err)
 	}
-	for i, s := range m.weightSpecs() {
-		file, ok := where[s.name]
+	// read loads one tensor of the given shape (rounded to the model dtype); ok is false when no file has it.
+	read := func(name string, shape []int64, first bool) (buf []float32, ok bool, err error) {
+		file, ok := where[name]
 		if !ok {
-			return nil, fmt.Errorf("engine: %s: tensor %q missing from the checkpoint", source, s.name)
+			return nil, false, nil
 		}
 		st, ok := files[file]
 		if !ok {
 			st, err = openSafetensors(filepath.Join(dir, file))
 			if err != nil {
-				return nil, err
+				return nil, true, err
 			}
 			files[file] = st
 		}
-		e, ok := st.tensors[s.name]
+		e, ok := st.tensors[name]
 		if !ok {
-			return nil, fmt.Errorf("engine: %s: tensor %q missing (the index names this file)", st.path, s.name)
+			return nil, true, fmt.Errorf("engine: %s: tensor %q missing (the index names this file)", st.path, name)
 		}
-		if !equalShape(e.Shape, s.shape) {
-			return nil, fmt.Errorf("engine: %s: tensor %q has shape %v, the config needs %v", st.path, s.name, e.Shape, s.shape)
+		if !equalShape(e.Shape, shape) {
+			return nil, true, fmt.Errorf("engine: %s: tensor %q has shape %v, the config needs %v", st.path, name, e.Shape, shape)
 		}
-		if i == 0 && cfg.DType == capture.InvalidDType { // config.json names no dtype: the embedding's
+		if first && cfg.DType == capture.InvalidDType { // config.json names no dtype: the embedding's
 			cfg.DType = e.DType
 			m.Config.DType = cfg.DType
 		}
-		buf := make([]float32, numel(s.shape))
-		if err := st.read(s.name, buf); err != nil {
-			return nil, err
+		buf = make([]float32, numel(shape))
+		if err := st.read(name, buf); err != nil {
+			return nil, true, err
 		}
 		roundSlice(cfg.DType, buf)
+		return buf, true, nil
+	}
+	fused := map[int]bool{} // MoE layers read from the fused expert tensors
+	for i, s := range m.weightSpecs() {
+		if l, _, ok := expertSpec(s.name); ok && fused[l] {
+			continue // read by fusedExperts
+		}
+		buf, ok, err := read(s.name, s.shape, i == 0)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			if l, _, isExpert := expertSpec(s.name); isExpert {
+				found, err := m.fusedExperts(l, read)
+				if err != nil {
+					return nil, err
+				}
+				if found {
+					fused[l] = true
+					continue
+				}
+			}
+			return nil, fmt.Errorf("engine: %s: tensor %q missing from the checkpoint", source, s.name)
+		}
 		*s.ptr = buf
 	}
 	if cfg.TiedEmbeddings {
 		m.LMHead = m.Embed
 	}
 	return m, nil
+}
+
+// expertSpec parses "model.layers.L.mlp.experts.E.<proj>.weight" into L and E.
+func expertSpec(name string) (layer, expert int, ok bool) {
+	rest, found := strings.CutPrefix(name, "model.layers.")
+	if !found {
+		return 0, 0, false
+	}
+	ls, rest, found := strings.Cut(rest, ".mlp.experts.")
+	if !found {
+		return 0, 0, false
+	}
+	es, _, found := strings.Cut(rest, ".")
+	if !found {
+		return 0, 0, false
+	}
+	l, err1 := strconv.Atoi(ls)
+	e, err2 := strconv.Atoi(es)
+	return l, e, err1 == nil && err2 == nil
+}
+
+// fusedExperts reads layer l's experts from the fused layout transformers ≥ 5 holds in memory
+// (mlp.experts.gate_up_proj (E, 2·Im, H): each expert's gate rows then its up rows; mlp.experts.down_proj
+// (E, H, Im)). found is false when the checkpoint has neither fused tensor.
+func (m *Model) fusedExperts(l int, read func(string, []int64, bool) ([]float32, bool, error)) (found bool, err error) {
+	c := m.Config
+	E, H, Im := c.Experts, c.Hidden, c.MoEIntermediate
+	p := "model.layers." + strconv.Itoa(l) + ".mlp.experts."
+	gu, ok1, err := read(p+"gate_up_proj", []int64{int64(E), int64(2 * Im), int64(H)}, false)
+	if err != nil {
+		return true, err
+	}
+	down, ok2, err := read(p+"down_proj", []int64{int64(E), int64(H), int64(Im)}, false)
+	if err != nil {
+		return true, err
+	}
+	if !ok1 && !ok2 {
+		return false, nil
+	}
+	if !ok1 || !ok2 {
+		return true, fmt.Errorf("engine: layer %d: the checkpoint has only one of %sgate_up_proj and %sdown_proj", l, p, p)
+	}
+	ly := &m.Layers[l]
+	for e := range ly.Experts {
+		g := gu[e*2*Im*H : (e*2+1)*Im*H]
+		u := gu[(e*2+1)*Im*H : (e+1)*2*Im*H]
+		ly.Experts[e] = Expert{Gate: append([]float32(nil), g...), Up: append([]float32(nil), u...),
+			Down: append([]float32(nil), down[e*H*Im:(e+1)*H*Im]...)}
+	}
+	return true, nil
 }
 
 func equalShape(a, b []int64) bool {

@@ -41,6 +41,9 @@ type RunOptions struct {
 	// Collectives makes the TP group's communicators (nil: nvls.NewCPUGroup). CUDACollectives puts them on
 	// the GPUs (nvls GPU transport, same bits); the ring order of the standard profile stays on the CPU.
 	Collectives CollectivesFactory
+	// Routing replays another run's routing in every mixture-of-experts layer (RoutingFromCapture); nil: the
+	// run's own router decides.
+	Routing *Routing
 }
 
 // TrainOptions configure Train.
@@ -150,7 +153,7 @@ func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, si
 		batch = len(seqs)
 	}
 	g, err := newGroup(m, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, collectives: opts.Collectives, maxPos: maxLen,
-		captureDir: opts.CaptureDir, meta: opts.meta(side, batch, opts.Profile, seqs, openEnded)})
+		captureDir: opts.CaptureDir, meta: opts.meta(side, batch, opts.Profile, seqs, openEnded), routing: opts.Routing})
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +282,7 @@ func (m *Model) Sample(ctx context.Context, prompts [][]int32, opts SampleOption
 		slots = len(prompts)
 	}
 	g, err := newGroup(model, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, collectives: opts.Collectives, maxPos: maxLen,
-		captureDir: opts.CaptureDir, meta: opts.meta(SideSampler, slots, opts.Profile, nil, nil)})
+		captureDir: opts.CaptureDir, meta: opts.meta(SideSampler, slots, opts.Profile, nil, nil), routing: opts.Routing})
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,11 @@ const (
 	opAct          = capture.LayerAct
 	opDownProj     = capture.LayerDownProj
 	opMLPResidual  = capture.LayerMLPResidual
+	// mixture-of-experts layers, in place of gate_proj, up_proj, act, down_proj
+	opRouter        = capture.LayerRouter
+	opExperts       = capture.LayerExperts
+	opExpertWeights = capture.LayerExpertWeights
+	opCombine       = capture.LayerCombine
 )
 
 // LayerOp returns "layers.L.suffix".
@@ -42,10 +47,12 @@ func LayerOp(l int, suffix string) string { return capture.LayerOp(l, suffix) }
 
 // OpNames returns the canonical op names of one forward pass in execution order (capture.OpNames for cfg): a
 // name's index in this list is its capture Index.
-func OpNames(cfg Config) []string { return capture.OpNames(cfg.Layers, cfg.QKNorm) }
+func OpNames(cfg Config) []string { return capture.OpNames(cfg.Layers, cfg.QKNorm, cfg.moeLayers()) }
 
 // OpIndex returns op's execution index in OpNames(cfg), or -1.
-func OpIndex(cfg Config, op string) int { return capture.OpIndex(op, cfg.Layers, cfg.QKNorm) }
+func OpIndex(cfg Config, op string) int {
+	return capture.OpIndex(op, cfg.Layers, cfg.QKNorm, cfg.moeLayers())
+}
 
 // SplitLayerOp splits "layers.L.suffix" into L and suffix.
 func SplitLayerOp(op string) (layer int, suffix string, ok bool) { return capture.SplitLayerOp(op) }
@@ -100,7 +107,16 @@ func Producers(cfg Config, op string) []string {
 		case opDownProj:
 			return []string{L(opAct)}
 		case opMLPResidual:
+			if cfg.MoELayer(l) {
+				return []string{L(opAttnResidual), L(opCombine)}
+			}
 			return []string{L(opAttnResidual), L(opDownProj)}
+		case opRouter:
+			return []string{L(opMLPNorm)}
+		case opExperts, opExpertWeights:
+			return []string{L(opRouter)}
+		case opCombine:
+			return []string{L(opMLPNorm), L(opExperts), L(opExpertWeights)}
 		}
 		return nil
 	}
@@ -172,6 +188,10 @@ func opWidth(cfg Config, op string) int {
 			return cfg.KVDim()
 		case opGateProj, opUpProj, opAct:
 			return cfg.Intermediate
+		case opRouter:
+			return cfg.Experts
+		case opExperts, opExpertWeights:
+			return cfg.ExpertsPerTok
 		}
 		return cfg.Hidden
 	}
@@ -182,6 +202,26 @@ func opWidth(cfg Config, op string) int {
 		return cfg.Vocab
 	}
 	return 0
+}
+
+// opDType is the dtype of op's output: float32 for the logits, the log-probabilities, the router logits and the
+// expert weights, int32 for token ids, samples and expert ids, the model dtype for every other op.
+func opDType(cfg Config, op string) capture.DType {
+	switch op {
+	case OpLogits, OpLogprobs:
+		return capture.F32
+	case OpTokens, OpSample:
+		return capture.I32
+	}
+	if _, s, ok := SplitLayerOp(op); ok {
+		switch s {
+		case opRouter, opExpertWeights:
+			return capture.F32
+		case opExperts:
+			return capture.I32
+		}
+	}
+	return cfg.DType
 }
 
 func checkOp(cfg Config, op string) error {

@@ -52,10 +52,7 @@ func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, 
 	if rec == nil {
 		return r.be.Err()
 	}
-	dt := rec.cfg.DType
-	if op == OpLogits {
-		dt = capture.F32
-	}
+	dt := opDType(rec.cfg, op)
 	shard := capture.NoShard
 	if opLayout(op) == colShard && r.lay.tp > 1 {
 		start, full, write := rec.shardOf(r.lay, op)
@@ -76,6 +73,29 @@ func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, 
 			Rank: int32(r.lay.rank), Shard: shard, Data: encode(dt, host)}
 		if shard.Sharded() {
 			t.Shard.FullShape = []int64{int64(n), shard.FullShape[1]}
+		}
+		if err := rec.w.Write(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// emitHost records a replicated per-token op whose rows (width values each, packed over segs) are on the host:
+// ints for I32, else floats (the MoE routing).
+func (rec *recorder) emitHost(r *rank, op string, dt capture.DType, width int, segs []segment, offs []int, floats []float32, ints []int32) error {
+	if rec == nil {
+		return r.be.Err()
+	}
+	for i, s := range segs {
+		n := len(s.toks)
+		t := capture.Tensor{Step: rec.step, Seq: s.seq, Pos: int64(s.start), NTok: int64(n), Op: op,
+			Index: rec.idx[op], Role: "out", DType: dt, Shape: []int64{int64(n), int64(width)},
+			Rank: int32(r.lay.rank), Shard: capture.NoShard}
+		if dt == capture.I32 {
+			t.Data = encodeI32(ints[offs[i]*width : (offs[i]+n)*width])
+		} else {
+			t.Data = encode(dt, floats[offs[i]*width:(offs[i]+n)*width])
 		}
 		if err := rec.w.Write(t); err != nil {
 			return err

@@ -11,6 +11,7 @@ type layout struct {
 	kvHeads, kvHead0 int  // local kv heads
 	kvWriter         bool // first rank of its kv replica group: it writes the k/v captures
 	iLocal, i0       int  // intermediate columns
+	mLocal, m0       int  // each expert's moe_intermediate columns (MoE models)
 	vLocal, v0       int  // vocabulary rows
 }
 
@@ -26,6 +27,8 @@ func checkTP(cfg Config, tp int) error {
 		return fmt.Errorf("engine: TP %d and %d kv heads: one must divide the other", tp, cfg.KVHeads)
 	case cfg.Intermediate%tp != 0:
 		return fmt.Errorf("engine: TP %d does not divide intermediate size %d", tp, cfg.Intermediate)
+	case cfg.Experts > 0 && cfg.MoEIntermediate%tp != 0:
+		return fmt.Errorf("engine: TP %d does not divide moe_intermediate_size %d", tp, cfg.MoEIntermediate)
 	case cfg.Vocab%tp != 0:
 		return fmt.Errorf("engine: TP %d does not divide vocab size %d", tp, cfg.Vocab)
 	}
@@ -47,6 +50,8 @@ func newLayout(cfg Config, tp, rank int) layout {
 	}
 	l.iLocal = cfg.Intermediate / tp
 	l.i0 = rank * l.iLocal
+	l.mLocal = cfg.MoEIntermediate / tp
+	l.m0 = rank * l.mLocal
 	l.vLocal = cfg.Vocab / tp
 	l.v0 = rank * l.vLocal
 	return l
@@ -55,6 +60,22 @@ func newLayout(cfg Config, tp, rank int) layout {
 // rows returns rows [r0, r0+n) of a (?, cols) matrix (a copy).
 func rows(w []float32, cols, r0, n int) []float32 {
 	return append([]float32(nil), w[r0*cols:(r0+n)*cols]...)
+}
+
+// nilRows is rows of a weight a layer may lack (a MoE layer's dense MLP): nil for nil.
+func nilRows(w []float32, cols, r0, n int) []float32 {
+	if w == nil {
+		return nil
+	}
+	return rows(w, cols, r0, n)
+}
+
+// nilCols is cols of a weight a layer may lack: nil for nil.
+func nilCols(w []float32, R, C, c0, n int) []float32 {
+	if w == nil {
+		return nil
+	}
+	return cols(w, R, C, c0, n)
 }
 
 // cols returns columns [c0, c0+n) of a (R, C) matrix as a (R, n) matrix.
