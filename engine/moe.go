@@ -41,48 +41,65 @@ func (r *rank) moe(l int, w layerWeights, h, out Buf, T int, segs []segment, off
 		return err
 	}
 
-	// slots[e]: the (token, j) slots t·k+j that chose expert e, in ascending token order
-	slots := make([][]int, E)
-	for i, e := range ids {
-		slots[e] = append(slots[e], i)
-	}
 	hostH := make([]float32, T*H)
 	if err := be.Download(hostH, h); err != nil {
 		return err
 	}
-	Y := make([]float32, T*k*H) // row t·k+j: expert ids[t·k+j]'s output for token t
-	mW := lay.mLocal
-	xe, g, u, a, ye := r.alloc(T*H), r.alloc(T*mW), r.alloc(T*mW), r.alloc(T*mW), r.alloc(T*H)
-	gathered := make([]float32, 0, T*H)
-	for e, sl := range slots {
-		n := len(sl)
-		if n == 0 {
-			continue
-		}
-		gathered = gathered[:0]
-		for _, i := range sl {
-			t := i / k
-			gathered = append(gathered, hostH[t*H:(t+1)*H]...)
-		}
-		xv := be.View(xe, 0, n*H)
-		be.Upload(xv, gathered)
-		x := w.experts[e]
-		gv, uv, av, yv := be.View(g, 0, n*mW), be.View(u, 0, n*mW), be.View(a, 0, n*mW), be.View(ye, 0, n*H)
-		be.Matmul(r.v.experts, gv, xv, x.gate, nil, n, H, mW, dt)
-		be.Matmul(r.v.experts, uv, xv, x.up, nil, n, H, mW, dt)
-		be.SwiGLU(av, gv, uv, n*mW, dt)
-		r.rowParallel(r.v.experts, l, yv, av, x.down, nil, n, mW, H)
-		if err := be.Download(gathered[:n*H], yv); err != nil {
-			return err
-		}
-		for q, i := range sl {
-			copy(Y[i*H:(i+1)*H], gathered[q*H:(q+1)*H])
-		}
+	Y, err := runExperts(be, r.v.experts, dt, hostH, ids, T, k, H, lay.mLocal, r.alloc,
+		func(e int) expertBufs { return w.experts[e] },
+		func(y, a, down Buf, n int) { r.rowParallel(r.v.experts, l, y, a, down, nil, n, lay.mLocal, H) })
+	if err != nil {
+		return err
 	}
 	comb := make([]float32, T*H)
 	kernels.MoECombine(dt, comb, Y, wts, ids, T, k, H)
 	be.Upload(out, comb)
 	return emit(LayerOp(l, opCombine), out, H)
+}
+
+// runExperts computes every (token, slot)'s expert output: hostH (T, H) the block's input rows, ids (T, k) the
+// routing; it returns Y (T·k, H) whose row t·k+j is expert ids[t·k+j]'s output for token t. Each expert runs once
+// on the rows of the tokens that chose it, gathered in ascending token order: gate and up (n, mW) with profile
+// p, SwiGLU, then down, which rowParallel finishes (the TP tree, MatmulFinish) into y (n, H). alloc gives
+// scratch buffers freed by the caller.
+func runExperts(be Backend, p kernels.Profile, dt kernels.DType, hostH []float32, ids []int32, T, k, H, mW int,
+	alloc func(int) Buf, expert func(e int) expertBufs, down func(y, a, w Buf, n int)) ([]float32, error) {
+	var slots [][]int // slots[e]: the slots t·k+j that chose expert e, ascending
+	for i, e := range ids {
+		for int(e) >= len(slots) {
+			slots = append(slots, nil)
+		}
+		slots[e] = append(slots[e], i)
+	}
+	Y := make([]float32, T*k*H)
+	xe, g, u, a, ye := alloc(T*H), alloc(T*mW), alloc(T*mW), alloc(T*mW), alloc(T*H)
+	rows := make([]float32, 0, T*H)
+	for e, sl := range slots {
+		n := len(sl)
+		if n == 0 {
+			continue
+		}
+		rows = rows[:0]
+		for _, i := range sl {
+			t := i / k
+			rows = append(rows, hostH[t*H:(t+1)*H]...)
+		}
+		xv := be.View(xe, 0, n*H)
+		be.Upload(xv, rows)
+		x := expert(e)
+		gv, uv, av, yv := be.View(g, 0, n*mW), be.View(u, 0, n*mW), be.View(a, 0, n*mW), be.View(ye, 0, n*H)
+		be.Matmul(p, gv, xv, x.gate, nil, n, H, mW, dt)
+		be.Matmul(p, uv, xv, x.up, nil, n, H, mW, dt)
+		be.SwiGLU(av, gv, uv, n*mW, dt)
+		down(yv, av, x.down, n)
+		if err := be.Download(rows[:n*H], yv); err != nil {
+			return nil, err
+		}
+		for q, i := range sl {
+			copy(Y[i*H:(i+1)*H], rows[q*H:(q+1)*H])
+		}
+	}
+	return Y, nil
 }
 
 // Routing is another run's routing, replayed in the MoE layers (R3, "routing replay"): at every position the

@@ -26,13 +26,10 @@ func (m *Model) Oracle(op string, in OpInputs, out capture.DType) (capture.Tenso
 	if err := in.check("Oracle", op); err != nil {
 		return capture.Tensor{}, err
 	}
-	if op == OpSample {
-		return capture.Tensor{}, fmt.Errorf("engine: Oracle: sample is a rule over the logits, not arithmetic (RunOp replays it)")
+	if !HasOracle(op) {
+		return capture.Tensor{}, fmt.Errorf("engine: Oracle: %s is a rule, not arithmetic (RunOp replays it)", op)
 	}
-	dt := cfg.DType
-	if op == OpLogits || op == OpLogprobs {
-		dt = capture.F32
-	}
+	dt := opDType(cfg, op)
 	switch out {
 	case capture.InvalidDType:
 	case capture.BF16, capture.F16, capture.F32:
@@ -50,6 +47,18 @@ func (m *Model) Oracle(op string, in OpInputs, out capture.DType) (capture.Tenso
 		return capture.Tensor{}, err
 	}
 	return in.output(cfg, op, res, dt, width), nil
+}
+
+// HasOracle reports whether op has an oracle: every op but the integer inputs and rules (tokens, sample, a MoE
+// layer's expert selection) and the routing weights, which follow the selection.
+func HasOracle(op string) bool {
+	if op == OpTokens || op == OpSample {
+		return false
+	}
+	if _, s, ok := SplitLayerOp(op); ok && (s == opExperts || s == opExpertWeights) {
+		return false
+	}
+	return true
 }
 
 // oracle computes the op's rows rounded to dt (x.be is nil: nothing runs on a backend).
@@ -138,6 +147,8 @@ func (x *opRun) oracle(dt capture.DType) ([]float32, int, error) {
 				out[i] = roundOnce(float64(sl)*float64(u[i]), 0, dt)
 			}
 		})
+	case s == opCombine:
+		err = x.oracleCombine(out, L, act, dt)
 	case s == opAttnResidual, s == opMLPResidual:
 		err = binary(func(a, b []float32) {
 			for i := range out {

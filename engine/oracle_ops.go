@@ -152,6 +152,54 @@ func oracleAttention(out, q, k, v []float32, P, N, heads, kvHeads, hd int, dt ca
 	}
 }
 
+// oracleCombine is the MoE block's oracle for the captured routing: each selected expert's MLP from mlp_norm
+// with the rounding points the model defines (gate, up, the SwiGLU's SiLU and product, down: each rounded once to
+// act, as the dense MLP's ops are), then Σ_j w_j·y_j exact, rounded once to dt.
+func (x *opRun) oracleCombine(out []float32, L Layer, act, dt capture.DType) error {
+	cfg := x.m.Config
+	l, _, _ := SplitLayerOp(x.op)
+	P, N, H, k, Im := x.in.Pos, x.in.N, cfg.Hidden, cfg.ExpertsPerTok, cfg.MoEIntermediate
+	h, err := x.floats(LayerOp(l, opMLPNorm), P, N)
+	if err != nil {
+		return err
+	}
+	ids, wts, err := x.routing(l)
+	if err != nil {
+		return err
+	}
+	g, u, a, y := make([]float32, Im), make([]float32, Im), make([]float32, Im), make([]float32, k*H)
+	for t := range N {
+		row := h[t*H : (t+1)*H]
+		for j := range k {
+			ex := L.Experts[ids[t*k+j]]
+			oracleMatmul(g, row, ex.Gate, nil, 1, H, Im, act)
+			oracleMatmul(u, row, ex.Up, nil, 1, H, Im, act)
+			for i := range a {
+				gv := float64(g[i])
+				sl := roundOnce(gv/(1+math.Exp(-gv)), 0, act)
+				a[i] = roundOnce(float64(sl)*float64(u[i]), 0, act)
+			}
+			oracleMatmul(y[j*H:(j+1)*H], a, ex.Down, nil, 1, Im, H, act)
+		}
+		for i := range H {
+			var acc exactAcc // products of two float32 are exact in float64, their sum exact in acc
+			var sum float64
+			exact := true
+			for j := range k {
+				p := float64(wts[t*k+j]) * float64(y[j*H+i])
+				sum += p
+				exact = exact && acc.add(p)
+			}
+			if exact {
+				out[t*H+i] = roundBig(acc.value(), dt)
+			} else { // a NaN, an infinity or a product out of the accumulator's range
+				out[t*H+i] = roundOnce(sum, 0, dt)
+			}
+		}
+	}
+	return nil
+}
+
 // oracleLogprob is log softmax(x)[tok] in float64: (x_tok − m) − log1p(Σ_{j ≠ argmax} e^(x_j − m)), the log1p
 // keeping its relative accuracy when the target holds almost all the probability.
 func oracleLogprob(x []float32, tok int) float64 {

@@ -83,7 +83,7 @@ func scaleErr(dt capture.DType, a, b []byte, width int) float64 {
 // trainer and a continuous-batching sampler) and checks the engine's outputs lie within oracleBoundULP of it.
 func TestOracleMatchesEngine(t *testing.T) {
 	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), tinyConfig(ArchQwen2, capture.BF16),
-		tinyConfig(ArchQwen3, capture.F32), tinyConfig(ArchLlama, capture.F16)} {
+		tinyConfig(ArchQwen3, capture.F32), tinyConfig(ArchLlama, capture.F16), tinyConfig(ArchQwen3MoE, capture.BF16)} {
 		m := NewRandom(cfg, 8)
 		root := t.TempDir()
 		seqs := captureBoth(t, m, root)
@@ -92,7 +92,7 @@ func TestOracleMatchesEngine(t *testing.T) {
 		var worstScale float64
 		var elems, differ int
 		for _, op := range OpNames(cfg) {
-			if op == OpTokens || op == OpSample {
+			if !HasOracle(op) {
 				continue
 			}
 			for seq := int64(0); seq < int64(len(seqs)); seq++ {

@@ -13,7 +13,8 @@ import (
 // continuous-batching sampler capture's own tensors (shards and decode steps assembled by RunOp) and checks the
 // outputs bitwise against what was captured.
 func TestRunOpReproducesCaptures(t *testing.T) {
-	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), tinyConfig(ArchQwen3, capture.F32)} {
+	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), tinyConfig(ArchQwen3, capture.F32),
+		tinyConfig(ArchQwen3MoE, capture.BF16)} {
 		m := NewRandom(cfg, 8)
 		root := t.TempDir()
 		seqs := captureBoth(t, m, root)

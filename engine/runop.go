@@ -108,6 +108,9 @@ func (in OpInputs) output(cfg Config, op string, out any, dt capture.DType, widt
 	switch dt {
 	case capture.I32:
 		t.Shape = []int64{int64(in.N)}
+		if width > 0 { // the experts (N, k)
+			t.Shape = []int64{int64(in.N), int64(width)}
+		}
 		t.Data = encodeI32(out.([]int32))
 	default:
 		f := out.([]float32)
@@ -321,6 +324,23 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 			toks[i] = drawToken(rows[i*cfg.Vocab:(i+1)*cfg.Vocab], sp, x.in.Seed, x.in.Seq, P+i)
 		}
 		return toks, capture.I32, 0, nil
+	case s == opRouter:
+		dt = capture.F32
+		err = matmul(L.Router, nil, H, cfg.Experts, kernels.F32)
+	case s == opExperts, s == opExpertWeights:
+		logits, e := x.floats(prod[0], P, N)
+		if e != nil {
+			return nil, 0, 0, e
+		}
+		k := cfg.ExpertsPerTok
+		ids, wts := make([]int32, N*k), make([]float32, N*k)
+		kernels.Route(kd, ids, wts, logits, N, cfg.Experts, k, cfg.NormTopK)
+		if s == opExperts {
+			return ids, capture.I32, k, nil
+		}
+		return wts, capture.F32, k, nil
+	case s == opCombine:
+		err = x.combine(out, L)
 	case lp.kind == layerMatmul:
 		err = matmul(lp.w, lp.bias, lp.k, lp.n, kd)
 	case lp.kind == layerNorm:
@@ -365,6 +385,64 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		return nil, 0, 0, fmt.Errorf("engine: RunOp %s: %v", x.op, err)
 	}
 	return host, dt, width, nil
+}
+
+// routing returns the captured experts (N, k) and weights (N, k) of this op's layer, checked.
+func (x *opRun) routing(l int) ([]int32, []float32, error) {
+	cfg := x.m.Config
+	P, N, k := x.in.Pos, x.in.N, cfg.ExpertsPerTok
+	name := LayerOp(l, opExperts)
+	st := x.asm[tensorKey{x.in.Step, x.in.Seq, name}]
+	if st == nil {
+		return nil, nil, fmt.Errorf("engine: %s %s: no %s tensor for step %d seq %d", x.what(), x.op, name, x.in.Step, x.in.Seq)
+	}
+	if err := st.complete(P, N); err != nil {
+		return nil, nil, fmt.Errorf("engine: %s %s: input %s: %v", x.what(), x.op, name, err)
+	}
+	if st.dtype != capture.I32 || st.width != k {
+		return nil, nil, fmt.Errorf("engine: %s %s: input %s is %s with %d values per token, the model needs i32 with %d", x.what(), x.op, name, st.dtype, st.width, k)
+	}
+	ids := st.ints(P, N)
+	if err := kernels.CheckExperts(ids, N, cfg.Experts, k); err != nil {
+		return nil, nil, fmt.Errorf("engine: %s %s: input %s from position %d: %v", x.what(), x.op, name, P, err)
+	}
+	wts, err := x.floats(LayerOp(l, opExpertWeights), P, N)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ids, wts, nil
+}
+
+// combine replays the MoE block of layer L from mlp_norm and the captured routing (TP 1).
+func (x *opRun) combine(out Buf, L Layer) error {
+	cfg, be := x.m.Config, x.be
+	l, _, _ := SplitLayerOp(x.op)
+	P, N, H, k := x.in.Pos, x.in.N, cfg.Hidden, cfg.ExpertsPerTok
+	h, err := x.floats(LayerOp(l, opMLPNorm), P, N)
+	if err != nil {
+		return err
+	}
+	ids, wts, err := x.routing(l)
+	if err != nil {
+		return err
+	}
+	kd, Im := kdt(cfg.DType), cfg.MoEIntermediate
+	Y, err := runExperts(be, x.prof, kd, h, ids, N, k, H, Im, x.alloc,
+		func(e int) expertBufs {
+			ex := L.Experts[e]
+			return expertBufs{gate: x.upload(ex.Gate), up: x.upload(ex.Up), down: x.upload(ex.Down)}
+		},
+		func(y, a, w Buf, n int) {
+			be.MatmulPartial(x.prof, y, a, w, n, Im, H, 0, 1)
+			be.MatmulFinish(y, nil, n, H, kd)
+		})
+	if err != nil {
+		return err
+	}
+	comb := make([]float32, N*H)
+	kernels.MoECombine(kd, comb, Y, wts, ids, N, k, H)
+	be.Upload(out, comb)
+	return nil
 }
 
 // withTwo loads the inputs produced by prod[0] and prod[1] (rows P..P+N) with load and calls f on them: the
@@ -430,6 +508,8 @@ func layerOpOf(cfg Config, L Layer, s string) layerOp {
 		return mm(L.Up, nil, H, cfg.Intermediate)
 	case opDownProj:
 		return mm(L.Down, nil, cfg.Intermediate, H)
+	case opRouter: // float32 output: RunOp and Oracle round to opDType
+		return mm(L.Router, nil, H, cfg.Experts)
 	case opQRope:
 		return layerOp{kind: layerRoPE, heads: cfg.Heads}
 	case opKRope:

@@ -117,10 +117,11 @@ func CheckExperts(ids []int32, T, E, k int) error {
 // MoECombine is the MoE block's output: y (T·k, H) holds, at row t·k+j, expert ids[t·k+j]'s output for token t
 // (its down_proj, rounded to dt), w (T, k) the weights; out (T, H) is, per token and feature,
 //
-//	acc = +0; for j in the order of ascending expert id:  acc = round_dt(acc ⊕ round_dt(y_j ⊗ w_j)); out = acc
+//	acc = +0; for j in the order of ascending expert id:  acc = fma(w_j, y_j, acc); out = round_dt(acc)
 //
-// transformers' order (its loop over experts adds each weighted output into a model-dtype buffer). The ids of
-// a row must be distinct (CheckExperts).
+// transformers' order (its loop over experts), but in float32 with one rounding to dt: transformers rounds each
+// weighted output and each partial sum to the model dtype, which loses everything when two experts cancel. The
+// ids of a row must be distinct (CheckExperts).
 func MoECombine(dt DType, out, y, w []float32, ids []int32, T, k, H int) {
 	checkLen("MoECombine", "out", out, T*H)
 	checkLen("MoECombine", "y", y, T*k*H)
@@ -144,8 +145,9 @@ func MoECombine(dt DType, out, y, w []float32, ids []int32, T, k, H int) {
 			wj := w[t*k+j]
 			yj := y[(t*k+j)*H : (t*k+j+1)*H]
 			for i := range o {
-				o[i] = dt.Round(float32(o[i] + dt.Round(float32(yj[i]*wj))))
+				o[i] = FMA32(wj, yj[i], o[i])
 			}
 		}
+		dt.RoundSlice(o)
 	}
 }

@@ -196,7 +196,7 @@ func LocalErrors(ctx context.Context, s *Session, m *engine.Model, opts LocalOpt
 }
 
 // hasOracle: tokens are an input and sample a rule; every other op is arithmetic.
-func hasOracle(op string) bool { return op != engine.OpTokens && op != engine.OpSample }
+func hasOracle(op string) bool { return engine.HasOracle(op) }
 
 // oracleSide indexes one capture's output tensors by (step, seq, op) for building OpInputs.
 type oracleSide struct {
