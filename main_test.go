@@ -120,7 +120,8 @@ func TestCLIListFaults(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, f := range []string{"split-k", "ring-allreduce", "fusion", "fast-exp", "rng-slot", "stale-weights"} {
+	for _, f := range []string{"split-k", "ring-allreduce", "fusion", "fast-exp", "rng-slot", "stale-weights",
+		"router-split-k", "first routing flip: layers.1.mlp.experts"} {
 		if !strings.Contains(out, f) {
 			t.Errorf("--list-faults lacks %s:\n%s", f, out)
 		}

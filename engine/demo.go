@@ -29,6 +29,47 @@ func DemoConfig() Config {
 		KVHeads: 2, HeadDim: 32, RopeTheta: 10000, Eps: 1e-5, MaxPositions: 256, DType: capture.BF16}
 }
 
+// Demo models, as `bitalign demo --model` names them.
+const (
+	DemoDense = "dense" // DemoConfig, the default
+	DemoMoE   = "moe"   // DemoMoEConfig
+)
+
+// DemoModels lists the demo models, the default first.
+func DemoModels() []string { return []string{DemoDense, DemoMoE} }
+
+// DemoMoEConfig is the mixture-of-experts demo model: Qwen3-MoE-style (q/k norms, every layer sparse), bf16,
+// 4 layers, hidden 256, 8 heads over 2 kv heads, vocab 512, 16 experts of width 128, 4 per token, normalised
+// top-k weights.
+func DemoMoEConfig() Config {
+	return Config{Architecture: ArchQwen3MoE, Vocab: 512, Hidden: 256, Intermediate: 512, Layers: 4, Heads: 8,
+		KVHeads: 2, HeadDim: 32, RopeTheta: 1e6, Eps: 1e-6, MaxPositions: 256, DType: capture.BF16, QKNorm: true,
+		Experts: 16, ExpertsPerTok: 4, MoEIntermediate: 128, NormTopK: true, SparseStep: 1}
+}
+
+// demoFirstFlip is where the router-split-k demo's first routing flip is (TestDemoRoutingFlip checks it).
+const demoFirstFlip = "layers.1.mlp.experts"
+
+// DemoModelConfig is the config of demo model ("" is the dense one, unless the fault needs a mixture-of-experts
+// model: then the MoE one).
+func DemoModelConfig(model, fault string) (Config, error) {
+	switch model {
+	case "":
+		if f, err := FaultByName(fault); err == nil && f.MoE {
+			return DemoMoEConfig(), nil
+		}
+		return DemoConfig(), nil
+	case DemoDense:
+		if f, err := FaultByName(fault); err == nil && f.MoE {
+			return Config{}, fmt.Errorf("engine: demo: fault %s needs the MoE model (--model moe)", fault)
+		}
+		return DemoConfig(), nil
+	case DemoMoE:
+		return DemoMoEConfig(), nil
+	}
+	return Config{}, fmt.Errorf("engine: demo: unknown model %q (dense or moe)", model)
+}
+
 // DemoPromptSet returns the demo's prompts and their new-token counts: different lengths, so that sequences
 // finish at different steps.
 func DemoPromptSet(cfg Config) (prompts [][]int32, maxNew []int) {
@@ -63,6 +104,7 @@ func CheckDemoFault(fault string, layer int) error {
 
 // DemoOptions configure Demo.
 type DemoOptions struct {
+	Model     string          // DemoDense (also "") or DemoMoE; a fault that needs experts picks DemoMoE
 	Fault     string          // a Faults() name, or "" (or "none") for none
 	Layer     int             // the layer of a layered fault
 	Profile   kernels.Profile // both sides' kernels (default canonical)
@@ -86,8 +128,11 @@ func DemoTrainerTP(fault string) int {
 // DemoSlots slots) and DIR/trainer (the trainer's recomputation of those sequences: one prefill at batch 8, TP 2).
 // With the canonical kernels and no fault the two captures are bitwise identical in every op.
 func Demo(dir string, opts DemoOptions) error {
-	cfg := DemoConfig()
 	if err := CheckDemoFault(opts.Fault, opts.Layer); err != nil {
+		return err
+	}
+	cfg, err := DemoModelConfig(opts.Model, opts.Fault)
+	if err != nil {
 		return err
 	}
 	if opts.Fault == "none" {
@@ -97,7 +142,7 @@ func Demo(dir string, opts DemoOptions) error {
 		return err
 	}
 	m := NewRandom(cfg, DemoSeed)
-	if err := m.Save(filepath.Join(dir, "checkpoint")); err != nil {
+	if err = m.Save(filepath.Join(dir, "checkpoint")); err != nil {
 		return err
 	}
 	prompts, maxNew := DemoPromptSet(cfg)

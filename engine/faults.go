@@ -15,23 +15,30 @@ type Fault struct {
 	Where       string // the first divergent op, with L for the layer
 	Layered     bool   // whether --layer chooses where it arises
 	Description string
+	// MoE: the fault needs a mixture-of-experts model (the demo then runs its MoE model, DemoMoEConfig).
+	// FirstFlip is the demo's first routing flip (the first layers.L.mlp.experts to differ), "" for the others.
+	MoE       bool
+	FirstFlip string
 }
 
 // Faults lists the catalog in a fixed order.
 func Faults() []Fault {
 	return []Fault{
 		{"split-k", SideSampler, "layers.0.attn.o_proj", false,
-			"the sampler's matmuls use vendor-style kernels whose split-K is chosen from M (the rows decoded together): every projection's float32 sum changes; in the demo the bf16 rounding hides it in q/k/v_proj and the first bits to differ are layer 0's o_proj"},
+			"the sampler's matmuls use vendor-style kernels whose split-K is chosen from M (the rows decoded together): every projection's float32 sum changes; in the demo the bf16 rounding hides it in q/k/v_proj and the first bits to differ are layer 0's o_proj", false, ""},
 		{"ring-allreduce", SideTrainer, "layers.L.attn.o_proj", true,
-			"the trainer's row-parallel all-reduces in layer L run NCCL-style: the TP partials travel as bf16 and are summed in ring order instead of the fixed float32 tree (the demo trainer runs at TP 4)"},
+			"the trainer's row-parallel all-reduces in layer L run NCCL-style: the TP partials travel as bf16 and are summed in ring order instead of the fixed float32 tree (the demo trainer runs at TP 4)", false, ""},
 		{"fusion", SideSampler, "layers.L.mlp_norm", true,
-			"the sampler fuses layer L's residual add with the post-attention RMSNorm and normalises the float32 sum before it is rounded to bf16"},
+			"the sampler fuses layer L's residual add with the post-attention RMSNorm and normalises the float32 sum before it is rounded to bf16", false, ""},
 		{"fast-exp", SideSampler, "layers.L.attn.sdpa", true,
-			"the sampler's attention in layer L uses an approximate exp in the softmax"},
+			"the sampler's attention in layer L uses an approximate exp in the softmax", false, ""},
 		{"rng-slot", SideSampler, "sample", false,
-			"the sampler keys its Gumbel noise by batch slot instead of (sequence, position), so a sequence's draw depends on where it sits in the batch"},
+			"the sampler keys its Gumbel noise by batch slot instead of (sequence, position), so a sequence's draw depends on where it sits in the batch", false, ""},
 		{"stale-weights", SideSampler, "layers.L.attn_norm", true,
-			"the sampler still holds the previous step's weights for layer L; the first op of that layer reads them"},
+			"the sampler still holds the previous step's weights for layer L; the first op of that layer reads them", false, ""},
+		{"router-split-k", SideTrainer, "layers.0.mlp.router", false,
+			"the trainer's MoE router runs as a vendor GEMM: split-K chosen from M (the tokens of the batch) and the logits returned in bf16 (nn.Linear in the model dtype) instead of float32; logits move by up to half a bf16 ulp, and tokens whose k-th and (k+1)-th experts are that close change experts (the demo runs its MoE model)",
+			true, demoFirstFlip},
 	}
 }
 
@@ -62,7 +69,8 @@ func (f Fault) FirstDivergentOp(layer int) string {
 
 // runVariant turns a run's profile and fault into kernel choices for one side. stale is the layer whose weights
 // are stale (-1: none).
-func runVariant(side string, o RunOptions, layers int) (v variant, stale int, err error) {
+func runVariant(side string, o RunOptions, cfg Config) (v variant, stale int, err error) {
+	layers := cfg.Layers
 	v = profileVariant(o.Profile)
 	stale = -1
 	if o.Fault == "" {
@@ -74,6 +82,9 @@ func runVariant(side string, o RunOptions, layers int) (v variant, stale int, er
 	}
 	if f.Layered && (o.FaultLayer < 0 || o.FaultLayer >= layers) {
 		return v, stale, fmt.Errorf("engine: fault %s: layer %d outside [0, %d)", f.Name, o.FaultLayer, layers)
+	}
+	if f.MoE && cfg.Experts == 0 {
+		return v, stale, fmt.Errorf("engine: fault %s needs a mixture-of-experts model; this %s model has none", f.Name, cfg.Architecture)
 	}
 	if f.Side != side {
 		return v, stale, nil
@@ -89,6 +100,8 @@ func runVariant(side string, o RunOptions, layers int) (v variant, stale int, er
 		v.fastExpLayer = o.FaultLayer
 	case "rng-slot":
 		v.rngSlot = true
+	case "router-split-k":
+		v.router, v.routerModelDType = kernels.Standard, true
 	case "stale-weights":
 		stale = o.FaultLayer
 	}
@@ -121,6 +134,13 @@ func (m *Model) withStaleLayer(l int) *Model {
 	L.QBias, L.KBias, L.VBias, L.OB = prev(L.QBias), prev(L.KBias), prev(L.VBias), prev(L.OB)
 	L.QNorm, L.KNorm = prev(L.QNorm), prev(L.KNorm)
 	L.Gate, L.Up, L.Down = prev(L.Gate), prev(L.Up), prev(L.Down)
+	L.Router = prev(L.Router)
+	if L.Experts != nil {
+		L.Experts = append([]Expert(nil), L.Experts...)
+		for e, x := range L.Experts {
+			L.Experts[e] = Expert{Gate: prev(x.Gate), Up: prev(x.Up), Down: prev(x.Down)}
+		}
+	}
 	c.Layers[l] = L
 	return &c
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"bitalign/capture"
 )
 
 // TestFaultsFirstDivergence plants each fault in the demo and checks that the first op whose bits differ
@@ -25,7 +27,11 @@ func TestFaultsFirstDivergence(t *testing.T) {
 				if err := Demo(dir, DemoOptions{Fault: f.Name, Layer: l}); err != nil {
 					t.Fatal(err)
 				}
-				d := compare(t, DemoConfig(), filepath.Join(dir, SideTrainer), filepath.Join(dir, SideSampler))
+				cfg, err := DemoModelConfig("", f.Name) // the MoE demo for the MoE faults
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := compare(t, cfg, filepath.Join(dir, SideTrainer), filepath.Join(dir, SideSampler))
 				want := f.FirstDivergentOp(l)
 				if d == nil {
 					t.Fatalf("no divergence; documented first divergence %s", want)
@@ -49,8 +55,25 @@ func TestFaultCatalog(t *testing.T) {
 		if f.Side != SideTrainer && f.Side != SideSampler {
 			t.Errorf("%s: side %q", f.Name, f.Side)
 		}
-		if OpIndex(DemoConfig(), f.FirstDivergentOp(1)) < 0 {
+		cfg, err := DemoModelConfig("", f.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.MoE != (cfg.Experts > 0) || (f.FirstFlip != "") != f.MoE {
+			t.Errorf("%s: MoE %v, FirstFlip %q, demo model %s", f.Name, f.MoE, f.FirstFlip, cfg.Architecture)
+		}
+		if OpIndex(cfg, f.FirstDivergentOp(1)) < 0 {
 			t.Errorf("%s: documented op %q is not an op of the demo model", f.Name, f.FirstDivergentOp(1))
+		}
+		if f.MoE {
+			if _, err := DemoModelConfig(DemoDense, f.Name); err == nil {
+				t.Errorf("%s accepted with the dense demo", f.Name)
+			}
+			dense := NewRandom(tinyConfig(ArchLlama, capture.BF16), 1)
+			_, err := dense.Train(t.Context(), [][]int32{{1, 2, 3}}, TrainOptions{RunOptions: RunOptions{Fault: f.Name}})
+			if err == nil || !strings.Contains(err.Error(), "needs a mixture-of-experts model") {
+				t.Errorf("%s on a dense model: %v", f.Name, err)
+			}
 		}
 		if f.Layered != strings.Contains(f.Where, ".L.") {
 			t.Errorf("%s: Layered = %v but Where = %q", f.Name, f.Layered, f.Where)

@@ -11,6 +11,7 @@ import (
 type variant struct {
 	matmul, norm, attn, softmax kernels.Profile
 	router                      kernels.Profile // the MoE router matmul (router-split-k fault: standard)
+	routerModelDType            bool            // router logits rounded to the model dtype (router-split-k fault)
 	experts                     kernels.Profile // the MoE experts' matmuls (standard: split-K from the tokens an expert got)
 	ring                        bool            // every all-reduce in ring order (the standard profile)
 	ringLayer                   int             // ≥ 0: only this layer's all-reduces in ring order (ring-allreduce fault)

@@ -131,7 +131,7 @@ func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, si
 	if err := opts.fill(len(seqs)); err != nil {
 		return nil, err
 	}
-	v, _, err := runVariant(side, opts.RunOptions, m.Config.Layers)
+	v, _, err := runVariant(side, opts.RunOptions, m.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ func (m *Model) Sample(ctx context.Context, prompts [][]int32, opts SampleOption
 	if err := opts.fill(len(prompts)); err != nil {
 		return nil, err
 	}
-	v, stale, err := runVariant(SideSampler, opts.RunOptions, m.Config.Layers)
+	v, stale, err := runVariant(SideSampler, opts.RunOptions, m.Config)
 	if err != nil {
 		return nil, err
 	}

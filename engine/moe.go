@@ -19,7 +19,11 @@ func (r *rank) moe(l int, w layerWeights, h, out Buf, T int, segs []segment, off
 	emit := func(op string, b Buf, width int) error { return r.rec.emit(r, op, b, width, segs, offs) }
 
 	logits := r.alloc(T * E)
-	be.Matmul(r.v.router, logits, h, w.router, nil, T, H, E, kernels.F32)
+	routerDT := kernels.F32
+	if r.v.routerModelDType { // the router-split-k fault: a vendor GEMM's output in the model dtype
+		routerDT = dt
+	}
+	be.Matmul(r.v.router, logits, h, w.router, nil, T, H, E, routerDT)
 	if err := emit(LayerOp(l, opRouter), logits, E); err != nil {
 		return err
 	}

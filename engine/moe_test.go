@@ -282,3 +282,72 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// TestDemoRoutingFlip: the MoE demo without a fault is bitwise identical; with router-split-k its first
+// divergence is the documented router op and a routing flip (a token whose expert set differs) follows, first
+// at the documented layer.
+func TestDemoRoutingFlip(t *testing.T) {
+	cfg := DemoMoEConfig()
+	for _, fault := range []string{"", "router-split-k"} {
+		dir := t.TempDir()
+		if err := Demo(dir, DemoOptions{Model: DemoMoE, Fault: fault}); err != nil {
+			t.Fatal(err)
+		}
+		tr, sa := filepath.Join(dir, SideTrainer), filepath.Join(dir, SideSampler)
+		d := compare(t, cfg, tr, sa)
+		if fault == "" {
+			if d != nil {
+				t.Fatalf("MoE demo without a fault: first divergence %v", d)
+			}
+			continue
+		}
+		f, _ := FaultByName(fault)
+		if d == nil || d.Op != f.Where {
+			t.Fatalf("first divergence %v, documented %s", d, f.Where)
+		}
+		a, b := assembled(t, tr), assembled(t, sa)
+		first, flips := "", map[string]int{}
+		for _, op := range OpNames(cfg) {
+			if _, s, _ := SplitLayerOp(op); s != opExperts {
+				continue
+			}
+			for key, x := range a {
+				if key.op != op {
+					continue
+				}
+				for p, row := range x.rows {
+					if !sameSet(row, b[key].rows[p]) {
+						flips[op]++
+					}
+				}
+			}
+			if first == "" && flips[op] > 0 {
+				first = op
+			}
+		}
+		t.Logf("routing flips (tokens whose expert set differs) per layer: %v", flips)
+		if first != f.FirstFlip {
+			t.Fatalf("first routing flip at %q, documented %q", first, f.FirstFlip)
+		}
+	}
+}
+
+// sameSet reports whether two encoded i32 expert lists hold the same experts.
+func sameSet(a, b []byte) bool {
+	x, y := make([]int32, len(a)/4), make([]int32, len(b)/4)
+	decodeI32(a, x)
+	decodeI32(b, y)
+	if len(x) != len(y) {
+		return false
+	}
+	for _, e := range x {
+		found := false
+		for _, f := range y {
+			found = found || e == f
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
