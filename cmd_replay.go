@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -10,7 +11,8 @@ import (
 )
 
 func newReplayCmd() *cobra.Command {
-	var ckpt, capPath, save, device, profile string
+	var ckpt, capPath, save, device, profile, routingFrom string
+	var routingWeights bool
 	var rf reportFlags
 	var tp int
 	cmd := &cobra.Command{
@@ -21,9 +23,15 @@ deterministic engine, and report how the capture compares with the replay (the d
 replay = B). --save DIR keeps the replay as a capture; without it the replay is made in a temporary
 directory and removed. A checkpoint of another model than the capture's is refused.
 
-Exit status: 0 when the capture reproduces bit for bit, 1 when it diverges from the replay, 2 on bad input.`,
+--routing-from CAPTURE (mixture-of-experts models) replays the step a second time with that capture's routing
+(its layers.L.mlp.experts, and with --routing-weights its expert_weights: R3, routing replay) and reports both
+verdicts: what changes between them is what routing caused, what remains is numerics. Formats text, md, json.
+
+Exit status: 0 when the capture reproduces bit for bit, 1 when it diverges from the replay, 2 on bad input.
+With --routing-from: 0 when it reproduces with its own routing.`,
 		Example: `  bitalign replay --checkpoint run/checkpoint --capture run/sampler --save run/replay
-  bitalign replay --checkpoint run/checkpoint --capture run/sampler -o replay.md`,
+  bitalign replay --checkpoint run/checkpoint --capture run/sampler -o replay.md
+  bitalign replay --checkpoint moe/checkpoint --capture moe/sampler --routing-from moe/trainer`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ckpt == "" || capPath == "" {
@@ -37,8 +45,32 @@ Exit status: 0 when the capture reproduces bit for bit, 1 when it diverges from 
 				return usageErr("replay: %v", err)
 			}
 			bar := newProgressBar(cmd)
-			r, backend, err := session.ReplayStep(cmd.Context(), ckpt, capPath,
-				session.StepOptions{TP: tp, Profile: prof, Device: device, Save: save, Progress: bar.update})
+			so := session.StepOptions{TP: tp, Profile: prof, Device: device, Save: save, Progress: bar.update,
+				RoutingFrom: routingFrom, RoutingWeights: routingWeights}
+			if routingFrom != "" {
+				if rf.format == "html" {
+					bar.done()
+					return usageErr("replay: --routing-from writes text, md or json, not html")
+				}
+				rr, backend, err := session.ReplayRouting(cmd.Context(), ckpt, capPath, so)
+				bar.done()
+				if err != nil {
+					return inputErr(err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "bitalign: replayed %s on %s with its own routing and with %s's\n", capPath, backend, routingFrom)
+				if err := rf.writeWith(cmd, func(w io.Writer) error { return session.WriteRoutingReplay(w, rr, rf.format) }); err != nil {
+					return err
+				}
+				if !rr.Own.Identical {
+					return &exitError{code: 1}
+				}
+				return nil
+			}
+			if routingWeights {
+				bar.done()
+				return usageErr("replay: --routing-weights needs --routing-from")
+			}
+			r, backend, err := session.ReplayStep(cmd.Context(), ckpt, capPath, so)
 			bar.done()
 			if err != nil {
 				return inputErr(err)
@@ -63,6 +95,8 @@ Exit status: 0 when the capture reproduces bit for bit, 1 when it diverges from 
 	addDeviceFlag(cmd, &device, "engine")
 	addProfileFlag(cmd, &profile, "kernel profile")
 	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks of the replay (1, 2, 4, 8)")
+	cmd.Flags().StringVar(&routingFrom, "routing-from", "", "also replay with this capture's MoE routing (R3) and report both verdicts")
+	cmd.Flags().BoolVar(&routingWeights, "routing-weights", false, "with --routing-from: take its expert weights too")
 	rf.add(cmd)
 	return cmd
 }

@@ -26,6 +26,8 @@ type ReplayOptions struct {
 	// Collectives makes the TP communicators (nil: the CPU transport).
 	Collectives CollectivesFactory
 	Batch       int // sequences per forward; 0: all
+	// Routing replays another capture's routing in the MoE layers (RoutingFromCapture); nil: the model's own.
+	Routing *Routing
 }
 
 // Replay re-executes the step captured at capturePath from its token ids with the trainer mode (every
@@ -136,6 +138,7 @@ func (m *Model) Replay(ctx context.Context, capturePath, outDir string, opts Rep
 	}
 	sp := extra.Sampling // nil: the default
 	to := TrainOptions{RunOptions: RunOptions{TP: max(opts.TP, 1), Profile: opts.Profile, Seed: meta.Seed, Step: step,
-		SeqIDs: ids, Sampling: sp, CaptureDir: outDir, Backend: opts.Backend, Collectives: opts.Collectives}, Batch: opts.Batch, PromptLens: plen}
+		SeqIDs: ids, Sampling: sp, CaptureDir: outDir, Backend: opts.Backend, Collectives: opts.Collectives,
+		Routing: opts.Routing}, Batch: opts.Batch, PromptLens: plen}
 	return m.train(ctx, inputs, to, SideReplay, open)
 }

@@ -21,6 +21,29 @@ type StepOptions struct {
 	// afterwards (and the report then names no path for it).
 	Save     string
 	Progress func(view.Progress) // may be nil
+	// RoutingFrom is a capture whose routing (layers.L.mlp.experts) ReplayRouting replays in a second run;
+	// RoutingWeights takes its layers.L.mlp.expert_weights too. ReplayStep ignores them.
+	RoutingFrom    string
+	RoutingWeights bool
+}
+
+// loadForReplay loads the checkpoint and refuses it when it is not the capture's model.
+func loadForReplay(checkpoint, capPath string, progress func(view.Progress)) (*engine.Model, error) {
+	progress(view.Progress{Stage: "loading the checkpoint"})
+	m, err := engine.Load(checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	c, err := openCapture(capPath)
+	if err != nil {
+		return nil, err
+	}
+	err = checkCheckpoint(checkpoint, m, c)
+	c.Close()
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // ReplayStep re-executes the step the capture at capPath recorded, from its captured token ids, with the
@@ -43,44 +66,45 @@ func ReplayStep(ctx context.Context, checkpoint, capPath string, o StepOptions) 
 			return nil, "", fmt.Errorf("session: replay: %w", err)
 		}
 	}
-	progress(view.Progress{Stage: "loading the checkpoint"})
-	m, err := engine.Load(checkpoint)
+	m, err := loadForReplay(checkpoint, capPath, progress)
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := openCapture(capPath)
+	progress(view.Progress{Stage: "replaying on " + backendName})
+	r, err := replayInto(ctx, m, capPath, o.Save, o, backend, nil, progress)
 	if err != nil {
 		return nil, "", err
 	}
-	err = checkCheckpoint(checkpoint, m, c)
-	c.Close()
-	if err != nil {
-		return nil, "", err
-	}
-	out := o.Save
+	return r, backendName, nil
+}
+
+// replayInto replays capPath into save ("" : a temporary directory, removed) with routing (nil: the model's
+// own) and diffs the capture (A) with it.
+func replayInto(ctx context.Context, m *engine.Model, capPath, save string, o StepOptions, backend engine.BackendFactory,
+	routing *engine.Routing, progress func(view.Progress)) (*Report, error) {
+	out := save
 	if out == "" {
 		tmp, err := os.MkdirTemp("", "bitalign-replay-*")
 		if err != nil {
-			return nil, "", fmt.Errorf("session: replay: %w", err)
+			return nil, fmt.Errorf("session: replay: %w", err)
 		}
 		defer os.RemoveAll(tmp)
 		out = filepath.Join(tmp, "replay")
 	}
 	tp := max(o.TP, 1)
-	progress(view.Progress{Stage: "replaying on " + backendName})
 	if _, err := m.Replay(ctx, capPath, out, engine.ReplayOptions{TP: tp, Profile: o.Profile, Backend: backend,
-		Collectives: engine.GPUCollectives(backend, tp)}); err != nil {
-		return nil, "", err
+		Collectives: engine.GPUCollectives(backend, tp), Routing: routing}); err != nil {
+		return nil, err
 	}
 	l, err := load(ctx, Inputs{A: capPath, B: out, Device: "cpu"}, m, progress) // the diff replays nothing
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	defer l.Close()
 	r := l.Report
 	r.Command = "replay"
-	if o.Save == "" {
+	if save == "" {
 		r.B.Path = "(not kept: --save DIR keeps the replay)" // a temporary directory, gone when this returns
 	}
-	return r, backendName, nil
+	return r, nil
 }
