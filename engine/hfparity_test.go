@@ -3,9 +3,12 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 
 	"bitalign/capture"
@@ -15,7 +18,9 @@ import (
 // TestHFParity compares the engine with transformers' eager float32 forward on checkpoints written by
 // testdata/engine/hf_parity.py (run where torch and transformers exist; see that script). It needs
 // BITALIGN_HF_PARITY=DIR and skips otherwise. Checked: the embedding and every layer's residual stream, the
-// final norm and the logits to a relative error below 1e-5 (max |a-b| / max |b| per tensor), identical argmax.
+// final norm and the logits to a relative error below 1e-5 (max |a-b| / max |b| per tensor), identical argmax;
+// for Qwen3-MoE also each sparse layer's router logits and combine (1e-5), the selected experts (the same set per
+// token; transformers' torch.topk gives no order among ties) and the combine weights.
 func TestHFParity(t *testing.T) {
 	const skip = "BITALIGN_HF_PARITY not set: needs checkpoints from testdata/engine/hf_parity.py (torch + transformers)"
 	hftest.EachDir(t, "BITALIGN_HF_PARITY", skip, func(t *testing.T, dir string) {
@@ -32,6 +37,7 @@ func TestHFParity(t *testing.T) {
 				Tokens []int32
 				Logits string
 				Hidden []string
+				MoE    map[string]map[string]string
 			}
 		}
 		b, err := os.ReadFile(filepath.Join(dir, "parity.json"))
@@ -91,6 +97,45 @@ func TestHFParity(t *testing.T) {
 			}
 			check(OpFinalNorm, s.Hidden[cfg.Layers], cfg.Hidden)
 			check(OpLogits, s.Logits, cfg.Vocab)
+			if cfg.Experts > 0 && len(s.MoE) == 0 {
+				t.Fatal("a MoE model without MoE references in parity.json")
+			}
+			for _, ls := range slices.Sorted(maps.Keys(s.MoE)) {
+				files := s.MoE[ls]
+				l, err := strconv.Atoi(ls)
+				if err != nil || !cfg.MoELayer(l) {
+					t.Fatalf("parity.json: layer %q is not a MoE layer of the model", ls)
+				}
+				check(LayerOp(l, opRouter), files["router"], cfg.Experts)
+				check(LayerOp(l, opCombine), files["combine"], cfg.Hidden)
+				k := cfg.ExpertsPerTok
+				b, err := os.ReadFile(filepath.Join(dir, files["experts"]))
+				if err != nil || len(b) != 4*T*k {
+					t.Fatalf("%s: %v, %d bytes", files["experts"], err, len(b))
+				}
+				want := make([]int32, T*k)
+				decodeI32(b, want)
+				got := asm[tensorKey{0, 0, LayerOp(l, opExperts)}].ints(0, T)
+				wantW := readF32(t, filepath.Join(dir, files["weights"]), T*k)
+				gotW := asm[tensorKey{0, 0, LayerOp(l, opExpertWeights)}].floats(0, T)
+				for p := range T {
+					for j := range k {
+						found := -1
+						for q := range k {
+							if got[p*k+q] == want[p*k+j] {
+								found = q
+							}
+						}
+						if found < 0 {
+							t.Fatalf("seq %d layer %d position %d: experts %v, transformers %v", i, l, p, got[p*k:(p+1)*k], want[p*k:(p+1)*k])
+						}
+						if d := math.Abs(float64(gotW[p*k+found] - wantW[p*k+j])); d > 1e-6 {
+							t.Errorf("seq %d layer %d position %d: expert %d weight %v, transformers %v", i, l, p, want[p*k+j], gotW[p*k+found], wantW[p*k+j])
+						}
+					}
+				}
+				t.Logf("seq %d layers.%d.mlp.experts: every token's %d experts as transformers'", i, l, k)
+			}
 		}
 	})
 }
