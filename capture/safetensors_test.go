@@ -258,6 +258,50 @@ func TestSafetensorsCanonicalNamesGiveExecutionOrder(t *testing.T) {
 	}
 }
 
+func TestSafetensorsCanonicalNamesGiveExecutionOrderMoE(t *testing.T) {
+	// a Qwen3-MoE-style dump (layer 0 dense, layer 1 sparse: router, experts, expert_weights, combine), in
+	// save_file's order: the MoE names take the dense MLP's indexes in their layer
+	var ts []stTensor
+	ops := []string{OpTokens, OpEmbed, OpLogits, OpFinalNorm}
+	for l := 0; l < 2; l++ {
+		per := LayerOps(true)
+		if l == 1 { // layer 1 a MoE layer (Qwen3-MoE with mlp_only_layers [0])
+			per = MoELayerOps(true)
+		}
+		for _, s := range per {
+			if s != LayerQRope && s != LayerKRope { // HF captures have no rope ops: gaps stay
+				ops = append(ops, LayerOp(l, s))
+			}
+		}
+	}
+	for i, op := range ops {
+		dt := "BF16"
+		switch {
+		case op == OpTokens, op == LayerOp(1, LayerExperts):
+			dt = "I32"
+		case op == OpLogits, op == LayerOp(1, LayerRouter), op == LayerOp(1, LayerExpertWeights):
+			dt = "F32"
+		}
+		ts = append(ts, stTensor{op, dt, []int64{2}, seqBytes(2*map[string]int{"I32": 4, "F32": 4, "BF16": 2}[dt], byte(i))})
+	}
+	ts = saveFileOrder(ts)
+	if ts[0].name == OpTokens {
+		t.Fatal("test setup: save_file order should not start with tokens")
+	}
+	path := writeFile(t, "hf.safetensors", buildSafetensors(map[string]string{"side": "trainer"}, ts))
+	c := openCapture(t, path)
+	want := OpNames(2, true, func(l int) bool { return l == 1 })
+	for i := 0; i < c.Len(); i++ {
+		e := c.Entry(i)
+		if int(e.Index) != slices.Index(want, e.Op) {
+			t.Errorf("%s: index %d, engine order says %d", e.Op, e.Index, slices.Index(want, e.Op))
+		}
+	}
+	if w := c.ImportWarnings(); w != nil {
+		t.Fatalf("warnings %q for canonical names", w)
+	}
+}
+
 func TestSafetensorsIndexMetadata(t *testing.T) {
 	ts := []stTensor{
 		{"b.weight", "F32", []int64{1}, seqBytes(4, 1)},
