@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 
 	"bitalign/capture"
 	"bitalign/kernels"
@@ -152,7 +155,11 @@ func RoutingFromCapture(path string, cfg Config, weights bool) (*Routing, error)
 		}
 	}
 	found := map[string]bool{}
-	for key, st := range asm {
+	keys := slices.SortedFunc(maps.Keys(asm), func(a, b tensorKey) int { // the first bad tensor in execution order
+		return cmp.Or(cmp.Compare(OpIndex(cfg, a.op), OpIndex(cfg, b.op)), cmp.Compare(a.step, b.step), cmp.Compare(a.seq, b.seq))
+	})
+	for _, key := range keys {
+		st := asm[key]
 		found[key.op] = true
 		want := capture.I32
 		if _, s, _ := SplitLayerOp(key.op); s == opExpertWeights {
@@ -163,8 +170,8 @@ func RoutingFromCapture(path string, cfg Config, weights bool) (*Routing, error)
 				path, key.op, st.dtype, st.width, want, cfg.ExpertsPerTok)
 		}
 	}
-	for op := range keep {
-		if !found[op] {
+	for _, op := range OpNames(cfg) {
+		if keep[op] && !found[op] {
 			return nil, fmt.Errorf("engine: routing from %s: the capture has no %s", path, op)
 		}
 	}
