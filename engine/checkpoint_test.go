@@ -13,7 +13,7 @@ import (
 )
 
 func TestCheckpointRoundTrip(t *testing.T) {
-	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchQwen3MoE} {
+	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchQwen3MoE, ArchQwen2MoE} {
 		for _, dt := range []capture.DType{capture.BF16, capture.F16, capture.F32} {
 			for _, tied := range []bool{false, true} {
 				cfg := tinyConfig(arch, dt)

@@ -16,6 +16,9 @@ const (
 	ArchQwen3 = "qwen3"
 	// ArchQwen3MoE is Qwen3 attention with mixture-of-experts MLPs (Qwen3MoeForCausalLM, docs/arithmetic.md §19).
 	ArchQwen3MoE = "qwen3_moe"
+	// ArchQwen2MoE is Qwen2 attention (q/k/v bias) with MoE MLPs plus a shared expert under a sigmoid gate
+	// (Qwen2MoeForCausalLM).
+	ArchQwen2MoE = "qwen2_moe"
 )
 
 // hfArchitectures maps a config.json "architectures" entry to the engine's architecture name.
@@ -24,6 +27,7 @@ var hfArchitectures = map[string]string{
 	"Qwen2ForCausalLM":    ArchQwen2,
 	"Qwen3ForCausalLM":    ArchQwen3,
 	"Qwen3MoeForCausalLM": ArchQwen3MoE,
+	"Qwen2MoeForCausalLM": ArchQwen2MoE,
 }
 
 // Config describes a decoder-only model. The field names follow docs/design.md; QKVBias, OBias and QKNorm are
@@ -57,7 +61,13 @@ type Config struct {
 	NormTopK        bool  // norm_topk_prob: the k selected probabilities are divided by their sum
 	SparseStep      int   // decoder_sparse_step: layer l is sparse when (l+1) % SparseStep == 0
 	MLPOnly         []int // mlp_only_layers: layers that keep the dense MLP (Intermediate wide)
+	// SharedIntermediate is Qwen2-MoE's shared_expert_intermediate_size: every token also runs a shared expert
+	// of this width, weighted by sigmoid(x·shared_expert_gateᵀ); 0 for Qwen3-MoE.
+	SharedIntermediate int
 }
+
+// isMoE reports whether arch is a mixture-of-experts architecture.
+func isMoE(arch string) bool { return arch == ArchQwen3MoE || arch == ArchQwen2MoE }
 
 // MoELayer reports whether layer l runs the mixture-of-experts block (transformers' Qwen3MoeDecoderLayer rule:
 // not in mlp_only_layers, and (l+1) divisible by decoder_sparse_step).
@@ -84,9 +94,9 @@ func (c Config) moeLayers() func(int) bool {
 // Validate checks that the sizes are positive and consistent.
 func (c Config) Validate() error {
 	switch c.Architecture {
-	case ArchLlama, ArchQwen2, ArchQwen3, ArchQwen3MoE:
+	case ArchLlama, ArchQwen2, ArchQwen3, ArchQwen3MoE, ArchQwen2MoE:
 	default:
-		return fmt.Errorf("engine: unknown architecture %q (want llama, qwen2, qwen3 or qwen3_moe)", c.Architecture)
+		return fmt.Errorf("engine: unknown architecture %q (want llama, qwen2, qwen3, qwen3_moe or qwen2_moe)", c.Architecture)
 	}
 	if err := c.validateMoE(); err != nil {
 		return err
@@ -131,11 +141,19 @@ func (c Config) Validate() error {
 
 // validateMoE checks the mixture-of-experts fields: present exactly for qwen3_moe, sizes positive, k ≤ E.
 func (c Config) validateMoE() error {
-	if c.Architecture != ArchQwen3MoE {
-		if c.Experts != 0 {
+	if !isMoE(c.Architecture) {
+		if c.Experts != 0 || c.SharedIntermediate != 0 {
 			return fmt.Errorf("engine: config: %s has no experts, num_experts is %d", c.Architecture, c.Experts)
 		}
 		return nil
+	}
+	switch {
+	case c.Architecture == ArchQwen2MoE && c.SharedIntermediate <= 0:
+		return fmt.Errorf("engine: config: shared_expert_intermediate_size must be positive, is %d", c.SharedIntermediate)
+	case c.Architecture == ArchQwen2MoE && c.SharedIntermediate > 1<<24:
+		return fmt.Errorf("engine: config: shared_expert_intermediate_size = %d is implausibly large", c.SharedIntermediate)
+	case c.Architecture == ArchQwen3MoE && c.SharedIntermediate != 0:
+		return fmt.Errorf("engine: config: qwen3_moe has no shared expert")
 	}
 	for _, f := range []struct {
 		name string
@@ -195,6 +213,9 @@ type hfConfig struct {
 	NormTopKProb      *bool `json:"norm_topk_prob"`
 	DecoderSparseStep *int  `json:"decoder_sparse_step"`
 	MLPOnlyLayers     []int `json:"mlp_only_layers"`
+	// Qwen2-MoE
+	SharedIntermediate *int  `json:"shared_expert_intermediate_size"`
+	QKVBiasFlag        *bool `json:"qkv_bias"`
 }
 
 // ParseConfig reads a Hugging Face config.json. name is used in error messages (usually the file's path).
@@ -207,11 +228,11 @@ func ParseConfig(name string, data []byte) (Config, error) {
 		return fmt.Errorf("engine: %s: "+format, append([]any{name}, a...)...)
 	}
 	if len(h.Architectures) != 1 {
-		return Config{}, errf("architectures must name exactly one of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, has %q", h.Architectures)
+		return Config{}, errf("architectures must name exactly one of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, has %q", h.Architectures)
 	}
 	arch, ok := hfArchitectures[h.Architectures[0]]
 	if !ok {
-		return Config{}, errf("unsupported architecture %q (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)", h.Architectures[0])
+		return Config{}, errf("unsupported architecture %q (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM)", h.Architectures[0])
 	}
 	c := Config{
 		Architecture: arch, Vocab: h.VocabSize, Hidden: h.HiddenSize, Intermediate: h.IntermediateSize,
@@ -283,10 +304,23 @@ func ParseConfig(name string, data []byte) (Config, error) {
 	case ArchQwen3, ArchQwen3MoE:
 		c.QKVBias, c.OBias, c.QKNorm = bias, bias, true
 	}
-	if arch == ArchQwen3MoE {
+	if arch == ArchQwen2MoE {
+		// Qwen2MoeConfig: qkv_bias (default true), no o_proj bias, no q/k norm; a shared expert (default 5632)
+		c.QKVBias, c.SharedIntermediate = true, 5632
+		if h.QKVBiasFlag != nil {
+			c.QKVBias = *h.QKVBiasFlag
+		}
+		if h.SharedIntermediate != nil {
+			c.SharedIntermediate = *h.SharedIntermediate
+		}
+	}
+	if isMoE(arch) {
 		// Qwen3MoeConfig's defaults: 128 experts, 8 per token, moe_intermediate_size 768, norm_topk_prob false,
-		// decoder_sparse_step 1
+		// decoder_sparse_step 1 (Qwen2MoeConfig's: 60, 4, 1408)
 		c.Experts, c.ExpertsPerTok, c.MoEIntermediate, c.SparseStep = 128, 8, 768, 1
+		if arch == ArchQwen2MoE {
+			c.Experts, c.ExpertsPerTok, c.MoEIntermediate = 60, 4, 1408
+		}
 		switch {
 		case h.NumExperts != nil:
 			c.Experts = *h.NumExperts
@@ -355,7 +389,7 @@ var hfDTypes = map[string]capture.DType{"bfloat16": capture.BF16, "float16": cap
 // HFConfig returns the config in Hugging Face config.json form (what Save writes and ParseConfig reads back).
 func (c Config) HFConfig() map[string]any {
 	archName := map[string]string{ArchLlama: "LlamaForCausalLM", ArchQwen2: "Qwen2ForCausalLM", ArchQwen3: "Qwen3ForCausalLM",
-		ArchQwen3MoE: "Qwen3MoeForCausalLM"}[c.Architecture]
+		ArchQwen3MoE: "Qwen3MoeForCausalLM", ArchQwen2MoE: "Qwen2MoeForCausalLM"}[c.Architecture]
 	dt := ""
 	for name, d := range hfDTypes {
 		if d == c.DType {
@@ -380,10 +414,15 @@ func (c Config) HFConfig() map[string]any {
 		"hidden_act":              "silu",
 		"rope_scaling":            nil,
 	}
-	if c.Architecture != ArchQwen2 {
+	switch c.Architecture {
+	case ArchQwen2:
+	case ArchQwen2MoE:
+		m["qkv_bias"] = c.QKVBias
+		m["shared_expert_intermediate_size"] = c.SharedIntermediate
+	default:
 		m["attention_bias"] = c.QKVBias
 	}
-	if c.Architecture == ArchQwen3MoE {
+	if isMoE(c.Architecture) {
 		m["num_experts"] = c.Experts
 		m["num_experts_per_tok"] = c.ExpertsPerTok
 		m["moe_intermediate_size"] = c.MoEIntermediate

@@ -48,6 +48,13 @@ func TestParseConfig(t *testing.T) {
 			Config{Architecture: ArchQwen3MoE, Vocab: 32, Hidden: 32, Intermediate: 64, Layers: 1, Heads: 4, KVHeads: 4,
 				HeadDim: 8, RopeTheta: 10000, Eps: 1e-6, DType: capture.F32, QKNorm: true, Experts: 4, ExpertsPerTok: 1,
 				MoEIntermediate: 16, SparseStep: 1}},
+		{"qwen2_moe: qkv_bias, a shared expert", `{"architectures": ["Qwen2MoeForCausalLM"], "vocab_size": 32,
+			"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+			"num_key_value_heads": 2, "dtype": "bfloat16", "num_experts": 8, "num_experts_per_tok": 2,
+			"moe_intermediate_size": 16, "shared_expert_intermediate_size": 48, "qkv_bias": true}`,
+			Config{Architecture: ArchQwen2MoE, Vocab: 32, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 2,
+				HeadDim: 8, RopeTheta: 10000, Eps: 1e-6, DType: capture.BF16, QKVBias: true, Experts: 8, ExpertsPerTok: 2,
+				MoEIntermediate: 16, SparseStep: 1, SharedIntermediate: 48}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -134,7 +134,8 @@ func (m *Model) withStaleLayer(l int) *Model {
 	L.QBias, L.KBias, L.VBias, L.OB = prev(L.QBias), prev(L.KBias), prev(L.VBias), prev(L.OB)
 	L.QNorm, L.KNorm = prev(L.QNorm), prev(L.KNorm)
 	L.Gate, L.Up, L.Down = prev(L.Gate), prev(L.Up), prev(L.Down)
-	L.Router = prev(L.Router)
+	L.Router, L.SharedGate = prev(L.Router), prev(L.SharedGate)
+	L.Shared = Expert{Gate: prev(L.Shared.Gate), Up: prev(L.Shared.Up), Down: prev(L.Shared.Down)}
 	if L.Experts != nil {
 		L.Experts = append([]Expert(nil), L.Experts...)
 		for e, x := range L.Experts {

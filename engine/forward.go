@@ -32,6 +32,8 @@ type layerWeights struct {
 	gate, up, down             Buf
 	router                     Buf          // (E, H), replicated: MoE layers
 	experts                    []expertBufs // this rank's shard of each expert: MoE layers
+	shared                     expertBufs   // this rank's shard of the shared expert (Qwen2-MoE)
+	sharedGate                 Buf          // (1, H), replicated (Qwen2-MoE)
 }
 
 // expertBufs is one expert's TP shard: gate and up column-parallel, down row-parallel over moe_intermediate.
@@ -101,8 +103,14 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 					up: up(rows(x.Up, H, lay.m0, lay.mLocal)), down: up(cols(x.Down, H, Im, lay.m0, lay.mLocal))})
 			}
 		}
+		var shared expertBufs
+		if L.SharedGate != nil {
+			Is := cfg.SharedIntermediate
+			shared = expertBufs{gate: up(rows(L.Shared.Gate, H, lay.s0, lay.sLocal)),
+				up: up(rows(L.Shared.Up, H, lay.s0, lay.sLocal)), down: up(cols(L.Shared.Down, H, Is, lay.s0, lay.sLocal))}
+		}
 		r.layers = append(r.layers, layerWeights{
-			router: up(L.Router), experts: experts,
+			router: up(L.Router), experts: experts, shared: shared, sharedGate: up(L.SharedGate),
 			attnNorm: up(L.AttnNorm), mlpNorm: up(L.MLPNorm),
 			q: up(rows(L.Q, H, q0, qn)), k: up(rows(L.K, H, k0, kn)), v: up(rows(L.V, H, k0, kn)),
 			o:  up(cols(L.O, H, cfg.QDim(), q0, qn)),

@@ -22,6 +22,10 @@ func tinyConfig(arch string, dt capture.DType) Config {
 		c.QKVBias = true
 	case ArchQwen3:
 		c.QKNorm = true
+	case ArchQwen2MoE:
+		// 2 layers, both sparse; 8 experts, 2 per token, a shared expert of width 64, weights not normalised
+		c.QKVBias = true
+		c.Experts, c.ExpertsPerTok, c.MoEIntermediate, c.SparseStep, c.SharedIntermediate = 8, 2, 32, 1, 64
 	case ArchQwen3MoE:
 		// 3 layers: 0 and 2 sparse, 1 dense (mlp_only_layers); 8 experts, 2 per token
 		c.QKNorm, c.Layers = true, 3

@@ -102,7 +102,7 @@ func TestInvarianceCanonical(t *testing.T) {
 	qwen3 := tinyConfig(ArchQwen3, capture.F32)
 	qwen3.QKVBias, qwen3.OBias = true, true // attention_bias: q/k/v and the row-parallel o_proj
 	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), qwen3, tinyConfig(ArchQwen2, capture.F16),
-		tinyConfig(ArchQwen3MoE, capture.BF16), tinyConfig(ArchQwen3MoE, capture.F32)} {
+		tinyConfig(ArchQwen3MoE, capture.BF16), tinyConfig(ArchQwen3MoE, capture.F32), tinyConfig(ArchQwen2MoE, capture.BF16)} {
 		t.Run(cfg.Architecture+"-"+cfg.DType.String(), func(t *testing.T) { runMatrix(t, cfg, kernels.Canonical) })
 	}
 }

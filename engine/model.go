@@ -25,6 +25,8 @@ type Layer struct {
 	Gate, Up, Down          []float32 // (I, H), (I, H), (H, I); nil in a mixture-of-experts layer
 	Router                  []float32 // (E, H) mixture-of-experts layers: mlp.gate, the router
 	Experts                 []Expert  // (E) mixture-of-experts layers
+	Shared                  Expert    // Qwen2-MoE's shared expert (SharedIntermediate wide); nil slices otherwise
+	SharedGate              []float32 // (1, H) Qwen2-MoE: the shared expert's sigmoid gate
 }
 
 // Expert is one expert's SwiGLU MLP, moe_intermediate_size (Im) wide.
@@ -99,6 +101,14 @@ func (m *Model) weightSpecs() []weightSpec {
 				weightSpec{q + "gate_proj.weight", []int64{Im, H}, &x.Gate},
 				weightSpec{q + "up_proj.weight", []int64{Im, H}, &x.Up},
 				weightSpec{q + "down_proj.weight", []int64{H, Im}, &x.Down})
+		}
+		if Is := int64(c.SharedIntermediate); Is > 0 {
+			q := p + "mlp.shared_expert."
+			specs = append(specs,
+				weightSpec{q + "gate_proj.weight", []int64{Is, H}, &ly.Shared.Gate},
+				weightSpec{q + "up_proj.weight", []int64{Is, H}, &ly.Shared.Up},
+				weightSpec{q + "down_proj.weight", []int64{H, Is}, &ly.Shared.Down},
+				weightSpec{p + "mlp.shared_expert_gate.weight", []int64{1, H}, &ly.SharedGate})
 		}
 	}
 	specs = append(specs, weightSpec{"model.norm.weight", []int64{H}, &m.Norm})

@@ -58,8 +58,25 @@ func (r *rank) moe(l int, w layerWeights, h, out Buf, T int, segs []segment, off
 	if err != nil {
 		return err
 	}
+	var shared, gate []float32
+	if cfg.SharedIntermediate > 0 { // Qwen2-MoE: the shared expert on every token, the dense MLP's contract
+		sW := lay.sLocal
+		g, u, a, y, gl := r.alloc(T*sW), r.alloc(T*sW), r.alloc(T*sW), r.alloc(T*H), r.alloc(T)
+		be.Matmul(r.v.matmul, g, h, w.shared.gate, nil, T, H, sW, dt)
+		be.Matmul(r.v.matmul, u, h, w.shared.up, nil, T, H, sW, dt)
+		be.SwiGLU(a, g, u, T*sW, dt)
+		r.rowParallel(r.v.matmul, l, y, a, w.shared.down, nil, T, sW, H)
+		be.Matmul(r.v.matmul, gl, h, w.sharedGate, nil, T, H, 1, kernels.F32) // float32, like the router
+		shared, gate = make([]float32, T*H), make([]float32, T)
+		if err := be.Download(shared, y); err != nil {
+			return err
+		}
+		if err := be.Download(gate, gl); err != nil {
+			return err
+		}
+	}
 	comb := make([]float32, T*H)
-	kernels.MoECombine(dt, comb, Y, wts, ids, T, k, H)
+	kernels.MoECombine(dt, comb, Y, wts, ids, T, k, H, shared, gate)
 	be.Upload(out, comb)
 	return emit(LayerOp(l, opCombine), out, H)
 }

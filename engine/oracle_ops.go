@@ -154,7 +154,8 @@ func oracleAttention(out, q, k, v []float32, P, N, heads, kvHeads, hd int, dt ca
 
 // oracleCombine is the MoE block's oracle for the captured routing: each selected expert's MLP from mlp_norm
 // with the rounding points the model defines (gate, up, the SwiGLU's SiLU and product, down: each rounded once to
-// act, as the dense MLP's ops are), then Σ_j w_j·y_j exact, rounded once to dt.
+// act, as the dense MLP's ops are), then Σ_j w_j·y_j exact (plus Qwen2-MoE's s·y_shared, s = sigmoid(x·w) of the
+// shared expert's gate), rounded once to dt.
 func (x *opRun) oracleCombine(out []float32, L Layer, act, dt capture.DType) error {
 	cfg := x.m.Config
 	l, _, _ := SplitLayerOp(x.op)
@@ -167,19 +168,30 @@ func (x *opRun) oracleCombine(out []float32, L Layer, act, dt capture.DType) err
 	if err != nil {
 		return err
 	}
-	g, u, a, y := make([]float32, Im), make([]float32, Im), make([]float32, Im), make([]float32, k*H)
+	Is := cfg.SharedIntermediate
+	// mlp is an expert's SwiGLU MLP (width n) on one row, with the dense MLP's rounding points, into y (H)
+	mlp := func(y, row []float32, ex Expert, n int) {
+		g, u, a := make([]float32, n), make([]float32, n), make([]float32, n)
+		oracleMatmul(g, row, ex.Gate, nil, 1, H, n, act)
+		oracleMatmul(u, row, ex.Up, nil, 1, H, n, act)
+		for i := range a {
+			gv := float64(g[i])
+			sl := roundOnce(gv/(1+math.Exp(-gv)), 0, act)
+			a[i] = roundOnce(float64(sl)*float64(u[i]), 0, act)
+		}
+		oracleMatmul(y, a, ex.Down, nil, 1, n, H, act)
+	}
+	y, ys, sg := make([]float32, k*H), make([]float32, H), make([]float32, 1)
 	for t := range N {
 		row := h[t*H : (t+1)*H]
 		for j := range k {
-			ex := L.Experts[ids[t*k+j]]
-			oracleMatmul(g, row, ex.Gate, nil, 1, H, Im, act)
-			oracleMatmul(u, row, ex.Up, nil, 1, H, Im, act)
-			for i := range a {
-				gv := float64(g[i])
-				sl := roundOnce(gv/(1+math.Exp(-gv)), 0, act)
-				a[i] = roundOnce(float64(sl)*float64(u[i]), 0, act)
-			}
-			oracleMatmul(y[j*H:(j+1)*H], a, ex.Down, nil, 1, Im, H, act)
+			mlp(y[j*H:(j+1)*H], row, L.Experts[ids[t*k+j]], Im)
+		}
+		var s float64 // Qwen2-MoE: the shared expert's gate sigmoid(x·w), exact but for float64 (no rounding point)
+		if Is > 0 {
+			mlp(ys, row, L.Shared, Is)
+			oracleMatmul(sg, row, L.SharedGate, nil, 1, H, 1, capture.F32)
+			s = 1 / (1 + math.Exp(-float64(sg[0])))
 		}
 		for i := range H {
 			var acc exactAcc // products of two float32 are exact in float64, their sum exact in acc
@@ -187,6 +199,11 @@ func (x *opRun) oracleCombine(out []float32, L Layer, act, dt capture.DType) err
 			exact := true
 			for j := range k {
 				p := float64(wts[t*k+j]) * float64(y[j*H+i])
+				sum += p
+				exact = exact && acc.add(p)
+			}
+			if Is > 0 {
+				p := s * float64(ys[i]) // rounded once in float64: far below a float32 ulp
 				sum += p
 				exact = exact && acc.add(p)
 			}

@@ -83,7 +83,8 @@ func scaleErr(dt capture.DType, a, b []byte, width int) float64 {
 // trainer and a continuous-batching sampler) and checks the engine's outputs lie within oracleBoundULP of it.
 func TestOracleMatchesEngine(t *testing.T) {
 	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), tinyConfig(ArchQwen2, capture.BF16),
-		tinyConfig(ArchQwen3, capture.F32), tinyConfig(ArchLlama, capture.F16), tinyConfig(ArchQwen3MoE, capture.BF16)} {
+		tinyConfig(ArchQwen3, capture.F32), tinyConfig(ArchLlama, capture.F16), tinyConfig(ArchQwen3MoE, capture.BF16),
+		tinyConfig(ArchQwen2MoE, capture.BF16)} {
 		m := NewRandom(cfg, 8)
 		root := t.TempDir()
 		seqs := captureBoth(t, m, root)
@@ -119,6 +120,16 @@ func TestOracleMatchesEngine(t *testing.T) {
 				}
 				if got.DType != capture.F32 {
 					worst[suffix] = max(worst[suffix], w)
+					// the MoE combine sums expert outputs that are rounding points of the model (each expert's
+					// down_proj, the shared expert's): one ulp there, which a correct matmul may be off, weighted
+					// by w_j, is many ulps of a combine that cancels (an expert output 4× the row's RMS is 2^-7 of
+					// it), so beyond oracleBoundULP the combine is held to 2^-6 of the row's RMS (measured 2^-6.7,
+					// Qwen2-MoE); a wrong expert or weight is off by the order of the RMS
+					if w > oracleBoundULP && suffix == opCombine {
+						if se := scaleErr(got.DType, exp, got.Data, opWidth(cfg, op)); se <= 0x1p-6 {
+							continue
+						}
+					}
 					if w > oracleBoundULP {
 						t.Errorf("%s %s seq %d: the engine is %d ulp from the oracle (bound %d)", cfg.Architecture, op, seq, w, oracleBoundULP)
 					}

@@ -14,7 +14,7 @@ import (
 // outputs bitwise against what was captured.
 func TestRunOpReproducesCaptures(t *testing.T) {
 	for _, cfg := range []Config{tinyConfig(ArchLlama, capture.BF16), tinyConfig(ArchQwen3, capture.F32),
-		tinyConfig(ArchQwen3MoE, capture.BF16)} {
+		tinyConfig(ArchQwen3MoE, capture.BF16), tinyConfig(ArchQwen2MoE, capture.BF16)} {
 		m := NewRandom(cfg, 8)
 		root := t.TempDir()
 		seqs := captureBoth(t, m, root)

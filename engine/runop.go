@@ -439,8 +439,26 @@ func (x *opRun) combine(out Buf, L Layer) error {
 	if err != nil {
 		return err
 	}
+	var shared, gate []float32
+	if Is := cfg.SharedIntermediate; Is > 0 { // Qwen2-MoE's shared expert and its gate, as the forward runs them
+		hb := x.upload(h)
+		g, u, a, y, gl := x.alloc(N*Is), x.alloc(N*Is), x.alloc(N*Is), x.alloc(N*H), x.alloc(N)
+		be.Matmul(x.prof, g, hb, x.upload(L.Shared.Gate), nil, N, H, Is, kd)
+		be.Matmul(x.prof, u, hb, x.upload(L.Shared.Up), nil, N, H, Is, kd)
+		be.SwiGLU(a, g, u, N*Is, kd)
+		be.MatmulPartial(x.prof, y, a, x.upload(L.Shared.Down), N, Is, H, 0, 1)
+		be.MatmulFinish(y, nil, N, H, kd)
+		be.Matmul(x.prof, gl, hb, x.upload(L.SharedGate), nil, N, H, 1, kernels.F32)
+		shared, gate = make([]float32, N*H), make([]float32, N)
+		if err := be.Download(shared, y); err != nil {
+			return err
+		}
+		if err := be.Download(gate, gl); err != nil {
+			return err
+		}
+	}
 	comb := make([]float32, N*H)
-	kernels.MoECombine(kd, comb, Y, wts, ids, N, k, H)
+	kernels.MoECombine(kd, comb, Y, wts, ids, N, k, H, shared, gate)
 	be.Upload(out, comb)
 	return nil
 }

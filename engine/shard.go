@@ -12,6 +12,7 @@ type layout struct {
 	kvWriter         bool // first rank of its kv replica group: it writes the k/v captures
 	iLocal, i0       int  // intermediate columns
 	mLocal, m0       int  // each expert's moe_intermediate columns (MoE models)
+	sLocal, s0       int  // the shared expert's columns (Qwen2-MoE)
 	vLocal, v0       int  // vocabulary rows
 }
 
@@ -29,6 +30,8 @@ func checkTP(cfg Config, tp int) error {
 		return fmt.Errorf("engine: TP %d does not divide intermediate size %d", tp, cfg.Intermediate)
 	case cfg.Experts > 0 && cfg.MoEIntermediate%tp != 0:
 		return fmt.Errorf("engine: TP %d does not divide moe_intermediate_size %d", tp, cfg.MoEIntermediate)
+	case cfg.SharedIntermediate%tp != 0:
+		return fmt.Errorf("engine: TP %d does not divide shared_expert_intermediate_size %d", tp, cfg.SharedIntermediate)
 	case cfg.Vocab%tp != 0:
 		return fmt.Errorf("engine: TP %d does not divide vocab size %d", tp, cfg.Vocab)
 	}
@@ -52,6 +55,8 @@ func newLayout(cfg Config, tp, rank int) layout {
 	l.i0 = rank * l.iLocal
 	l.mLocal = cfg.MoEIntermediate / tp
 	l.m0 = rank * l.mLocal
+	l.sLocal = cfg.SharedIntermediate / tp
+	l.s0 = rank * l.sLocal
 	l.vLocal = cfg.Vocab / tp
 	l.v0 = rank * l.vLocal
 	return l

@@ -138,6 +138,13 @@ func SiLU(x float32) float32 {
 	return x / d
 }
 
+// Sigmoid is 1/(1+e^-x) (docs/arithmetic.md §2.3): Qwen2-MoE's shared-expert gate.
+func Sigmoid(x float32) float32 {
+	e := Exp(-x)
+	d := float32(1 + e)
+	return 1 / d
+}
+
 // FastExp is a deliberately cheap e^x of the kind fast-math attention kernels use: t = x·1.442695,
 // 2^frac(t) by a degree-3 polynomial, times 2^floor(t); a few hundred ulp off Exp. It is not part of the
 // canonical arithmetic: the demo's "fast-exp" fault plants it in one side's attention (AttentionForwardExp).

@@ -117,15 +117,23 @@ func CheckExperts(ids []int32, T, E, k int) error {
 // MoECombine is the MoE block's output: y (T·k, H) holds, at row t·k+j, expert ids[t·k+j]'s output for token t
 // (its down_proj, rounded to dt), w (T, k) the weights; out (T, H) is, per token and feature,
 //
-//	acc = +0; for j in the order of ascending expert id:  acc = fma(w_j, y_j, acc); out = round_dt(acc)
+//	acc = +0; for j in the order of ascending expert id:  acc = fma(w_j, y_j, acc)
+//	Qwen2-MoE's shared expert (shared (T, H), its output; gate (T), x·w_gateᵀ in float32), last:
+//	s = Sigmoid(gate);  acc = fma(s, shared, acc)     (float32: transformers rounds gate, s and s·shared to dt)
+//	out = round_dt(acc)
 //
 // transformers' order (its loop over experts), but in float32 with one rounding to dt: transformers rounds each
 // weighted output and each partial sum to the model dtype, which loses everything when two experts cancel. The
 // ids of a row must be distinct (CheckExperts).
-func MoECombine(dt DType, out, y, w []float32, ids []int32, T, k, H int) {
+// shared and gate are nil without a shared expert.
+func MoECombine(dt DType, out, y, w []float32, ids []int32, T, k, H int, shared, gate []float32) {
 	checkLen("MoECombine", "out", out, T*H)
 	checkLen("MoECombine", "y", y, T*k*H)
 	checkLen("MoECombine", "w", w, T*k)
+	if shared != nil {
+		checkLen("MoECombine", "shared", shared, T*H)
+		checkLen("MoECombine", "gate", gate, T)
+	}
 	order := make([]int, k)
 	for t := range T {
 		row := ids[t*k : (t+1)*k]
@@ -146,6 +154,12 @@ func MoECombine(dt DType, out, y, w []float32, ids []int32, T, k, H int) {
 			yj := y[(t*k+j)*H : (t*k+j+1)*H]
 			for i := range o {
 				o[i] = FMA32(wj, yj[i], o[i])
+			}
+		}
+		if shared != nil {
+			s := Sigmoid(gate[t])
+			for i, v := range shared[t*H : (t+1)*H] {
+				o[i] = FMA32(s, v, o[i])
 			}
 		}
 		dt.RoundSlice(o)

@@ -77,7 +77,7 @@ func TestMoECombineSlotOrder(t *testing.T) {
 	w := randBF16(r, T*k, 1)
 	ids := []int32{4, 1, 7, 0, 2, 3, 5, 6, 1, 2, 0, 7, 3, 6, 5}
 	out := make([]float32, T*H)
-	MoECombine(BF16, out, y, w, ids, T, k, H)
+	MoECombine(BF16, out, y, w, ids, T, k, H, nil, nil)
 	// reverse each token's slots (ids, weights and expert outputs together)
 	y2, w2, ids2 := slices.Clone(y), slices.Clone(w), slices.Clone(ids)
 	for tok := range T {
@@ -88,7 +88,7 @@ func TestMoECombineSlotOrder(t *testing.T) {
 		}
 	}
 	out2 := make([]float32, T*H)
-	MoECombine(BF16, out2, y2, w2, ids2, T, k, H)
+	MoECombine(BF16, out2, y2, w2, ids2, T, k, H, nil, nil)
 	if i, u, differ := FirstDiff(out, out2); differ {
 		t.Fatalf("slot order changes the combine at %d (%d ulp)", i, u)
 	}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds tiny random float32 Llama, Qwen2, Qwen3 and Qwen3-MoE models with transformers, saves them with
+"""Builds tiny random float32 Llama, Qwen2, Qwen3, Qwen3-MoE and Qwen2-MoE models with transformers, saves them with
 save_pretrained, and records their eager forward on fixed token sequences, for engine's TestHFParity:
 
     python3 hf_parity.py OUT && BITALIGN_HF_PARITY=OUT ./engine.test -test.run HFParity -test.v
@@ -31,6 +31,10 @@ models = {
     "qwen3_moe": transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
         rope_theta=1000000.0, head_dim=32, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
         norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], **dict(common, num_hidden_layers=3))),
+    # Qwen2 attention (q/k/v bias), 8 experts, 2 per token, weights not normalised, a shared expert with its gate
+    "qwen2_moe": transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+        rope_theta=1000000.0, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=48, norm_topk_prob=False, decoder_sparse_step=1, **common)),
 }
 g = torch.Generator().manual_seed(1)
 seqs = [torch.randint(0, 96, (n,), generator=g) for n in (17, 70)]
