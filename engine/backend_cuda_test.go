@@ -89,13 +89,33 @@ func TestCUDADemoMatchesCPU(t *testing.T) {
 	}
 }
 
-// TestCUDAMoEMatchesCPU: Qwen3-MoE (router, routing on the host, each expert's gathered tokens through the
+// TestCUDAMoEMatchesCPU: Qwen3-MoE and Qwen2-MoE (router, routing on the host, each expert's gathered tokens through the
 // canonical matmul kernels, the combine) on the GPU gives the CPU's bits at TP 1, 2 and 4, canonical and standard
 // (the standard grouped GEMM's split-K from the tokens per expert is the CPU reference's too), and the MoE demo
 // with router-split-k (bf16 router logits from a standard matmul) is bitwise the CPU's.
 func TestCUDAMoEMatchesCPU(t *testing.T) {
 	gpu := cudaOrSkip(t)
-	cfg := tinyConfig(ArchQwen3MoE, capture.BF16)
+	for _, arch := range []string{ArchQwen3MoE, ArchQwen2MoE} {
+		cudaMoEArch(t, gpu, arch)
+	}
+	cpuDir, gpuDir := t.TempDir(), t.TempDir()
+	if err := Demo(cpuDir, DemoOptions{Model: DemoMoE, Fault: "router-split-k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Demo(gpuDir, DemoOptions{Model: DemoMoE, Fault: "router-split-k", Backend: gpu}); err != nil {
+		t.Fatal(err)
+	}
+	for _, side := range []string{SideSampler, SideTrainer} {
+		if d := compare(t, DemoMoEConfig(), filepath.Join(cpuDir, side), filepath.Join(gpuDir, side)); d != nil {
+			t.Errorf("MoE demo %s: GPU differs from CPU at %s seq %d pos %d elem %d, %d ULP", side, d.Op, d.Seq, d.Pos, d.Elem, d.ULP)
+		}
+	}
+}
+
+// cudaMoEArch runs a tiny MoE model of arch on the CPU and the GPU (TP 1, 2, 4; canonical and standard) and
+// compares outputs and captures bitwise (Qwen2-MoE's shared-expert gate is an N = 1 matmul).
+func cudaMoEArch(t *testing.T, gpu BackendFactory, arch string) {
+	cfg := tinyConfig(arch, capture.BF16)
 	m := NewRandom(cfg, 5)
 	ps, mn := tinyPrompts(cfg)
 	for _, p := range []kernels.Profile{kernels.Canonical, kernels.Standard} {
@@ -118,28 +138,16 @@ func TestCUDAMoEMatchesCPU(t *testing.T) {
 			cs, ct, csd, ctd := run(nil)
 			gs, gt, gsd, gtd := run(gpu)
 			if msg := sameOutputs(cs, gs); msg != "" {
-				t.Errorf("%s tp=%d sampler: %s", p, tp, msg)
+				t.Errorf("%s %s tp=%d sampler: %s", arch, p, tp, msg)
 			}
 			if msg := sameOutputs(ct, gt); msg != "" {
-				t.Errorf("%s tp=%d trainer: %s", p, tp, msg)
+				t.Errorf("%s %s tp=%d trainer: %s", arch, p, tp, msg)
 			}
 			for _, pair := range [][2]string{{csd, gsd}, {ctd, gtd}} {
 				if d := compare(t, cfg, pair[0], pair[1]); d != nil {
-					t.Errorf("%s tp=%d: GPU capture differs at %s seq %d pos %d elem %d, %d ULP", p, tp, d.Op, d.Seq, d.Pos, d.Elem, d.ULP)
+					t.Errorf("%s %s tp=%d: GPU capture differs at %s seq %d pos %d elem %d, %d ULP", arch, p, tp, d.Op, d.Seq, d.Pos, d.Elem, d.ULP)
 				}
 			}
-		}
-	}
-	cpuDir, gpuDir := t.TempDir(), t.TempDir()
-	if err := Demo(cpuDir, DemoOptions{Model: DemoMoE, Fault: "router-split-k"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := Demo(gpuDir, DemoOptions{Model: DemoMoE, Fault: "router-split-k", Backend: gpu}); err != nil {
-		t.Fatal(err)
-	}
-	for _, side := range []string{SideSampler, SideTrainer} {
-		if d := compare(t, DemoMoEConfig(), filepath.Join(cpuDir, side), filepath.Join(gpuDir, side)); d != nil {
-			t.Errorf("MoE demo %s: GPU differs from CPU at %s seq %d pos %d elem %d, %d ULP", side, d.Op, d.Seq, d.Pos, d.Elem, d.ULP)
 		}
 	}
 }
