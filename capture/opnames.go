@@ -51,6 +51,9 @@ func LayerOps(qkNorm bool) []string {
 		LayerGateProj, LayerUpProj, LayerAct, LayerDownProj, LayerMLPResidual)
 }
 
+// LayerOp returns "layers.L.suffix".
+func LayerOp(l int, suffix string) string { return "layers." + strconv.Itoa(l) + "." + suffix }
+
 // The ops of a mixture-of-experts layer that replace LayerGateProj, LayerUpProj, LayerAct and LayerDownProj, in
 // execution order (docs/design.md, docs/arithmetic.md §19).
 const (
@@ -59,9 +62,6 @@ const (
 	LayerExpertWeights = "mlp.expert_weights" // f32 [T, k]: the combine weights, in the experts' order
 	LayerCombine       = "mlp.combine"        // [T, H]: the MoE block's output, what mlp_residual adds
 )
-
-// LayerOp returns "layers.L.suffix".
-func LayerOp(l int, suffix string) string { return "layers." + strconv.Itoa(l) + "." + suffix }
 
 // MoELayerOps lists a mixture-of-experts layer's op suffixes in execution order: LayerOps with the dense MLP's
 // four ops replaced by the router, the experts, their weights and the combine (as many ops: every layer of a
