@@ -71,3 +71,22 @@ func TestReplayRouting(t *testing.T) {
 		t.Fatal("a missing routing capture accepted")
 	}
 }
+
+// TestDemoInputsMoEFault: the TUI's demo path (DemoInputs, then Load) with router-split-k generates the MoE demo
+// and the session's first divergence is the fault's documented op.
+func TestDemoInputsMoEFault(t *testing.T) {
+	in, err := DemoInputs(context.Background(), filepath.Join(t.TempDir(), "demo"), "router-split-k", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Device = "cpu"
+	l, err := Load(context.Background(), in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, _ := engine.FaultByName("router-split-k")
+	if l.Model.Config.Experts == 0 || l.Report.First == nil || l.Report.First.Op != f.Where {
+		t.Fatalf("model %s, first divergence %+v; want the MoE demo diverging at %s", l.Model.Config.Architecture, l.Report.First, f.Where)
+	}
+}
