@@ -105,6 +105,11 @@ func TestCLIBadInput(t *testing.T) {
 		{"replay without checkpoint", []string{"replay", "--capture", junk}, "--checkpoint"},
 		{"open a missing capture", []string{"open", filepath.Join(dir, "a"), filepath.Join(dir, "b")}, "no such file"},
 		{"unknown flag", []string{"diff", "--frobnicate"}, "frobnicate"},
+		{"unknown demo model", []string{"demo", "--out", filepath.Join(dir, "d"), "--model", "mamba"}, "mamba"},
+		{"MoE fault on the dense demo", []string{"demo", "--out", filepath.Join(dir, "d"), "--model", "dense", "--fault", "router-split-k"}, "--model moe"},
+		{"routing weights without routing", []string{"replay", "--checkpoint", dir, "--capture", junk, "--routing-weights"}, "--routing-from"},
+		{"routing replay as html", []string{"replay", "--checkpoint", dir, "--capture", junk, "--routing-from", junk, "--format", "html"}, "html"},
+		{"routing from a missing capture", []string{"replay", "--checkpoint", dir, "--capture", junk, "--routing-from", filepath.Join(dir, "nope")}, "nope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, errs := run(t, tc.args...)

@@ -174,6 +174,37 @@ func TestLoadFusedExperts(t *testing.T) {
 	if !sameWeights(m, back) {
 		t.Fatal("fused experts load to other weights")
 	}
+	// bad checkpoints: an expert tensor missing (per-expert layout), one fused tensor without the other
+	write := func(ts []stTensor) string {
+		d := t.TempDir()
+		if err := writeSafetensors(filepath.Join(d, "model.safetensors"), cfg.DType, ts); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "config.json"), mustJSON(t, cfg.HFConfig()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	var perExpert, oneFused []stTensor
+	for _, s := range m.weightSpecs() {
+		if s.name != "model.layers.2.mlp.experts.5.up_proj.weight" {
+			perExpert = append(perExpert, stTensor{s.name, s.shape, *s.ptr})
+		}
+	}
+	for _, x := range ts {
+		if x.name != "model.layers.0.mlp.experts.down_proj" {
+			oneFused = append(oneFused, x)
+		}
+	}
+	for _, c := range []struct {
+		ts   []stTensor
+		want string
+	}{{perExpert, `tensor "model.layers.2.mlp.experts.5.up_proj.weight" missing`},
+		{oneFused, "only one of model.layers.0.mlp.experts.gate_up_proj and"}} {
+		if _, err := Load(write(c.ts)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want an error containing %q, got %v", c.want, err)
+		}
+	}
 }
 
 // TestRoutingReplay: a run given another run's routing uses its experts (and, with Weights, its weights) in

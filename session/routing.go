@@ -51,6 +51,11 @@ func ReplayRouting(ctx context.Context, checkpoint, capPath string, o StepOption
 			}
 		}
 	}
+	rc, err := openCapture(o.RoutingFrom) // the routing capture is an input too: checked before any work
+	if err != nil {
+		return nil, "", err
+	}
+	defer rc.Close()
 	m, err := loadForReplay(checkpoint, capPath, progress)
 	if err != nil {
 		return nil, "", err
@@ -58,13 +63,7 @@ func ReplayRouting(ctx context.Context, checkpoint, capPath string, o StepOption
 	if m.Config.Experts == 0 {
 		return nil, "", fmt.Errorf("session: replay --routing-from: checkpoint %s is a dense %s model: it has no routing to replay", checkpoint, m.Config.Architecture)
 	}
-	rc, err := openCapture(o.RoutingFrom)
-	if err != nil {
-		return nil, "", err
-	}
-	err = checkCheckpoint(checkpoint, m, rc)
-	rc.Close()
-	if err != nil {
+	if err := checkCheckpoint(checkpoint, m, rc); err != nil {
 		return nil, "", err
 	}
 	routing, err := engine.RoutingFromCapture(o.RoutingFrom, m.Config, o.RoutingWeights)
