@@ -1,6 +1,6 @@
 // Package engine is bitalign's deterministic transformer: a Llama-style decoder (Llama, Qwen2 with q/k/v bias,
-// Qwen3 with q/k norm) loaded from Hugging Face checkpoints (Load, Save, NewRandom), run in two modes that record
-// captures:
+// Qwen3 with q/k norm, and the mixture-of-experts Qwen3-MoE and Qwen2-MoE: moe.go, docs/arithmetic.md §19)
+// loaded from Hugging Face checkpoints (Load, Save, NewRandom), run in two modes that record captures:
 //
 //   - Train: the trainer. Each sequence t0..t(N-1) is processed at positions 0..N-2 in one prefill forward,
 //     Batch sequences packed per forward (per-sequence causal), over TP ranks (goroutines joined by nvls):
@@ -20,7 +20,8 @@
 //
 // RunOp re-executes one op from its producers' captured tensors; Oracle computes the same op from the same
 // tensors exactly, rounded once (the reference a side's local error is measured against: docs/arithmetic.md,
-// "The oracle"); Replay re-executes a whole captured step from its tokens; Demo writes a checkpoint, a sampler
+// "The oracle"); Replay re-executes a whole captured step from its tokens (with RunOptions.Routing /
+// ReplayOptions.Routing, another capture's MoE routing: RoutingFromCapture); Demo writes a checkpoint, a sampler
 // capture and a trainer capture, optionally with one planted fault from the Faults catalog.
 //
 // # Backends
