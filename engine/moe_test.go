@@ -246,6 +246,16 @@ func TestRoutingReplay(t *testing.T) {
 	if d := compare(t, cfg, filepath.Join(root, "sampler"), run("own", RunOptions{Routing: own})); d != nil {
 		t.Fatalf("own routing replayed: first divergence %v", d)
 	}
+	// the sampler (prefill chunks and decode steps, continuous batching) replays it too
+	ps, mn := tinyPrompts(cfg)
+	sampled := filepath.Join(root, "sampled-own")
+	if _, err := m.Sample(context.Background(), ps, SampleOptions{RunOptions: RunOptions{Seed: 9, Step: 3,
+		CaptureDir: sampled, Routing: own}, Slots: 2, MaxNew: mn}); err != nil {
+		t.Fatal(err)
+	}
+	if d := compare(t, cfg, filepath.Join(root, "sampler"), sampled); d != nil {
+		t.Fatalf("sampler with its own routing replayed: first divergence %v", d)
+	}
 	for _, weights := range []bool{false, true} {
 		// (weights false: m's own probabilities of the other model's experts; true: the other's weights)
 		rt, err := RoutingFromCapture(std, cfg, weights)
