@@ -222,50 +222,18 @@ func saveFileOrder(ts []stTensor) []stTensor {
 
 func TestSafetensorsCanonicalNamesGiveExecutionOrder(t *testing.T) {
 	// a Qwen3-style dump of two layers, in save_file's order (dtype, then name): far from execution order
-	var ts []stTensor
-	ops := []string{OpTokens, OpEmbed, OpLogits, OpFinalNorm}
-	for l := 0; l < 2; l++ {
-		for _, s := range LayerOps(true) {
-			if s != LayerQRope && s != LayerKRope { // HF captures have no rope ops: gaps stay
-				ops = append(ops, LayerOp(l, s))
-			}
-		}
-	}
-	for i, op := range ops {
-		dt := "BF16"
-		if op == OpTokens {
-			dt = "I32"
-		} else if op == OpLogits {
-			dt = "F32"
-		}
-		ts = append(ts, stTensor{op, dt, []int64{2}, seqBytes(2*map[string]int{"I32": 4, "F32": 4, "BF16": 2}[dt], byte(i))})
-	}
-	ts = saveFileOrder(ts)
-	if ts[0].name == OpTokens {
-		t.Fatal("test setup: save_file order should not start with tokens")
-	}
-	path := writeFile(t, "hf.safetensors", buildSafetensors(map[string]string{"side": "trainer"}, ts))
-	c := openCapture(t, path)
-	want := OpNames(2, true, nil)
-	for i := 0; i < c.Len(); i++ {
-		e := c.Entry(i)
-		if int(e.Index) != slices.Index(want, e.Op) {
-			t.Errorf("%s: index %d, engine order says %d", e.Op, e.Index, slices.Index(want, e.Op))
-		}
-	}
-	if w := c.ImportWarnings(); w != nil {
-		t.Fatalf("warnings %q for canonical names", w)
-	}
+	canonicalNamesOrder(t, nil)
 }
 
-func TestSafetensorsCanonicalNamesGiveExecutionOrderMoE(t *testing.T) {
-	// a Qwen3-MoE-style dump (layer 0 dense, layer 1 sparse: router, experts, expert_weights, combine), in
-	// save_file's order: the MoE names take the dense MLP's indexes in their layer
+// canonicalNamesOrder imports a two-layer Qwen3-style dump (moe: its MoE layers, nil for none) without index
+// coordinates, in save_file's order, and checks that every op gets its execution index.
+func canonicalNamesOrder(t *testing.T, moe func(int) bool) {
+	t.Helper()
 	var ts []stTensor
 	ops := []string{OpTokens, OpEmbed, OpLogits, OpFinalNorm}
 	for l := 0; l < 2; l++ {
 		per := LayerOps(true)
-		if l == 1 { // layer 1 a MoE layer (Qwen3-MoE with mlp_only_layers [0])
+		if moe != nil && moe(l) {
 			per = MoELayerOps(true)
 		}
 		for _, s := range per {
@@ -290,7 +258,7 @@ func TestSafetensorsCanonicalNamesGiveExecutionOrderMoE(t *testing.T) {
 	}
 	path := writeFile(t, "hf.safetensors", buildSafetensors(map[string]string{"side": "trainer"}, ts))
 	c := openCapture(t, path)
-	want := OpNames(2, true, func(l int) bool { return l == 1 })
+	want := OpNames(2, true, moe)
 	for i := 0; i < c.Len(); i++ {
 		e := c.Entry(i)
 		if int(e.Index) != slices.Index(want, e.Op) {
@@ -300,6 +268,12 @@ func TestSafetensorsCanonicalNamesGiveExecutionOrderMoE(t *testing.T) {
 	if w := c.ImportWarnings(); w != nil {
 		t.Fatalf("warnings %q for canonical names", w)
 	}
+}
+
+func TestSafetensorsCanonicalNamesGiveExecutionOrderMoE(t *testing.T) {
+	// a Qwen3-MoE-style dump (layer 0 dense, layer 1 sparse: router, experts, expert_weights, combine), in
+	// save_file's order: the MoE names take the dense MLP's indexes in their layer
+	canonicalNamesOrder(t, func(l int) bool { return l == 1 })
 }
 
 func TestSafetensorsIndexMetadata(t *testing.T) {

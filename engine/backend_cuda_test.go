@@ -120,23 +120,8 @@ func cudaMoEArch(t *testing.T, gpu BackendFactory, arch string) {
 	ps, mn := tinyPrompts(cfg)
 	for _, p := range []kernels.Profile{kernels.Canonical, kernels.Standard} {
 		for _, tp := range []int{1, 2, 4} {
-			run := func(be BackendFactory) (*Output, *Output, string, string) {
-				sd, td := t.TempDir(), t.TempDir()
-				so := SampleOptions{RunOptions: RunOptions{TP: tp, Profile: p, Seed: 9, Step: 1, CaptureDir: sd, Backend: be}, Slots: 3, MaxNew: mn}
-				sout, err := m.Sample(context.Background(), ps, so)
-				if err != nil {
-					t.Fatal(err)
-				}
-				seqs, plen := trainInputs(sout)
-				to := TrainOptions{RunOptions: RunOptions{TP: tp, Profile: p, Seed: 9, Step: 1, CaptureDir: td, Backend: be}, Batch: 3, PromptLens: plen}
-				tout, err := m.Train(context.Background(), seqs, to)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return sout, tout, sd, td
-			}
-			cs, ct, csd, ctd := run(nil)
-			gs, gt, gsd, gtd := run(gpu)
+			cs, ct, csd, ctd := sampleThenTrain(t, m, ps, mn, tp, p, nil)
+			gs, gt, gsd, gtd := sampleThenTrain(t, m, ps, mn, tp, p, gpu)
 			if msg := sameOutputs(cs, gs); msg != "" {
 				t.Errorf("%s %s tp=%d sampler: %s", arch, p, tp, msg)
 			}
@@ -161,23 +146,8 @@ func TestCUDAArchitecturesMatchCPU(t *testing.T) {
 			cfg := tinyConfig(arch, capture.BF16)
 			m := NewRandom(cfg, 5)
 			ps, mn := tinyPrompts(cfg)
-			run := func(be BackendFactory) (*Output, *Output, string, string) {
-				sd, td := t.TempDir(), t.TempDir()
-				so := SampleOptions{RunOptions: RunOptions{TP: tp, Seed: 9, Step: 1, CaptureDir: sd, Backend: be}, Slots: 3, MaxNew: mn}
-				sout, err := m.Sample(context.Background(), ps, so)
-				if err != nil {
-					t.Fatal(err)
-				}
-				seqs, plen := trainInputs(sout)
-				to := TrainOptions{RunOptions: RunOptions{TP: tp, Seed: 9, Step: 1, CaptureDir: td, Backend: be}, Batch: 3, PromptLens: plen}
-				tout, err := m.Train(context.Background(), seqs, to)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return sout, tout, sd, td
-			}
-			cs, ct, csd, ctd := run(nil)
-			gs, gt, gsd, gtd := run(gpu)
+			cs, ct, csd, ctd := sampleThenTrain(t, m, ps, mn, tp, kernels.Canonical, nil)
+			gs, gt, gsd, gtd := sampleThenTrain(t, m, ps, mn, tp, kernels.Canonical, gpu)
 			if msg := sameOutputs(cs, gs); msg != "" {
 				t.Errorf("%s tp=%d sampler: %s", arch, tp, msg)
 			}
@@ -191,4 +161,23 @@ func TestCUDAArchitecturesMatchCPU(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sampleThenTrain samples the prompts (3 slots) and trains on the result (batch 3) at TP tp with profile p on
+// backend be (nil: the CPU), capturing both; it returns both outputs and both capture directories.
+func sampleThenTrain(t *testing.T, m *Model, ps [][]int32, mn []int, tp int, p kernels.Profile, be BackendFactory) (*Output, *Output, string, string) {
+	t.Helper()
+	sd, td := t.TempDir(), t.TempDir()
+	so := SampleOptions{RunOptions: RunOptions{TP: tp, Profile: p, Seed: 9, Step: 1, CaptureDir: sd, Backend: be}, Slots: 3, MaxNew: mn}
+	sout, err := m.Sample(context.Background(), ps, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs, plen := trainInputs(sout)
+	to := TrainOptions{RunOptions: RunOptions{TP: tp, Profile: p, Seed: 9, Step: 1, CaptureDir: td, Backend: be}, Batch: 3, PromptLens: plen}
+	tout, err := m.Train(context.Background(), seqs, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sout, tout, sd, td
 }

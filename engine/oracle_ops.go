@@ -158,13 +158,8 @@ func oracleAttention(out, q, k, v []float32, P, N, heads, kvHeads, hd int, dt ca
 // shared expert's gate), rounded once to dt.
 func (x *opRun) oracleCombine(out []float32, L Layer, act, dt capture.DType) error {
 	cfg := x.m.Config
-	l, _, _ := SplitLayerOp(x.op)
-	P, N, H, k, Im := x.in.Pos, x.in.N, cfg.Hidden, cfg.ExpertsPerTok, cfg.MoEIntermediate
-	h, err := x.floats(LayerOp(l, opMLPNorm), P, N)
-	if err != nil {
-		return err
-	}
-	ids, wts, err := x.routing(l)
+	N, H, k, Im := x.in.N, cfg.Hidden, cfg.ExpertsPerTok, cfg.MoEIntermediate
+	h, ids, wts, err := x.moeInputs()
 	if err != nil {
 		return err
 	}

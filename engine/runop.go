@@ -387,6 +387,16 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 	return host, dt, width, nil
 }
 
+// moeInputs returns the combine's inputs: mlp_norm (N, H) and the captured routing of its layer.
+func (x *opRun) moeInputs() (h []float32, ids []int32, wts []float32, err error) {
+	l, _, _ := SplitLayerOp(x.op)
+	if h, err = x.floats(LayerOp(l, opMLPNorm), x.in.Pos, x.in.N); err != nil {
+		return nil, nil, nil, err
+	}
+	ids, wts, err = x.routing(l)
+	return h, ids, wts, err
+}
+
 // routing returns the captured experts (N, k) and weights (N, k) of this op's layer, checked.
 func (x *opRun) routing(l int) ([]int32, []float32, error) {
 	cfg := x.m.Config
@@ -416,13 +426,8 @@ func (x *opRun) routing(l int) ([]int32, []float32, error) {
 // combine replays the MoE block of layer L from mlp_norm and the captured routing (TP 1).
 func (x *opRun) combine(out Buf, L Layer) error {
 	cfg, be := x.m.Config, x.be
-	l, _, _ := SplitLayerOp(x.op)
-	P, N, H, k := x.in.Pos, x.in.N, cfg.Hidden, cfg.ExpertsPerTok
-	h, err := x.floats(LayerOp(l, opMLPNorm), P, N)
-	if err != nil {
-		return err
-	}
-	ids, wts, err := x.routing(l)
+	N, H, k := x.in.N, cfg.Hidden, cfg.ExpertsPerTok
+	h, ids, wts, err := x.moeInputs()
 	if err != nil {
 		return err
 	}

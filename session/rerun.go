@@ -27,6 +27,30 @@ type StepOptions struct {
 	RoutingWeights bool
 }
 
+// setup is what every replay checks first: the progress callback (never nil), the backend of o.Device, and that
+// each of saves ("" : none) is a new directory.
+func (o StepOptions) setup(saves ...string) (func(view.Progress), engine.BackendFactory, string, error) {
+	progress := o.Progress
+	if progress == nil {
+		progress = func(view.Progress) {}
+	}
+	backend, backendName, err := engine.SelectBackend(orAuto(o.Device))
+	if err != nil {
+		return nil, nil, "", err
+	}
+	for _, p := range saves {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Lstat(p); err == nil {
+			return nil, nil, "", fmt.Errorf("session: replay: %s exists; choose a new --save directory", p)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, "", fmt.Errorf("session: replay: %w", err)
+		}
+	}
+	return progress, backend, backendName, nil
+}
+
 // loadForReplay loads the checkpoint and refuses it when it is not the capture's model.
 func loadForReplay(checkpoint, capPath string, progress func(view.Progress)) (*engine.Model, error) {
 	progress(view.Progress{Stage: "loading the checkpoint"})
@@ -51,20 +75,9 @@ func loadForReplay(checkpoint, capPath string, progress func(view.Progress)) (*e
 // so causes come from the same producer graph as in `bitalign diff`. It refuses a checkpoint of another
 // model than the capture's before replaying. The string is the backend it ran on.
 func ReplayStep(ctx context.Context, checkpoint, capPath string, o StepOptions) (*Report, string, error) {
-	progress := o.Progress
-	if progress == nil {
-		progress = func(view.Progress) {}
-	}
-	backend, backendName, err := engine.SelectBackend(orAuto(o.Device))
+	progress, backend, backendName, err := o.setup(o.Save)
 	if err != nil {
 		return nil, "", err
-	}
-	if o.Save != "" {
-		if _, err := os.Lstat(o.Save); err == nil {
-			return nil, "", fmt.Errorf("session: replay: %s exists; choose a new --save directory", o.Save)
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, "", fmt.Errorf("session: replay: %w", err)
-		}
 	}
 	m, err := loadForReplay(checkpoint, capPath, progress)
 	if err != nil {

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"bitalign/engine"
 	"bitalign/session/view"
@@ -32,24 +30,13 @@ func ReplayRouting(ctx context.Context, checkpoint, capPath string, o StepOption
 	if o.RoutingFrom == "" {
 		return nil, "", fmt.Errorf("session: replay: no capture to take the routing from")
 	}
-	progress := o.Progress
-	if progress == nil {
-		progress = func(view.Progress) {}
-	}
-	backend, backendName, err := engine.SelectBackend(orAuto(o.Device))
-	if err != nil {
-		return nil, "", err
-	}
 	saveRouted := ""
 	if o.Save != "" {
 		saveRouted = o.Save + ".routed"
-		for _, p := range []string{o.Save, saveRouted} {
-			if _, err := os.Lstat(p); err == nil {
-				return nil, "", fmt.Errorf("session: replay: %s exists; choose a new --save directory", p)
-			} else if !errors.Is(err, os.ErrNotExist) {
-				return nil, "", fmt.Errorf("session: replay: %w", err)
-			}
-		}
+	}
+	progress, backend, backendName, err := o.setup(o.Save, saveRouted)
+	if err != nil {
+		return nil, "", err
 	}
 	rc, err := openCapture(o.RoutingFrom) // the routing capture is an input too: checked before any work
 	if err != nil {
