@@ -101,6 +101,10 @@ func Producers(cfg Config, op string) []string {
 			return []string{L(opAct)}
 		case opMLPResidual:
 			return []string{L(opAttnResidual), L(opDownProj)}
+		case "mlp.router": // MoE layers (issue #16): the router reads the post-attention norm
+			return []string{L(opMLPNorm)}
+		case "mlp.experts", "mlp.expert_weights": // the top-k selection and its weights read the router's logits
+			return []string{L("mlp.router")}
 		}
 		return nil
 	}
