@@ -184,7 +184,7 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 		rep.Mismatched += st.Mismatched
 	}
 	causes(rep, rows, cfg.producers, filtered)
-	routing, err := compareRouting(ia, ib, rows, cfg.producers, filtered)
+	routing, err := compareRouting(rep, ia, ib, rows, cfg.producers, filtered)
 	if err != nil {
 		return nil, err
 	}

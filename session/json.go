@@ -41,8 +41,9 @@ type jsonRouting struct {
 }
 
 type jsonMargin struct {
-	ULP   uint64    `json:"ulp"`
-	Value jsonFloat `json:"value"`
+	ULP      uint64    `json:"ulp"`
+	ULPDType string    `json:"ulp_dtype"`
+	Value    jsonFloat `json:"value"`
 }
 
 // jsonFloat is a float that JSON holds even when it is not finite: NaN and ±Inf are written as null.
@@ -99,7 +100,7 @@ func jflip(f *Flip) *jsonFlip {
 	j := &jsonFlip{Step: f.At.Step, Seq: f.At.Seq, Pos: f.At.Pos, Kind: f.Kind.String(), AExperts: f.A, BExperts: f.B,
 		AWeights: jfloats(f.WA), BWeights: jfloats(f.WB), Cause: string(f.Cause), CauseDetail: f.Detail, Text: f.String()}
 	if f.HasRouter {
-		j.MarginA, j.MarginB = &jsonMargin{f.MarginAULP, jsonFloat(f.MarginA)}, &jsonMargin{f.MarginBULP, jsonFloat(f.MarginB)}
+		j.MarginA, j.MarginB = &jsonMargin{f.MarginAULP, f.MarginDType, jsonFloat(f.MarginA)}, &jsonMargin{f.MarginBULP, f.MarginDType, jsonFloat(f.MarginB)}
 		same := f.RouterSame
 		j.RouterSame = &same
 	}

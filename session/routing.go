@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"bitalign/capture"
 	"bitalign/engine"
 )
 
@@ -87,9 +88,12 @@ type Flip struct {
 	// score descending, id ascending), exact; MarginAULP the same gap in the router dtype's ULPs. Likewise B.
 	MarginA, MarginB       float64
 	MarginAULP, MarginBULP uint64
-	RouterSame             bool   // both sides' router logits of the token are bitwise identical
-	Cause                  Cause  // local: the router's inputs are identical at the token; propagated: they differ
-	Detail                 string // which inputs decided the cause
+	// MarginDType is the dtype the margins' ULPs are counted in: the router op's (OpStat.ULPDType), so "bf16"
+	// for float32 logits whose every value is a bf16 value (a bf16 model's router, widened).
+	MarginDType string
+	RouterSame  bool   // both sides' router logits of the token are bitwise identical
+	Cause       Cause  // local: the router's inputs are identical at the token; propagated: they differ
+	Detail      string // which inputs decided the cause
 	// Downstream is the flip's effect on the outputs: the logprobs of the flip's sequence from its position on.
 	Downstream *Downstream
 }
@@ -119,10 +123,19 @@ func (f *Flip) Margin() string {
 	if !f.HasRouter {
 		return ""
 	}
+	u := f.ulpUnit()
 	if f.MarginAULP == f.MarginBULP {
-		return "margin " + ulpString(f.MarginAULP) + " ULP"
+		return "margin " + ulpString(f.MarginAULP) + " " + u
 	}
-	return "margin " + ulpString(f.MarginAULP) + " ULP vs " + ulpString(f.MarginBULP) + " ULP"
+	return "margin " + ulpString(f.MarginAULP) + " " + u + " vs " + ulpString(f.MarginBULP) + " " + u
+}
+
+// ulpUnit is "ULP", or "bf16 ULP" when the margins are counted in bf16.
+func (f *Flip) ulpUnit() string {
+	if f.MarginDType == capture.BF16.String() {
+		return "bf16 ULP"
+	}
+	return "ULP"
 }
 
 // String is the flip in one line, the same in every report and the TUI:
@@ -313,7 +326,7 @@ func RankExperts(logits []float64, bits []uint64) []ExpertScore {
 
 // margin is the gap between the k-th and the (k+1)-th expert of a router row, as a value and in the router
 // dtype's ULPs; ok = false when the row has no (k+1)-th expert.
-func (t *rowTable) margin(row []byte, k int) (gap float64, ulp uint64, ok bool) {
+func (t *rowTable) margin(row []byte, k int, bf16 bool) (gap float64, ulp uint64, ok bool) {
 	if k <= 0 || int64(k) >= t.rowLen {
 		return 0, 0, false
 	}
@@ -324,6 +337,9 @@ func (t *rowTable) margin(row []byte, k int) (gap float64, ulp uint64, ok bool) 
 	}
 	r := RankExperts(vals, bits)
 	_, d := t.f.compare(r[k-1].Bits, r[k].Bits)
+	if bf16 { // every value is a bf16 value: its top 16 bits are the bf16 bits
+		_, d = formats[capture.BF16].compare(r[k-1].Bits>>16, r[k].Bits>>16)
+	}
 	return r[k-1].Logit - r[k].Logit, d, true
 }
 
@@ -347,7 +363,7 @@ func routingLayers(ia, ib *sideIndex, filtered map[string]bool) []int {
 // compareRouting builds the report's routing comparison from both sides' experts, weights and router
 // logits; rows are Diff's compared and mismatched positions (for local/propagated and downstream), producers the
 // session's producer graph.
-func compareRouting(ia, ib *sideIndex, rows map[opKey]*rowSets, producers func(string) []string, filtered map[string]bool) (*Routing, error) {
+func compareRouting(rep *Report, ia, ib *sideIndex, rows map[opKey]*rowSets, producers func(string) []string, filtered map[string]bool) (*Routing, error) {
 	layers := routingLayers(ia, ib, filtered)
 	if len(layers) == 0 {
 		return nil, nil
@@ -389,7 +405,14 @@ func compareRouting(ia, ib *sideIndex, rows map[opKey]*rowSets, producers func(s
 	}
 	slices.SortFunc(r.Tokens, TokenID.cmp)
 	for i, l := range layers {
-		lay, err := compareLayer(l, all[i].ea, all[i].eb, all[i].wa, all[i].wb, all[i].ra, all[i].rb, r.Tokens)
+		mdt := ""
+		if all[i].ra != nil {
+			mdt = all[i].ra.f.dt.String()
+		}
+		if j := rep.FindOp(engine.LayerOp(l, MoERouter), "out"); j >= 0 && rep.Ops[j].ULPDType != "" {
+			mdt = rep.Ops[j].ULPDType
+		}
+		lay, err := compareLayer(l, all[i].ea, all[i].eb, all[i].wa, all[i].wb, all[i].ra, all[i].rb, r.Tokens, mdt)
 		if err != nil {
 			return nil, err
 		}
@@ -405,7 +428,7 @@ func compareRouting(ia, ib *sideIndex, rows map[opKey]*rowSets, producers func(s
 }
 
 // compareLayer compares one layer's routing over tokens (the union of every layer's compared tokens).
-func compareLayer(l int, ea, eb, wa, wb, ra, rb *rowTable, tokens []TokenID) (RoutingLayer, error) {
+func compareLayer(l int, ea, eb, wa, wb, ra, rb *rowTable, tokens []TokenID, marginDType string) (RoutingLayer, error) {
 	lay := RoutingLayer{Layer: l, Op: engine.LayerOp(l, MoEExperts), RouterDiffer: -1, Marks: make([]RouteMark, len(tokens))}
 	switch {
 	case ea == nil || eb == nil:
@@ -474,10 +497,12 @@ func compareLayer(l int, ea, eb, wa, wb, ra, rb *rowTable, tokens []TokenID) (Ro
 			f.WA, f.WB = wa.floats(rowWA), wb.floats(rowWB)
 		}
 		if rowRA != nil && rowRB != nil {
-			ga, ua, okA := ra.margin(rowRA, lay.K)
-			gb, ub, okB := rb.margin(rowRB, lay.K)
+			bf16 := marginDType == capture.BF16.String() && ra.f.dt == capture.F32
+			ga, ua, okA := ra.margin(rowRA, lay.K, bf16)
+			gb, ub, okB := rb.margin(rowRB, lay.K, bf16)
 			if okA && okB {
 				f.HasRouter, f.MarginA, f.MarginAULP, f.MarginB, f.MarginBULP = true, ga, ua, gb, ub
+				f.MarginDType = marginDType
 			}
 			f.RouterSame = string(rowRA) == string(rowRB)
 		}
@@ -606,8 +631,8 @@ func routingRows(r *Routing) [][]string {
 		if f := l.First; f != nil {
 			row[6] = fmt.Sprintf("%s: %s vs %s", f.At.where(), ids(f.A), ids(f.B))
 			if f.HasRouter {
-				row[7] = marginCell(f.MarginA, f.MarginAULP)
-				row[8] = marginCell(f.MarginB, f.MarginBULP)
+				row[7] = marginCell(f, f.MarginA, f.MarginAULP)
+				row[8] = marginCell(f, f.MarginB, f.MarginBULP)
 			}
 			row[9] = string(f.Cause)
 		}
@@ -623,9 +648,9 @@ func pctSuffix(n, d int64) string {
 	return ""
 }
 
-// marginCell is a margin in a table cell: "1 ULP (5.96e-08)".
-func marginCell(v float64, ulp uint64) string {
-	return ulpString(ulp) + " ULP (" + strconv.FormatFloat(v, 'g', 3, 64) + ")"
+// marginCell is a margin in a table cell: "1 ULP (5.96e-08)", "1 bf16 ULP (0.0078)".
+func marginCell(f *Flip, v float64, ulp uint64) string {
+	return ulpString(ulp) + " " + f.ulpUnit() + " (" + strconv.FormatFloat(v, 'g', 3, 64) + ")"
 }
 
 // flipLines describe the first flip over all layers: where, cause, downstream effect.
@@ -637,7 +662,7 @@ func flipLines(r *Routing) []string {
 	out := []string{"first flip: " + f.String()}
 	if f.HasRouter {
 		out = append(out, fmt.Sprintf("router margin (k-th − (k+1)-th logit): A %s, B %s",
-			marginCell(f.MarginA, f.MarginAULP), marginCell(f.MarginB, f.MarginBULP)))
+			marginCell(f, f.MarginA, f.MarginAULP), marginCell(f, f.MarginB, f.MarginBULP)))
 	}
 	if c := f.CauseText(); c != "" {
 		out = append(out, "cause: "+c)

@@ -417,3 +417,45 @@ func TestRoutingBadInput(t *testing.T) {
 		t.Errorf("layer 1: %+v", l)
 	}
 }
+
+// TestRoutingBF16Margin: a bf16 model's router logits (float32 values that are all bf16 values) get their
+// margins in bf16 ULPs, as the diff counts the op's distances.
+func TestRoutingBF16Margin(t *testing.T) {
+	a, b := newMoESide(), newMoESide()
+	for _, s := range []*moeSide{a, b} {
+		for l := 0; l < 2; l++ {
+			for q := 0; q < 2; q++ {
+				for i, v := range s.router[l][q] {
+					s.router[l][q][i] = math.Float32frombits(math.Float32bits(v) &^ 0xffff) // a bf16 value
+				}
+				for p := 0; p < moeT; p++ {
+					s.route(l, q, p)
+				}
+			}
+		}
+	}
+	up := func(x float32) float32 { return math.Float32frombits(math.Float32bits(x) + 0x10000) } // +1 bf16 ULP (x > 0)
+	hi, lo := a.rankOf(0, 1, 6, moeK-1), a.rankOf(0, 1, 6, moeK)
+	for _, s := range []*moeSide{a, b} {
+		row := s.router[0][1][6*moeE:]
+		row[lo] = float32(math.Abs(float64(row[lo])) + 1) // positive and apart from the others
+		row[hi] = up(row[lo])
+	}
+	b.router[0][1][6*moeE+lo] = up(b.router[0][1][6*moeE+hi])
+	a.route(0, 1, 6)
+	b.route(0, 1, 6)
+	dir := t.TempDir()
+	ca := writeCapture(t, filepath.Join(dir, "a.arrow"), "trainer", 1, a.tensors())
+	cb := writeCapture(t, filepath.Join(dir, "b.arrow"), "sampler", 1, b.tensors())
+	rep, err := Diff(context.Background(), ca, cb, WithProducers(moeProducers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := rep.Routing.Layers[0].First
+	if f == nil || f.At != (TokenID{0, 1, 6}) || f.MarginDType != "bf16" || f.MarginAULP != 1 || f.MarginBULP != 1 {
+		t.Fatalf("flip %+v", f)
+	}
+	if !strings.HasSuffix(f.String(), "margin 1 bf16 ULP") {
+		t.Errorf("flip %q", f.String())
+	}
+}
