@@ -185,3 +185,49 @@ def test_vllm_fused_moe_router_is_wrapped_and_restored(tmp_path):
     assert "select_experts" not in vars(m.model.layers[0].mlp.experts.router)
     idx = names.op_index(bc.resolve([p for p, _ in m.named_modules() if p], bc.HF_RULES, cfg), 2)
     assert idx["layers.1.mlp.experts"] == bc.canonical_ops(2, moe_layers=(0, 1)).index("layers.1.mlp.experts")
+
+
+def test_moe_proof_script_reports_the_flips_the_captures_hold(tmp_path):
+    """moe_proof.py on the CPU (batch 8 against batch 1, the batch-1 side with SDPA attention for noise): the
+    report's routing table counts exactly the flips, order-only and weights-only tokens that the two captures
+    hold, recounted here from the files, and its first flip is the earliest of them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    binary = os.environ.get("BITALIGN_BIN", "bin/bitalign")
+    if not os.path.exists(binary):
+        pytest.skip(f"{binary}: no bitalign binary (make build)")
+    subprocess.run([sys.executable, os.path.join(here, "moe_proof.py"), str(tmp_path), "--device", "cpu",
+                    "--layers", "2", "--hidden", "128", "--experts", "16", "--k", "4", "--tokens", "24",
+                    "--sampler-attn", "sdpa", "--bin", binary], check=True, capture_output=True)
+    rep = json.load(open(tmp_path / "report.json"))
+    assert rep["version"] == 3 and [r["layer"] for r in rep["routing"]] == [0, 1]
+    sides = [{(t["seq"], t["pos"] + i, t["op"]): t["array"][i] for t in bc.read(tmp_path / f)[1]
+              if t["op"].endswith(("mlp.experts", "mlp.expert_weights")) for i in range(t["ntok"])}
+             for f in ("batch8.arrow", "batch1.arrow")]
+    for r in rep["routing"]:
+        op = f"layers.{r['layer']}.mlp.experts"
+        toks = sorted(k[:2] for k in sides[0] if k[2] == op)
+        flips, order, weights = [], 0, 0
+        for tok in toks:
+            a, b = sides[0][tok + (op,)], sides[1][tok + (op,)]
+            if sorted(a.tolist()) != sorted(b.tolist()):
+                flips.append((tok, a.tolist(), b.tolist()))
+            elif a.tolist() != b.tolist():
+                order += 1
+            elif sides[0][tok + (op.replace("experts", "expert_weights"),)].tobytes() != \
+                    sides[1][tok + (op.replace("experts", "expert_weights"),)].tobytes():
+                weights += 1
+        assert (r["tokens"], r["flipped"], r["order_only"], r["weights_only"]) == (len(toks), len(flips), order, weights)
+        if flips:
+            (seq, pos), a, b = flips[0]
+            ff = r["first_flip"]
+            assert (ff["seq"], ff["pos"], ff["a_experts"], ff["b_experts"]) == (seq, pos, a, b)
+            assert ff["margin_a"]["ulp_dtype"] == "bf16" and ff["text"] in open(tmp_path / "report.txt").read()
+        else:
+            assert r["first_flip"] is None
+    proof = json.load(open(tmp_path / "proof.json"))
+    assert proof["flipped"] == sum(r["flipped"] for r in rep["routing"]) and proof["token_layers"] == 2 * 8 * 24
