@@ -343,6 +343,25 @@ func (t *rowTable) margin(row []byte, k int, bf16 bool) (gap float64, ulp uint64
 	return r[k-1].Logit - r[k].Logit, d, true
 }
 
+// marginDType is the dtype a layer's router margins are counted in: the router op's ULP dtype in the report
+// (bf16 for float32 logits that are all bf16 values), else the router's dtype.
+func marginDType(rep *Report, layer int, router *rowTable) string {
+	if j := rep.FindOp(engine.LayerOp(layer, MoERouter), "out"); j >= 0 && rep.Ops[j].ULPDType != "" {
+		return rep.Ops[j].ULPDType
+	}
+	return router.f.dt.String()
+}
+
+// setMargins sets the flip's router margins from both sides' router rows (t's layout) in dtype mdt's ULPs.
+func (f *Flip) setMargins(t *rowTable, rowA, rowB []byte, k int, mdt string) {
+	bf16 := mdt == capture.BF16.String() && t.f.dt == capture.F32
+	ga, ua, okA := t.margin(rowA, k, bf16)
+	gb, ub, okB := t.margin(rowB, k, bf16)
+	if okA && okB {
+		f.HasRouter, f.MarginA, f.MarginAULP, f.MarginB, f.MarginBULP, f.MarginDType = true, ga, ua, gb, ub, mdt
+	}
+}
+
 // routingLayers lists the layers whose mlp.experts either side captured (and WithOps kept), in layer order.
 func routingLayers(ia, ib *sideIndex, filtered map[string]bool) []int {
 	seen := map[int]bool{}
@@ -407,10 +426,7 @@ func compareRouting(rep *Report, ia, ib *sideIndex, rows map[opKey]*rowSets, pro
 	for i, l := range layers {
 		mdt := ""
 		if all[i].ra != nil {
-			mdt = all[i].ra.f.dt.String()
-		}
-		if j := rep.FindOp(engine.LayerOp(l, MoERouter), "out"); j >= 0 && rep.Ops[j].ULPDType != "" {
-			mdt = rep.Ops[j].ULPDType
+			mdt = marginDType(rep, l, all[i].ra)
 		}
 		lay, err := compareLayer(l, all[i].ea, all[i].eb, all[i].wa, all[i].wb, all[i].ra, all[i].rb, r.Tokens, mdt)
 		if err != nil {
@@ -455,24 +471,11 @@ func compareLayer(l int, ea, eb, wa, wb, ra, rb *rowTable, tokens []TokenID, mar
 		}
 		lay.Tokens++
 		a, b := ea.ints(xa), eb.ints(xb)
-		mark := RouteSame
 		var rowWA, rowWB []byte
 		if useW {
 			rowWA, rowWB = wa.rows[tok], wb.rows[tok]
 		}
-		switch {
-		case !slices.Equal(a, b):
-			sa, sb := slices.Clone(a), slices.Clone(b)
-			slices.Sort(sa)
-			slices.Sort(sb)
-			if slices.Equal(sa, sb) {
-				mark = RouteOrder
-			} else {
-				mark = RouteSet
-			}
-		case rowWA != nil && rowWB != nil && string(rowWA) != string(rowWB):
-			mark = RouteWeights
-		}
+		mark := classify(a, b, rowWA, rowWB)
 		var rowRA, rowRB []byte
 		if useR {
 			rowRA, rowRB = ra.rows[tok], rb.rows[tok]
@@ -497,13 +500,7 @@ func compareLayer(l int, ea, eb, wa, wb, ra, rb *rowTable, tokens []TokenID, mar
 			f.WA, f.WB = wa.floats(rowWA), wb.floats(rowWB)
 		}
 		if rowRA != nil && rowRB != nil {
-			bf16 := marginDType == capture.BF16.String() && ra.f.dt == capture.F32
-			ga, ua, okA := ra.margin(rowRA, lay.K, bf16)
-			gb, ub, okB := rb.margin(rowRB, lay.K, bf16)
-			if okA && okB {
-				f.HasRouter, f.MarginA, f.MarginAULP, f.MarginB, f.MarginBULP = true, ga, ua, gb, ub
-				f.MarginDType = marginDType
-			}
+			f.setMargins(ra, rowRA, rowRB, lay.K, marginDType)
 			f.RouterSame = string(rowRA) == string(rowRB)
 		}
 		if lay.FirstAny == nil {
@@ -514,6 +511,24 @@ func compareLayer(l int, ea, eb, wa, wb, ra, rb *rowTable, tokens []TokenID, mar
 		}
 	}
 	return lay, nil
+}
+
+// classify compares one token's routing: the experts each side selected (in its order) and their combine
+// weights' bytes (nil when not captured).
+func classify(a, b []int64, wa, wb []byte) RouteMark {
+	switch {
+	case !slices.Equal(a, b):
+		sa, sb := slices.Clone(a), slices.Clone(b)
+		slices.Sort(sa)
+		slices.Sort(sb)
+		if slices.Equal(sa, sb) {
+			return RouteOrder
+		}
+		return RouteSet
+	case wa != nil && wb != nil && string(wa) != string(wb):
+		return RouteWeights
+	}
+	return RouteSame
 }
 
 // flipCause decides whether a flip is local (the router's inputs identical at the token, through the

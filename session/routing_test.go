@@ -13,6 +13,7 @@ import (
 
 	"bitalign/capture"
 	"bitalign/engine"
+	"bitalign/session/view"
 )
 
 // A synthetic MoE pair built with the capture Writer: 2 MoE layers, E experts, top-k, 2 sequences of moeT
@@ -156,7 +157,10 @@ func (s *moeSide) rankOf(l, q, p, r int) int {
 //   - layer 0 seq 1 pos 1: B lists the same two experts in the other order;
 //   - layer 0 seq 1 pos 3: B's combine weights differ by 1 ULP;
 //   - layer 1 seq 1 pos 5: B's mlp_norm differs at the token and its router flips (propagated).
-func moeScenario(t *testing.T, tie, onlyTie bool) *Report {
+func moeScenario(t *testing.T, tie, onlyTie bool) *Report { return moeSession(t, tie, onlyTie).Report }
+
+// moeSession is moeScenario's pair as a session.
+func moeSession(t *testing.T, tie, onlyTie bool) *Session {
 	t.Helper()
 	a, b := newMoESide(), newMoESide()
 	if !onlyTie {
@@ -204,7 +208,7 @@ func moeScenario(t *testing.T, tie, onlyTie bool) *Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rep
+	return NewSession(ca, cb, rep)
 }
 
 func TestRoutingComparison(t *testing.T) {
@@ -457,5 +461,49 @@ func TestRoutingBF16Margin(t *testing.T) {
 	}
 	if !strings.HasSuffix(f.String(), "margin 1 bf16 ULP") {
 		t.Errorf("flip %q", f.String())
+	}
+}
+
+// TestRouteView: the routing view's data: the grid converted once (marks, first flips), and one token's
+// routing read from the captures with the same words as the report.
+func TestRouteView(t *testing.T) {
+	s := moeSession(t, true, false)
+	src := (&Loaded{Session: s}).Source()
+	vr := src.Report().Routing
+	if vr == nil || len(vr.Layers) != 2 || len(vr.Tokens) != 16 || vr.First != s.Report.Routing.FirstFlip().String() {
+		t.Fatalf("view routing: %+v", vr)
+	}
+	l0 := vr.Layers[0]
+	if l0.FirstFlip < 0 || vr.Tokens[l0.FirstFlip] != (view.Coord{Seq: 0, Pos: 2}) || l0.Marks[l0.FirstFlip] != view.RouteSet || l0.Flipped != 2 {
+		t.Errorf("layer 0: %+v", l0)
+	}
+	rt, ok := src.(view.Router)
+	if !ok {
+		t.Fatal("the session's source is no view.Router")
+	}
+	tr, err := rt.Route(context.Background(), 0, view.Coord{Seq: 0, Pos: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := s.Report.Routing.Layers[0].First
+	if tr.Mark != view.RouteSet || tr.Text != f.String() || tr.Margin != "margin 1 ULP" || tr.K != moeK ||
+		len(tr.A.Top) != moeK+topExtra || len(tr.B.Top) != moeK+topExtra {
+		t.Fatalf("route: %+v", tr)
+	}
+	// A's top k are its selection, in order; B's k-th is the expert A ranks (k+1)-th
+	for j := 0; j < moeK; j++ {
+		if !tr.A.Top[j].Selected || int64(tr.A.Top[j].ID) != f.A[j] || int64(tr.B.Top[j].ID) != f.B[j] {
+			t.Errorf("top %d: A %+v B %+v (experts %v vs %v)", j, tr.A.Top[j], tr.B.Top[j], f.A, f.B)
+		}
+	}
+	if tr.A.Top[moeK].Selected || tr.A.Top[moeK].ID != tr.B.Top[moeK-1].ID {
+		t.Errorf("A's (k+1)-th %+v, B's k-th %+v", tr.A.Top[moeK], tr.B.Top[moeK-1])
+	}
+	same, err := rt.Route(context.Background(), 0, view.Coord{Seq: 0, Pos: 3})
+	if err != nil || same.Mark != view.RouteSame || !strings.Contains(same.Text, "same experts") {
+		t.Errorf("same token: %+v %v", same, err)
+	}
+	if _, err := rt.Route(context.Background(), 0, view.Coord{Seq: 0, Pos: 99}); err == nil {
+		t.Error("a position outside the capture: no error")
 	}
 }
