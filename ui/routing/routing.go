@@ -56,6 +56,9 @@ func (m *Model) SetData(r *view.Routing) {
 
 // SetSize sets the grid's area: a header row, the layer rows, the cursor's layer line.
 func (m *Model) SetSize(w, h int) {
+	if w != m.w || h != m.h { // a new size: scroll from the start again, as little as the cursor needs
+		m.top, m.left = 0, 0
+	}
 	m.w, m.h = w, h
 	m.scroll()
 }

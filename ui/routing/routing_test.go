@@ -121,3 +121,15 @@ func TestDetail(t *testing.T) {
 type errTest struct{}
 
 func (errTest) Error() string { return "session: no tensor" }
+
+// TestSizeAfterData: data set before the first size (the TUI loads before it lays out) still shows the
+// grid from its first token when the cursor fits there.
+func TestSizeAfterData(t *testing.T) {
+	m := New(theme.Default())
+	m.SetData(grid(2, 64, [2]int{1, 14}))
+	m.SetSize(75, 6)
+	head := strings.Split(ansi.Strip(m.View()), "\n")[0]
+	if i := strings.Index(head, "▾"); i < 0 || len([]rune(head[:i])) != labelW+14 {
+		t.Errorf("header %q: the cursor mark should be at column %d", head, labelW+14)
+	}
+}
