@@ -247,20 +247,21 @@ type rowTable struct {
 	rows   map[TokenID][]byte
 }
 
-// sideRows reassembles side's (op, out) into rows; nil when the side did not capture op.
-func sideRows(s *sideIndex, op string) (*rowTable, error) {
+// sideRows reassembles side's (op, out) into rows; nil when the side did not capture op, and a problem (the
+// layer's Detail) when its tensors do not agree on a row's dtype and length.
+func sideRows(s *sideIndex, op string) (*rowTable, string, error) {
 	us, _, err := buildUnits(s.c, s.byOp[opKey{op, "out"}])
 	if err != nil || len(us) == 0 {
-		return nil, err
+		return nil, "", err
 	}
 	f, err := formatOf(us[0].dt)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	t := &rowTable{f: f, rowLen: us[0].rowLen, rows: map[TokenID][]byte{}}
 	for _, u := range us {
 		if u.dt != us[0].dt || u.rowLen != t.rowLen {
-			return nil, fmt.Errorf("session: %s: %s: rows of %d and %d elements (%s, %s)", s.c.Path(), op, t.rowLen, u.rowLen, us[0].dt, u.dt)
+			return nil, fmt.Sprintf("%s: %s holds rows of %d %s and %d %s elements", s.c.Path(), op, t.rowLen, us[0].dt, u.rowLen, u.dt), nil
 		}
 		rb := u.rowLen * int64(f.size)
 		for r := int64(0); r < u.rows; r++ {
@@ -270,7 +271,7 @@ func sideRows(s *sideIndex, op string) (*rowTable, error) {
 			}
 		}
 	}
-	return t, nil
+	return t, "", nil
 }
 
 // ints decodes an integer row.
@@ -389,27 +390,34 @@ func compareRouting(rep *Report, ia, ib *sideIndex, rows map[opKey]*rowSets, pro
 	}
 	r := &Routing{}
 	tokenSet := map[TokenID]bool{}
-	type layerRows struct{ ea, eb, wa, wb, ra, rb *rowTable }
+	type layerRows struct {
+		ea, eb, wa, wb, ra, rb *rowTable
+		problem                string
+	}
 	all := make([]layerRows, len(layers))
 	for i, l := range layers {
 		lr := &all[i]
-		get := func(s *sideIndex, suf string) (*rowTable, error) {
-			op := engine.LayerOp(l, suf)
-			if filtered[op] {
-				return nil, nil
-			}
-			return sideRows(s, op)
-		}
-		var err error
 		for _, x := range []struct {
 			t   **rowTable
 			s   *sideIndex
 			suf string
 		}{{&lr.ea, ia, MoEExperts}, {&lr.eb, ib, MoEExperts}, {&lr.wa, ia, MoEWeights}, {&lr.wb, ib, MoEWeights},
 			{&lr.ra, ia, MoERouter}, {&lr.rb, ib, MoERouter}} {
-			if *x.t, err = get(x.s, x.suf); err != nil {
+			op := engine.LayerOp(l, x.suf)
+			if filtered[op] {
+				continue
+			}
+			t, problem, err := sideRows(x.s, op)
+			if err != nil {
 				return nil, err
 			}
+			*x.t = t
+			if problem != "" && lr.problem == "" {
+				lr.problem = problem
+			}
+		}
+		if lr.problem != "" { // a layer whose tensors disagree is reported, not compared
+			lr.ea, lr.eb = nil, nil
 		}
 		if lr.ea != nil && lr.eb != nil {
 			for k := range lr.ea.rows {
@@ -431,6 +439,9 @@ func compareRouting(rep *Report, ia, ib *sideIndex, rows map[opKey]*rowSets, pro
 		lay, err := compareLayer(l, all[i].ea, all[i].eb, all[i].wa, all[i].wb, all[i].ra, all[i].rb, r.Tokens, mdt)
 		if err != nil {
 			return nil, err
+		}
+		if all[i].problem != "" {
+			lay.Detail = all[i].problem
 		}
 		for _, f := range []*Flip{lay.First, lay.FirstAny} {
 			if f != nil && f.Downstream == nil {

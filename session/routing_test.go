@@ -507,3 +507,30 @@ func TestRouteView(t *testing.T) {
 		t.Error("a position outside the capture: no error")
 	}
 }
+
+// TestRoutingInconsistentSide: one side's experts tensors disagree on k between sequences: the layer names
+// the file and the problem and compares nothing; the diff itself goes on.
+func TestRoutingInconsistentSide(t *testing.T) {
+	a := newMoESide()
+	tb := a.tensors()
+	for i := range tb {
+		if tb[i].Op == "layers.0.mlp.experts" && tb[i].Seq == 1 {
+			tb[i].Shape = []int64{moeT, 1}
+			tb[i].Data = tb[i].Data[:moeT*4]
+		}
+	}
+	dir := t.TempDir()
+	ca := writeCapture(t, filepath.Join(dir, "a.arrow"), "trainer", 1, a.tensors())
+	cb := writeCapture(t, filepath.Join(dir, "b.arrow"), "sampler", 1, tb)
+	rep, err := Diff(context.Background(), ca, cb, WithProducers(moeProducers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := rep.Routing.Layers[0]
+	if l.Tokens != 0 || !strings.Contains(l.Detail, "b.arrow: layers.0.mlp.experts holds rows of 2 i32 and 1 i32 elements") {
+		t.Errorf("layer 0: %+v", l)
+	}
+	if rep.Routing.Layers[1].Tokens != 16 {
+		t.Errorf("layer 1: %+v", rep.Routing.Layers[1])
+	}
+}
