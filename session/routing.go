@@ -2,6 +2,7 @@ package session
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -240,11 +241,27 @@ func (r *Routing) Summary() string {
 		plural(len(r.Layers), "MoE layer"))
 }
 
-// rowTable is one side's rows of one op: (step, seq, pos) → the row's bytes.
+// rowTable is one side's rows of one op: per (step, seq), non-overlapping spans of positions sorted by
+// position (spansBySeq: where two tensors hold a row the first wins, as in Diff).
 type rowTable struct {
 	f      *format
 	rowLen int64
-	rows   map[TokenID][]byte
+	spans  map[seqKey][]span
+}
+
+// row is the bytes of position pos in spans (sorted, non-overlapping), nil when none holds it; *i is a cursor
+// that only moves forward, so a walk over increasing positions costs one step per span.
+func (t *rowTable) row(spans []span, i *int, pos int64) []byte {
+	for *i < len(spans) && spans[*i].hi <= pos {
+		*i++
+	}
+	if *i >= len(spans) || spans[*i].lo > pos {
+		return nil
+	}
+	u := spans[*i].u
+	rb := u.rowLen * int64(t.f.size)
+	r := pos - u.pos
+	return u.data[r*rb : (r+1)*rb]
 }
 
 // sideRows reassembles side's (op, out) into rows; nil when the side did not capture op, and a problem (the
@@ -258,25 +275,26 @@ func sideRows(s *sideIndex, op string) (*rowTable, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	t := &rowTable{f: f, rowLen: us[0].rowLen, rows: map[TokenID][]byte{}}
 	for _, u := range us {
-		if u.dt != us[0].dt || u.rowLen != t.rowLen {
-			return nil, fmt.Sprintf("%s: %s holds rows of %d %s and %d %s elements", s.c.Path(), op, t.rowLen, us[0].dt, u.rowLen, u.dt), nil
-		}
-		rb := u.rowLen * int64(f.size)
-		for r := int64(0); r < u.rows; r++ {
-			k := TokenID{u.step, u.seq, u.pos + r}
-			if _, ok := t.rows[k]; !ok { // rows two units hold: the first wins, as in Diff
-				t.rows[k] = u.data[r*rb : (r+1)*rb]
-			}
+		if u.dt != us[0].dt || u.rowLen != us[0].rowLen {
+			return nil, fmt.Sprintf("%s: %s holds rows of %d %s and %d %s elements", s.c.Path(), op, us[0].rowLen, us[0].dt, u.rowLen, u.dt), nil
 		}
 	}
-	return t, "", nil
+	return &rowTable{f: f, rowLen: us[0].rowLen, spans: spansBySeq(us)}, "", nil
 }
 
 // ints decodes an integer row.
-func (t *rowTable) ints(row []byte) []int64 {
-	out := make([]int64, t.rowLen)
+func (t *rowTable) ints(row []byte) []int64 { return t.intsInto(nil, row) }
+
+// intsInto decodes an integer row into buf's storage.
+func (t *rowTable) intsInto(buf []int64, row []byte) []int64 {
+	out := slices.Grow(buf[:0], int(t.rowLen))[:t.rowLen]
+	if t.f.dt == capture.I32 { // the contract's dtype: decoded directly
+		for i := range out {
+			out[i] = int64(int32(binary.LittleEndian.Uint32(row[4*i:])))
+		}
+		return out
+	}
 	for i := range out {
 		out[i] = int64(t.f.value(t.f.load(row, i)))
 	}
@@ -389,7 +407,7 @@ func compareRouting(rep *Report, ia, ib *sideIndex, rows map[opKey]*rowSets, pro
 		return nil, nil
 	}
 	r := &Routing{}
-	tokenSet := map[TokenID]bool{}
+	tokenSet := map[seqKey]*bitset{}
 	type layerRows struct {
 		ea, eb, wa, wb, ra, rb *rowTable
 		problem                string
@@ -419,18 +437,39 @@ func compareRouting(rep *Report, ia, ib *sideIndex, rows map[opKey]*rowSets, pro
 		if lr.problem != "" { // a layer whose tensors disagree is reported, not compared
 			lr.ea, lr.eb = nil, nil
 		}
-		if lr.ea != nil && lr.eb != nil {
-			for k := range lr.ea.rows {
-				if _, ok := lr.eb.rows[k]; ok {
-					tokenSet[k] = true
+		if lr.ea != nil && lr.eb != nil { // the tokens both sides hold
+			for k, as := range lr.ea.spans {
+				bs := lr.eb.spans[k]
+				for i, j := 0, 0; i < len(as) && j < len(bs); {
+					lo, hi := max(as[i].lo, bs[j].lo), min(as[i].hi, bs[j].hi)
+					if lo < hi {
+						if tokenSet[k] == nil {
+							tokenSet[k] = &bitset{}
+						}
+						tokenSet[k].setRange(lo, hi)
+					}
+					if as[i].hi < bs[j].hi {
+						i++
+					} else {
+						j++
+					}
 				}
 			}
 		}
 	}
+	var seqs []seqKey
 	for k := range tokenSet {
-		r.Tokens = append(r.Tokens, k)
+		seqs = append(seqs, k)
 	}
-	slices.SortFunc(r.Tokens, TokenID.cmp)
+	slices.SortFunc(seqs, func(x, y seqKey) int { return cmp.Or(cmp.Compare(x.step, y.step), cmp.Compare(x.seq, y.seq)) })
+	for _, k := range seqs {
+		b := tokenSet[k]
+		for p := int64(0); p < int64(len(b.w))*64; p++ {
+			if b.has(p) {
+				r.Tokens = append(r.Tokens, TokenID{k.step, k.seq, p})
+			}
+		}
+	}
 	for i, l := range layers {
 		mdt := ""
 		if all[i].ra != nil {
@@ -474,22 +513,43 @@ func compareLayer(l int, ea, eb, wa, wb, ra, rb *rowTable, tokens []TokenID, mar
 	if useR {
 		lay.RouterDiffer = 0
 	}
+	// one cursor per table over the spans of the token's sequence (tokens come sorted: each walk moves forward)
+	tables := [6]*rowTable{ea, eb, wa, wb, ra, rb}
+	var spans [6][]span
+	var at [6]int
+	cur := seqKey{-1, -1}
+	var bufA, bufB []int64
 	for ti, tok := range tokens {
-		xa, okA := ea.rows[tok]
-		xb, okB := eb.rows[tok]
-		if !okA || !okB {
+		if k := (seqKey{tok.Step, tok.Seq}); k != cur {
+			cur = k
+			for i, t := range tables {
+				spans[i], at[i] = nil, 0
+				if t != nil {
+					spans[i] = t.spans[k]
+				}
+			}
+		}
+		row := func(i int) []byte {
+			if tables[i] == nil {
+				return nil
+			}
+			return tables[i].row(spans[i], &at[i], tok.Pos)
+		}
+		xa, xb := row(0), row(1)
+		if xa == nil || xb == nil {
 			continue
 		}
 		lay.Tokens++
-		a, b := ea.ints(xa), eb.ints(xb)
+		bufA, bufB = ea.intsInto(bufA, xa), eb.intsInto(bufB, xb)
+		a, b := bufA, bufB
 		var rowWA, rowWB []byte
 		if useW {
-			rowWA, rowWB = wa.rows[tok], wb.rows[tok]
+			rowWA, rowWB = row(2), row(3)
 		}
 		mark := classify(a, b, rowWA, rowWB)
 		var rowRA, rowRB []byte
 		if useR {
-			rowRA, rowRB = ra.rows[tok], rb.rows[tok]
+			rowRA, rowRB = row(4), row(5)
 			if rowRA != nil && rowRB != nil && string(rowRA) != string(rowRB) {
 				lay.RouterDiffer++
 			}
@@ -506,7 +566,7 @@ func compareLayer(l int, ea, eb, wa, wb, ra, rb *rowTable, tokens []TokenID, mar
 		if mark == RouteSame || lay.First != nil && lay.FirstAny != nil {
 			continue
 		}
-		f := &Flip{Layer: l, Op: lay.Op, At: tok, Kind: mark, A: a, B: b}
+		f := &Flip{Layer: l, Op: lay.Op, At: tok, Kind: mark, A: slices.Clone(a), B: slices.Clone(b)}
 		if rowWA != nil && rowWB != nil {
 			f.WA, f.WB = wa.floats(rowWA), wb.floats(rowWB)
 		}
