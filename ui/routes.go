@@ -47,6 +47,15 @@ func (m *Model) openRouting() tea.Cmd {
 	if m.rep.Routing.First != "" {
 		m.setStatus(statusErr, "first flip: "+m.rep.Routing.First)
 	}
+	// from a MoE op's tensor view: the routing view opens on that layer and the token under the cursor
+	if o := m.selected(); m.screen == tensorScreen && o != nil && o.Layer >= 0 && m.data != nil {
+		if r, _, ok := m.heat.Cursor(); ok {
+			at := view.Coord{Step: m.seq.Step, Seq: m.seq.Seq, Pos: m.data.Pair.Pos0 + int64(r)}
+			if m.route.Locate(o.Layer, at) {
+				m.setStatus(statusInfo, fmt.Sprintf("layer %d, seq %d pos %d", o.Layer, at.Seq, at.Pos))
+			}
+		}
+	}
 	return m.setScreen(routingScreen)
 }
 

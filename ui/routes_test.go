@@ -103,3 +103,22 @@ func TestRoutingViewDense(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestRoutingFromTensorView: x in a MoE layer's tensor view opens the routing view on that layer and the token
+// under the heatmap cursor.
+func TestRoutingFromTensorView(t *testing.T) {
+	m := loaded(t, fake.MoEDefault(), 120, 40)
+	i := m.rep.FindOp("layers.2.mlp.router", "out")
+	run(t, m, m.jump(i, false))
+	press(t, m, "enter")
+	if m.screen != tensorScreen || m.data == nil {
+		t.Fatalf("no tensor view of layers.2.mlp.router")
+	}
+	r, _, _ := m.heat.Cursor()
+	press(t, m, "x")
+	l, at, ok := m.route.Target()
+	if m.screen != routingScreen || !ok || l.Layer != 2 || at.Seq != m.seq.Seq || at.Pos != m.data.Pair.Pos0+int64(r) {
+		t.Errorf("x from the tensor view: screen %d, layer %d token %+v; want layer 2 seq %d pos %d", m.screen, l.Layer, at,
+			m.seq.Seq, m.data.Pair.Pos0+int64(r))
+	}
+}

@@ -81,6 +81,29 @@ func (m Model) Target() (layer view.RoutingLayer, at view.Coord, ok bool) {
 	return m.r.Layers[r], m.r.Tokens[c], true
 }
 
+// Locate moves the cursor to layer's row and the token at, reporting whether both are in the grid.
+func (m *Model) Locate(layer int, at view.Coord) bool {
+	if m.r == nil {
+		return false
+	}
+	row, col := -1, -1
+	for i, l := range m.r.Layers {
+		if l.Layer == layer {
+			row = i
+		}
+	}
+	for i, t := range m.r.Tokens {
+		if t.Step == at.Step && t.Seq == at.Seq && t.Pos == at.Pos {
+			col = i
+		}
+	}
+	if row < 0 || col < 0 {
+		return false
+	}
+	m.SetCursor(row, col)
+	return true
+}
+
 // SetCursor moves the cursor (clamped).
 func (m *Model) SetCursor(row, col int) {
 	if m.r == nil {
