@@ -534,3 +534,17 @@ func TestRoutingInconsistentSide(t *testing.T) {
 		t.Errorf("layer 1: %+v", rep.Routing.Layers[1])
 	}
 }
+
+// TestRoutingReportGolden: the MoE pair's reports in text, Markdown and JSON (golden files; go test ./session
+// -update regenerates them).
+func TestRoutingReportGolden(t *testing.T) {
+	rep := moeScenario(t, true, false)
+	rep.A.Path, rep.B.Path = "trainer.arrow", "sampler.arrow"
+	for _, f := range []struct{ format, ext string }{{"text", "txt"}, {"md", "md"}, {"json", "json"}} {
+		var b bytes.Buffer
+		if err := WriteReport(&b, rep, f.format); err != nil {
+			t.Fatal(err)
+		}
+		goldenReport(t, "report-moe."+f.ext, b.Bytes())
+	}
+}
