@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -546,5 +548,69 @@ func TestRoutingReportGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		goldenReport(t, "report-moe."+f.ext, b.Bytes())
+	}
+}
+
+// TestRoutingOddInput: MoE ops of odd dtypes and shapes on either side (float ids, negative or huge ids,
+// routers narrower than k, one token, NaN logits, a whole-tensor experts op) give a report, never a panic.
+func TestRoutingOddInput(t *testing.T) {
+	dts := []capture.DType{capture.I32, capture.I64, capture.F32, capture.BF16, capture.U8}
+	r := rand.New(rand.NewPCG(3, 3))
+	compared := 0
+	for trial := 0; trial < 40; trial++ {
+		var sides [2][]capture.Tensor
+		type shape struct {
+			dt   capture.DType
+			n, w int64
+		}
+		pick := func() shape { return shape{dts[r.IntN(len(dts))], int64(1 + r.IntN(4)), int64(1 + r.IntN(5))} }
+		base := [3]shape{pick(), {capture.I32, int64(1 + r.IntN(4)), int64(1 + r.IntN(3))}, pick()}
+		for s := range sides {
+			for o, op := range []struct {
+				suf string
+				idx int32
+			}{{MoERouter, 11}, {MoEExperts, 12}, {MoEWeights, 13}} {
+				sh := base[o]
+				if r.IntN(4) == 0 { // this side's op is odd
+					sh = pick()
+				}
+				dt, n, w := sh.dt, sh.n, sh.w
+				data := make([]byte, n*w*int64(dt.Size()))
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+				tn := capture.Tensor{NTok: n, Op: engine.LayerOp(0, op.suf), Index: op.idx, Role: "out", DType: dt,
+					Shape: []int64{n, w}, Shard: capture.NoShard, Data: data}
+				if r.IntN(8) == 0 { // not per token
+					tn.NTok, tn.Shape = 0, []int64{n * w}
+				}
+				sides[s] = append(sides[s], tn)
+			}
+		}
+		dir := t.TempDir()
+		ca := writeCapture(t, filepath.Join(dir, "a.arrow"), "trainer", 1, sides[0])
+		cb := writeCapture(t, filepath.Join(dir, "b.arrow"), "sampler", 1, sides[1])
+		rep, err := Diff(context.Background(), ca, cb, WithProducers(moeProducers))
+		if err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		if rep.Routing == nil || len(rep.Routing.Layers) != 1 {
+			t.Fatalf("trial %d: routing %+v", trial, rep.Routing)
+		}
+		for _, format := range []string{"text", "md", "html", "json"} {
+			if err := WriteReport(io.Discard, rep, format); err != nil {
+				t.Fatalf("trial %d: %s: %v", trial, format, err)
+			}
+		}
+		s := NewSession(ca, cb, rep)
+		for _, tok := range rep.Routing.Tokens {
+			s.Route(0, tok) // an error is fine, a panic is not
+		}
+		if rep.Routing.Layers[0].Tokens > 0 {
+			compared++
+		}
+	}
+	if compared < 3 {
+		t.Errorf("only %d of 40 trials compared a token: the test hardly reaches the comparison", compared)
 	}
 }
