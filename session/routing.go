@@ -606,24 +606,40 @@ func classify(a, b []int64, wa, wb []byte) RouteMark {
 // session's producer graph) or propagated (they differ).
 func flipCause(f *Flip, rows map[opKey]*rowSets, producers func(string) []string, filtered map[string]bool) {
 	router := engine.LayerOp(f.Layer, MoERouter)
-	var srcs []string
-	if producers != nil {
-		srcs = producers(router)
+	// the router's own captured inputs (record_inputs) decide first, as for any op; else its producers
+	var srcs []opKey
+	for k := range rows {
+		if k.op == router && roleRank(k.role) == 1 {
+			srcs = append(srcs, k)
+		}
+	}
+	slices.SortFunc(srcs, func(x, y opKey) int { return cmp.Compare(x.role, y.role) })
+	if len(srcs) == 0 && producers != nil {
+		for _, p := range producers(router) {
+			srcs = append(srcs, opKey{p, "out"})
+		}
 	}
 	f.Cause = CauseUnknown
 	if len(srcs) == 0 {
-		f.Detail = "the router's inputs are not known (no producer graph)"
+		f.Detail = "the router's inputs are not known (neither captured nor in a producer graph)"
 		return
 	}
+	name := func(s opKey) string {
+		if s.role != "out" {
+			return s.op + "[" + s.role + "]"
+		}
+		return s.op
+	}
 	k := seqKey{f.At.Step, f.At.Seq}
-	var differ, unknown []string
-	for _, p := range srcs {
-		rs := rows[opKey{p, "out"}]
+	var names, differ, unknown []string
+	for _, s := range srcs {
+		names = append(names, name(s))
+		rs := rows[s]
 		switch {
-		case filtered[p] || rs == nil || rs.compared[k] == nil || !rs.compared[k].has(f.At.Pos):
-			unknown = append(unknown, p)
+		case filtered[s.op] || rs == nil || rs.compared[k] == nil || !rs.compared[k].has(f.At.Pos):
+			unknown = append(unknown, name(s))
 		case rs.mismatched[k] != nil && rs.mismatched[k].has(f.At.Pos):
-			differ = append(differ, p)
+			differ = append(differ, name(s))
 		}
 	}
 	switch {
@@ -632,7 +648,7 @@ func flipCause(f *Flip, rows map[opKey]*rowSets, producers func(string) []string
 	case len(unknown) > 0:
 		f.Detail = "router inputs not captured: " + strings.Join(unknown, ", ")
 	default:
-		f.Cause, f.Detail = CauseLocal, "router inputs identical: "+strings.Join(srcs, ", ")
+		f.Cause, f.Detail = CauseLocal, "router inputs identical: "+strings.Join(names, ", ")
 		switch {
 		case f.HasRouter && f.RouterSame:
 			f.Detail += "; router logits identical too: the top-k selection differs"

@@ -614,3 +614,41 @@ func TestRoutingOddInput(t *testing.T) {
 		t.Errorf("only %d of 40 trials compared a token: the test hardly reaches the comparison", compared)
 	}
 }
+
+// TestRoutingCauseFromCapturedInputs: without a producer graph, the router's own captured input (role "in",
+// record_inputs) decides whether a flip is local; without either the cause is unknown.
+func TestRoutingCauseFromCapturedInputs(t *testing.T) {
+	a, b := newMoESide(), newMoESide()
+	hi, lo := a.rankOf(0, 0, 2, moeK-1), a.rankOf(0, 0, 2, moeK)
+	b.router[0][0][2*moeE+lo] = nudge(b.router[0][0][2*moeE+hi], 1)
+	b.route(0, 0, 2)
+	withIn := func(s *moeSide) []capture.Tensor {
+		ts := s.tensors()
+		for q := 0; q < 2; q++ {
+			ts = append(ts, capture.Tensor{Seq: int64(q), NTok: moeT, Op: engine.LayerOp(0, MoERouter), Index: 11, Role: "in",
+				DType: capture.BF16, Shape: []int64{moeT, moeH}, Shard: capture.NoShard, Data: s.norm[0][q]})
+		}
+		return ts
+	}
+	for _, c := range []struct {
+		in   bool
+		want Cause
+		det  string
+	}{{true, CauseLocal, "router inputs identical: layers.0.mlp.router[in]"}, {false, CauseUnknown, "neither captured nor in a producer graph"}} {
+		ta, tb := a.tensors(), b.tensors()
+		if c.in {
+			ta, tb = withIn(a), withIn(b)
+		}
+		dir := t.TempDir()
+		ca := writeCapture(t, filepath.Join(dir, "a.arrow"), "trainer", 1, ta)
+		cb := writeCapture(t, filepath.Join(dir, "b.arrow"), "sampler", 1, tb)
+		rep, err := Diff(context.Background(), ca, cb) // no producer graph
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := rep.Routing.Layers[0].First
+		if f == nil || f.Cause != c.want || !strings.Contains(f.Detail, c.det) {
+			t.Errorf("router input captured %v: flip %+v", c.in, f)
+		}
+	}
+}
