@@ -143,14 +143,19 @@ def main():
     print(text[i + 1 : text.index("\n\n", i + 1)] if i >= 0 else "no routing section in the report")
 
     replay = {"ran": False}
-    help_ = run([a.bin, "replay", "--help"], ok=(0, 1, 2)).stdout + run([a.bin, "replay", "--help"], ok=(0, 1, 2)).stderr
+    h = run([a.bin, "replay", "--help"], ok=(0, 1, 2))
+    help_ = h.stdout + h.stderr
     if "--routing-from" in help_:
         out = os.path.join(a.out, "replay.txt")
         p = run([a.bin, "replay", "--checkpoint", ckpt, "--capture", p1, "--routing-from", p8, "-o", out,
-                 "--overwrite"], ok=(0, 1))
-        replay = {"ran": True, "exit": p.returncode, "report": out}
+                 "--overwrite"], ok=(0, 1, 2))
+        replay = {"ran": True, "exit": p.returncode, "report": out if p.returncode != 2 else None}
         print(f"replay with batch 8's routing (exit {p.returncode}):")
-        print(open(out).read().splitlines()[0])
+        if p.returncode == 2:  # bad usage or input: say why, keep the diff's results
+            replay["error"] = p.stderr.strip()
+            print(p.stderr.strip())
+        else:
+            print(open(out).read().splitlines()[0])
     else:
         print("replay --routing-from: not in this binary (the moe-engine branch adds it); skipped")
     flipped = sum(r["flipped"] for r in rep["routing"])
