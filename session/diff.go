@@ -184,6 +184,12 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 		rep.Mismatched += st.Mismatched
 	}
 	causes(rep, rows, cfg.producers, filtered)
+	routing, err := compareRouting(rep, ia, ib, rows, cfg.producers, filtered)
+	if err != nil {
+		return nil, err
+	}
+	rep.Routing = routing
+	nameFlip(rep)
 	rep.Identical = rep.Compared > 0
 	for i := range rep.Ops {
 		switch rep.Ops[i].Status {

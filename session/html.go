@@ -45,6 +45,15 @@ type htmlData struct {
 	Legend   []htmlLegend
 	Missing  []string
 	More     int
+	Flip     string // the first divergence's routing flip, "" when it is none
+	Routing  *htmlRouting
+}
+
+type htmlRouting struct {
+	Summary string
+	Header  []string
+	Rows    [][]string
+	Lines   []string
 }
 
 var htmlTmpl = template.Must(template.New("report").Parse(`<!DOCTYPE html>
@@ -82,6 +91,16 @@ figure { margin: 1em 0; } figure img { image-rendering: pixelated; border: 1px s
 <tr><th>B</th><td><code>{{.B.Hex}}</code></td><td>{{.B.Decimal}}</td></tr>
 </table>
 <p>Distance: {{$.Distance}}{{if .Cause}}; cause: <b>{{.Cause}}</b> ({{.Detail}}){{end}}.</p>
+{{with $.Flip}}<p>Routing flip: {{.}}.</p>
+{{end}}{{end}}{{with .Routing}}<h2>Routing</h2>
+<p>{{.Summary}}.</p>
+<table>
+<tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>
+<ul>
+{{range .Lines}}<li>{{.}}</li>
+{{end}}</ul>
 {{end}}{{if .Check}}<h2>Tolerance: {{.Check}}</h2>
 <ul>
 {{range .Checks}}<li>{{.}}</li>
@@ -126,6 +145,12 @@ func WriteHTML(w io.Writer, r *Report) error {
 	if r.First != nil {
 		d.FirstAt = where(r.First.At)
 		d.Distance = firstDistance(r.First)
+		if r.First.Routing != nil {
+			d.Flip = r.First.Routing.String()
+		}
+	}
+	if rt := r.Routing; rt != nil {
+		d.Routing = &htmlRouting{Summary: rt.Summary(), Header: routingHeader, Rows: routingRows(rt), Lines: flipLines(rt)}
 	}
 	if c := r.Check; c != nil {
 		d.Check = map[bool]string{true: "within", false: "outside"}[c.Within]

@@ -3,6 +3,7 @@ package session
 import (
 	"encoding/json"
 	"io"
+	"math"
 )
 
 // The JSON report (docs/report-schema.md). These types are the schema: field names and meanings change only
@@ -22,6 +23,95 @@ type jsonReport struct {
 	FirstDivergence *jsonDivergence `json:"first_divergence"`
 	Ops             []jsonOp        `json:"ops"`
 	Missing         []MissingTensor `json:"missing"`
+	Routing         []jsonRouting   `json:"routing"`
+}
+
+type jsonRouting struct {
+	Layer        int       `json:"layer"`
+	Op           string    `json:"op"`
+	K            int       `json:"k"`
+	Tokens       int64     `json:"tokens"`
+	Flipped      int64     `json:"flipped"`
+	OrderOnly    int64     `json:"order_only"`
+	WeightsOnly  int64     `json:"weights_only"`
+	RouterDiffer *int64    `json:"router_differ"`
+	Detail       string    `json:"detail,omitempty"`
+	FirstFlip    *jsonFlip `json:"first_flip"`
+	FirstDiff    *jsonFlip `json:"first_difference"`
+}
+
+type jsonMargin struct {
+	ULP      uint64    `json:"ulp"`
+	ULPDType string    `json:"ulp_dtype"`
+	Value    jsonFloat `json:"value"`
+}
+
+// jsonFloat is a float that JSON holds even when it is not finite: NaN and ±Inf are written as null.
+type jsonFloat float64
+
+func (x jsonFloat) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(x))
+}
+
+func jfloats(x []float64) []jsonFloat {
+	if x == nil {
+		return nil
+	}
+	out := make([]jsonFloat, len(x))
+	for i, v := range x {
+		out[i] = jsonFloat(v)
+	}
+	return out
+}
+
+type jsonFlip struct {
+	Step        int64           `json:"step"`
+	Seq         int64           `json:"seq"`
+	Pos         int64           `json:"pos"`
+	Kind        string          `json:"kind"`
+	AExperts    []int64         `json:"a_experts"`
+	BExperts    []int64         `json:"b_experts"`
+	AWeights    []jsonFloat     `json:"a_weights"`
+	BWeights    []jsonFloat     `json:"b_weights"`
+	MarginA     *jsonMargin     `json:"margin_a"`
+	MarginB     *jsonMargin     `json:"margin_b"`
+	RouterSame  *bool           `json:"router_identical"`
+	Cause       string          `json:"cause"`
+	CauseDetail string          `json:"cause_detail"`
+	Downstream  *jsonDownstream `json:"downstream"`
+	Text        string          `json:"text"`
+}
+
+type jsonDownstream struct {
+	Op       string `json:"op"`
+	From     int64  `json:"from"`
+	Tokens   int64  `json:"tokens"`
+	Differ   int64  `json:"differ"`
+	FirstPos *int64 `json:"first_pos"`
+}
+
+func jflip(f *Flip) *jsonFlip {
+	if f == nil {
+		return nil
+	}
+	j := &jsonFlip{Step: f.At.Step, Seq: f.At.Seq, Pos: f.At.Pos, Kind: f.Kind.String(), AExperts: f.A, BExperts: f.B,
+		AWeights: jfloats(f.WA), BWeights: jfloats(f.WB), Cause: string(f.Cause), CauseDetail: f.Detail, Text: f.String()}
+	if f.HasRouter {
+		j.MarginA, j.MarginB = &jsonMargin{f.MarginAULP, f.MarginDType, jsonFloat(f.MarginA)}, &jsonMargin{f.MarginBULP, f.MarginDType, jsonFloat(f.MarginB)}
+		same := f.RouterSame
+		j.RouterSame = &same
+	}
+	if d := f.Downstream; d != nil {
+		j.Downstream = &jsonDownstream{Op: d.Op, From: d.From, Tokens: d.Tokens, Differ: d.Differ}
+		if d.FirstPos >= 0 {
+			fp := d.FirstPos
+			j.Downstream.FirstPos = &fp
+		}
+	}
+	return j
 }
 
 type jsonTolerance struct {
@@ -65,6 +155,7 @@ type jsonDivergence struct {
 	Class       string    `json:"class"`
 	Cause       string    `json:"cause"`
 	CauseDetail string    `json:"cause_detail"`
+	RoutingFlip *jsonFlip `json:"routing_flip"`
 }
 
 type jsonBucket struct {
@@ -158,6 +249,20 @@ func WriteJSON(w io.Writer, r *Report) error {
 			RMSRel: f.RMSRel, Class: f.Class.String(), Cause: string(f.Cause), CauseDetail: f.Detail}
 		if f.ULPDType != "" {
 			out.FirstDivergence.ULP = &f.ULP
+		}
+		out.FirstDivergence.RoutingFlip = jflip(f.Routing)
+	}
+	out.Routing = []jsonRouting{}
+	if rt := r.Routing; rt != nil {
+		for i := range rt.Layers {
+			l := &rt.Layers[i]
+			jr := jsonRouting{Layer: l.Layer, Op: l.Op, K: l.K, Tokens: l.Tokens, Flipped: l.Flipped, OrderOnly: l.OrderOnly,
+				WeightsOnly: l.WeightsOnly, Detail: l.Detail, FirstFlip: jflip(l.First), FirstDiff: jflip(l.FirstAny)}
+			if l.RouterDiffer >= 0 {
+				n := l.RouterDiffer
+				jr.RouterDiffer = &n
+			}
+			out.Routing = append(out.Routing, jr)
 		}
 	}
 	for i := range r.Ops {

@@ -50,6 +50,23 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "; cause: **%s** (%s)", f.Cause, mdEscape(f.Detail))
 		}
 		b.WriteString(".\n")
+		if f.Routing != nil {
+			fmt.Fprintf(&b, "\n**Routing flip:** %s.\n", mdEscape(f.Routing.String()))
+		}
+	}
+	if rt := r.Routing; rt != nil {
+		fmt.Fprintf(&b, "\n**Routing:** %s.\n\n", mdEscape(rt.Summary()))
+		b.WriteString("| " + strings.Join(routingHeader, " | ") + " |\n|" + strings.Repeat("---|", len(routingHeader)) + "\n")
+		for _, row := range routingRows(rt) {
+			for j := range row {
+				row[j] = mdEscape(row[j])
+			}
+			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		}
+		b.WriteString("\n")
+		for _, l := range flipLines(rt) {
+			fmt.Fprintf(&b, "- %s\n", mdEscape(l))
+		}
 	}
 	if c := r.Check; c != nil {
 		fmt.Fprintf(&b, "\n**Tolerance: %s**\n\n", map[bool]string{true: "within", false: "outside"}[c.Within])

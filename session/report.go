@@ -9,7 +9,7 @@ import (
 
 // SchemaVersion is the version of the JSON report (docs/report-schema.md). Adding fields keeps the version;
 // renaming, removing or changing the meaning of one bumps it.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Status is an aligned op's verdict.
 type Status string
@@ -100,6 +100,9 @@ type Divergence struct {
 	Class    Class
 	Cause    Cause
 	Detail   string // which inputs or producers decided the cause
+	// Routing is the routing difference at the divergence's token when the op is a MoE layer's router, experts
+	// or expert weights and the two sides route that token differently: the divergence is a routing flip.
+	Routing *Flip
 }
 
 // MissingTensor is a run of positions of one (op, role, step, seq) present on one side only, or a tensor that
@@ -198,6 +201,8 @@ type Report struct {
 	// (capture.PrefixHint). Every report format shows them.
 	Warnings []string
 	Check    *Check // WithTolerance's result, nil without one
+	// Routing compares the sides' expert selection per MoE layer; nil when neither capture has MoE layers.
+	Routing *Routing
 }
 
 // Passed reports whether the diff passes: identical, or within its tolerance (Check). bitalign diff exits 0

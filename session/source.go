@@ -70,7 +70,7 @@ func layerOf(op string) int {
 
 func convertReport(s *Session) view.Report {
 	r := s.Report
-	out := view.Report{A: convertInfo(r.A), B: convertInfo(r.B), Identical: r.Identical}
+	out := view.Report{A: convertInfo(r.A), B: convertInfo(r.B), Identical: r.Identical, Routing: convertRouting(r.Routing)}
 	for i := range r.Ops {
 		o := &r.Ops[i]
 		st := view.OpStat{Op: o.Op, Index: o.Index, Role: o.Role, Layer: layerOf(o.Op), DType: o.DType, Shape: o.Shape,
@@ -189,6 +189,14 @@ func (a *source) Replay(ctx context.Context, k view.Key) (*view.Replay, error) {
 // WriteReport implements view.Source.
 func (a *source) WriteReport(w io.Writer, format string) error {
 	return WriteReport(w, a.s.Report, format)
+}
+
+// Route implements view.Router: one token's routing in one MoE layer on both sides (Session.Route).
+func (a *source) Route(ctx context.Context, layer int, at view.Coord) (*view.TokenRoute, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return a.s.Route(layer, TokenID{at.Step, at.Seq, at.Pos})
 }
 
 // Close closes the session's captures.

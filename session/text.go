@@ -46,7 +46,14 @@ func (r *Report) Verdict() string {
 		}
 	}
 	if f := r.First; f != nil {
-		return prefix + fmt.Sprintf("first divergence: %s, %s, %s", f.Op, where(f.At), distance(&r.Ops[r.FindOp(f.Op, f.Role)]))
+		if fl := f.Routing; fl != nil && f.Op == fl.Op {
+			return prefix + "first divergence: " + fl.String()
+		}
+		v := prefix + fmt.Sprintf("first divergence: %s, %s, %s", f.Op, where(f.At), distance(&r.Ops[r.FindOp(f.Op, f.Role)]))
+		if f.Routing != nil {
+			v += "; routing flip: " + f.Routing.String()
+		}
+		return v
 	}
 	var parts []string
 	if n := countStatus(r, StatusShapeMismatch); n > 0 {
@@ -441,6 +448,23 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, "  diff %s\n", firstDistance(f))
 		if f.Cause != CauseNone {
 			fmt.Fprintf(&b, "  cause %s (%s)\n", f.Cause, f.Detail)
+		}
+		if f.Routing != nil {
+			fmt.Fprintf(&b, "  routing %s\n", f.Routing)
+		}
+	}
+	if rt := r.Routing; rt != nil {
+		fmt.Fprintf(&b, "\nRouting (%s):\n", rt.Summary())
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  "+strings.Join(routingHeader, "\t"))
+		for _, row := range routingRows(rt) {
+			fmt.Fprintln(tw, "  "+strings.Join(row, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, l := range flipLines(rt) {
+			fmt.Fprintf(&b, "  %s\n", l)
 		}
 	}
 	if c := r.Check; c != nil {

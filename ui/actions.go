@@ -59,7 +59,14 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 		}
 		return nil
 	}
+	if m.screen == routingScreen {
+		if cmd, ok := m.routingKey(a, msg); ok {
+			return cmd
+		}
+	}
 	switch a {
+	case keys.Routing:
+		return m.openRouting()
 	case keys.Filter:
 		m.screen = overviewScreen
 		m.prompt = filterPrompt
@@ -77,14 +84,19 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 		switch {
 		case m.screen == overviewScreen && m.list.Selected() < 0: // the filter hides every op: nothing to open
 			m.setStatus(statusInfo, fmt.Sprintf("no op matches %q: esc clears the filter", m.list.Filter()))
+		case a == keys.Focus && m.screen == tensorScreen:
+			return m.setScreen(overviewScreen)
 		case a == keys.Focus:
-			return m.setScreen(1 - m.screen)
+			return m.setScreen(tensorScreen)
 		case m.screen == overviewScreen:
 			return m.setScreen(tensorScreen)
 		}
 		return nil
 	case keys.Back:
 		switch {
+		case m.screen == tensorScreen && m.fromRouting:
+			m.fromRouting = false
+			return m.setScreen(routingScreen)
 		case m.screen == tensorScreen:
 			return m.setScreen(overviewScreen)
 		case m.list.Filter() != "":
@@ -256,9 +268,12 @@ func (m *Model) stepSeq(d int) tea.Cmd {
 }
 
 func (m *Model) setScreen(s screen) tea.Cmd {
+	if s == overviewScreen {
+		m.fromRouting = false
+	}
 	m.screen = s
 	m.resize()
-	return m.ensurePair()
+	return tea.Batch(m.ensurePair(), m.ensureRoute())
 }
 
 func defaultExportPath() string {

@@ -15,6 +15,7 @@ import (
 	"bitalign/ui/heatmap"
 	"bitalign/ui/oplist"
 	"bitalign/ui/replay"
+	"bitalign/ui/routing"
 	"bitalign/ui/theme"
 )
 
@@ -23,6 +24,7 @@ type screen int
 const (
 	overviewScreen screen = iota
 	tensorScreen
+	routingScreen // MoE pairs: layers × tokens (routes.go)
 )
 
 type promptKind int
@@ -80,6 +82,9 @@ type Model struct {
 	auditing     bool
 	suspect      int // the suspect s/S last went to (index into audit.Suspects), -1 before
 	replays      map[view.Key]*replay.Status
+	route        routing.Model // the routing view's grid
+	routes       routeState    // and its token's detail
+	fromRouting  bool          // the tensor view was opened from the routing view: esc goes back there
 	prompt       promptKind
 	input        textinput.Model
 	exportPath   string
@@ -93,7 +98,7 @@ type Model struct {
 func New(ctx context.Context, load view.Loader, title string) *Model {
 	st := theme.Default()
 	m := &Model{ctx: ctx, st: st, load: load, title: title, w: 80, h: 24, loading: true, sel: -1,
-		list: oplist.New(st), heat: heatmap.New(st), cache: map[view.Key]*heatmap.Data{},
+		list: oplist.New(st), heat: heatmap.New(st), route: routing.New(st), cache: map[view.Key]*heatmap.Data{},
 		replays: map[view.Key]*replay.Status{}, keepRow: -1, keepCol: -1, suspect: -1}
 	m.input = textinput.New()
 	m.input.Prompt = ""
@@ -134,6 +139,7 @@ func (m *Model) setStyles(st theme.Styles) {
 		}
 	}
 	m.heat.SetStyles(st)
+	m.route.SetStyles(st)
 	m.resize()
 }
 
@@ -183,6 +189,8 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 	case auditMsg:
 		m.auditDone(msg)
 		return nil
+	case routeMsg:
+		return m.routeLoaded(msg)
 	case exportMsg:
 		m.exportDone(msg)
 		return nil
@@ -214,6 +222,7 @@ func (m *Model) loaded(msg loadedMsg) tea.Cmd {
 	m.src = msg.src
 	m.rep = msg.src.Report()
 	m.list.SetOps(m.rep.Ops)
+	m.route.SetData(m.rep.Routing)
 	m.sel = m.list.Selected()
 	if first := m.rep.FirstDivergent(); first >= 0 {
 		m.list.Select(first)

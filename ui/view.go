@@ -36,6 +36,8 @@ type screenLayout struct {
 	sparkOps                         []int
 	// tensor view
 	heatPanel, heat, right, bitsPanel rect
+	// routing view
+	gridPanel, detailPanel rect
 }
 
 func panelInner(r rect) rect { return rect{r.x + 1, r.y + 1, max(r.w-2, 0), max(r.h-2, 0)} }
@@ -74,6 +76,16 @@ func (m *Model) layout() screenLayout {
 		}
 		return l
 	}
+	if m.screen == routingScreen {
+		rows := 0
+		if m.rep != nil && m.rep.Routing != nil {
+			rows = len(m.rep.Routing.Layers)
+		}
+		gh := min(rows+4, max(b.h-1-12, 6)) // header row, layers, the layer line, borders; the detail keeps 12
+		l.gridPanel = rect{0, b.y + 1, w, gh}
+		l.detailPanel = rect{0, b.y + 1 + gh, w, max(b.h-1-gh, 0)}
+		return l
+	}
 	bh := min(m.bitsHeight(), max(b.h/2, 4))
 	mainH := b.h - 1 - bh
 	rw := 0
@@ -97,6 +109,10 @@ func (m *Model) resize() {
 	m.list.SetSize(l.list.w, l.list.h)
 	if m.screen == tensorScreen {
 		m.heat.SetSize(l.heat.w, l.heat.h)
+	}
+	if m.screen == routingScreen {
+		in := panelInner(l.gridPanel)
+		m.route.SetSize(in.w, in.h)
 	}
 }
 
@@ -123,6 +139,8 @@ func (m *Model) Render() string {
 		body = m.loadingView(l.body)
 	case m.screen == overviewScreen:
 		body = m.overviewView(l)
+	case m.screen == routingScreen:
+		body = m.routingView(l)
 	default:
 		body = m.tensorView(l)
 	}
@@ -134,6 +152,8 @@ func (m *Model) Render() string {
 		ctx = keys.Loading
 	case m.screen == tensorScreen:
 		ctx = keys.Tensor
+	case m.screen == routingScreen:
+		ctx = keys.Routes
 	}
 	lines = append(lines, m.statusView(), theme.Fit(" "+help.Short(m.st, ctx, m.w-1), m.w))
 	return strings.Join(lines, "\n")
@@ -173,6 +193,8 @@ func (m *Model) headerView() string {
 		right = "loading"
 	case m.screen == overviewScreen:
 		right = fmt.Sprintf("overview · %d ops", len(m.rep.Ops))
+	case m.screen == routingScreen:
+		right = "routing view"
 	default:
 		right = "tensor view"
 	}

@@ -190,6 +190,67 @@ type Report struct {
 	Identical bool
 	First     *Divergence
 	Ops       []OpStat // execution order
+	Routing   *Routing // the MoE layers' routing comparison; nil when the captures have none
+}
+
+// RouteMark is how one token's routing compares in one layer (session.RouteMark).
+type RouteMark uint8
+
+const (
+	RouteAbsent  RouteMark = iota // not compared: a side lacks the token
+	RouteSame                     // same experts, order and weights
+	RouteWeights                  // same experts in the same order, other combine weights
+	RouteOrder                    // the same set of experts in another order
+	RouteSet                      // another set of experts: a routing flip
+)
+
+// Routing is the routing comparison of every MoE layer, as the core computed it once (session.Routing).
+type Routing struct {
+	Summary string  // one line: "3 of 512 token-layers flipped (expert set differs) in 2 of 4 MoE layers"
+	First   string  // the first flip over every layer in one line, "" when no expert set differs
+	Tokens  []Coord // every compared token (Feature 0), in order: the grid's columns
+	Layers  []RoutingLayer
+}
+
+// RoutingLayer is one MoE layer's row of the routing grid.
+type RoutingLayer struct {
+	Layer                                   int
+	Op                                      string // layers.L.mlp.experts: the op the tensor view opens
+	Tokens, Flipped, OrderOnly, WeightsOnly int64
+	Marks                                   []RouteMark // per Routing.Tokens
+	FirstFlip                               int         // index into Routing.Tokens of the layer's first flip, -1 when none
+	Detail                                  string      // why the layer could not be compared, "" when it was
+}
+
+// Router is a Source that can show one token's routing in one MoE layer on both sides (the session's source
+// implements it; a source without MoE layers returns an error).
+type Router interface {
+	Route(ctx context.Context, layer int, at Coord) (*TokenRoute, error)
+}
+
+// TokenRoute is one token's routing in one layer on both sides: what the routing view's detail panel shows.
+type TokenRoute struct {
+	Layer  int
+	At     Coord
+	Mark   RouteMark
+	Text   string // the core's one line: the flip ("layers.7.mlp.experts: expert set differs at ...") or "same experts"
+	Margin string // "margin 1 ULP", "" when the router logits were not captured
+	K      int
+	A, B   RouteSide
+}
+
+// RouteSide is one side's routing of a token.
+type RouteSide struct {
+	Experts []int         // selected, in the side's order
+	Weights []float64     // their combine weights (nil when not captured)
+	Top     []ExpertScore // the router's best experts by the canonical order (score descending, id ascending): k + 2 of them; nil without router logits
+}
+
+// ExpertScore is one expert's router logit on one side.
+type ExpertScore struct {
+	ID       int
+	Logit    string // the value as the capture holds it (shortest decimal)
+	Selected bool   // the side selected it
 }
 
 // FirstDivergent returns the index in Ops of the first divergent op, or -1.

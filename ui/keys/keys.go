@@ -42,6 +42,7 @@ const (
 	NextSuspect
 	PrevSuspect
 	Replay
+	Routing
 	Filter
 	Export
 	Help
@@ -55,6 +56,7 @@ const (
 	Loading  Context = 1 << iota // no session yet
 	Overview                     // the op list
 	Tensor                       // the tensor view
+	Routes                       // the routing view (MoE layers × tokens)
 )
 
 // Entry is one row of the table.
@@ -67,7 +69,7 @@ type Entry struct {
 }
 
 const (
-	ov, tv, all = Overview, Tensor, Loading | Overview | Tensor
+	ov, tv, rv, all = Overview, Tensor, Routes, Loading | Overview | Tensor | Routes
 )
 
 // Groups in display order.
@@ -91,13 +93,13 @@ var Table = []Entry{
 	{PageDown, "Navigate", b([]string{"pgdown", "ctrl+f"}, "pgdn", "page down"), 0, "op list"},
 	{Top, "Navigate", b([]string{"home", "g"}, "g", "first op"), 0, "everywhere"},
 	{Bottom, "Navigate", b([]string{"end", "G"}, "G", "last op"), 0, "everywhere"},
-	{Open, "Navigate", b([]string{"enter"}, "enter", "open the tensor view of the op"), ov, "op list"},
-	{Back, "Navigate", b([]string{"esc"}, "esc", "back / cancel"), tv, "everywhere"},
+	{Open, "Navigate", b([]string{"enter"}, "enter", "open the tensor view of the op (routing view: of the token's experts)"), ov | rv, "op list, routing view"},
+	{Back, "Navigate", b([]string{"esc"}, "esc", "back / cancel"), tv | rv, "everywhere"},
 	{Focus, "Navigate", b([]string{"tab"}, "tab", "switch overview ⇄ tensor view"), 0, "everywhere"},
 
 	{First, "Debug", b([]string{"f"}, "f", "jump to the first divergence"), ov, "everywhere"},
-	{NextDiv, "Debug", b([]string{"n"}, "n", "next divergent op"), ov, "everywhere"},
-	{PrevDiv, "Debug", b([]string{"N"}, "N", "previous divergent op"), 0, "everywhere"},
+	{NextDiv, "Debug", b([]string{"n"}, "n", "next divergent op (routing view: next flip)"), ov | rv, "everywhere"},
+	{PrevDiv, "Debug", b([]string{"N"}, "N", "previous divergent op (routing view: previous flip)"), 0, "everywhere"},
 	{StepNext, "Debug", b([]string{"]"}, "]", "step to the next op (keeps the token)"), tv, "everywhere"},
 	{StepPrev, "Debug", b([]string{"["}, "[", "step to the previous op"), 0, "everywhere"},
 	{LayerNext, "Debug", b([]string{"}"}, "}", "same op, next layer"), tv, "everywhere"},
@@ -108,6 +110,7 @@ var Table = []Entry{
 	{NextSuspect, "Debug", b([]string{"s"}, "s", "next suspect of the audit (--checkpoint)"), 0, "everywhere"},
 	{PrevSuspect, "Debug", b([]string{"S"}, "S", "previous audit suspect"), 0, "everywhere"},
 	{Replay, "Debug", b([]string{"r"}, "r", "replay the op from each side's inputs"), tv, "everywhere"},
+	{Routing, "Debug", b([]string{"x"}, "x", "routing view: MoE layers × tokens, flips marked, a token's experts on both sides"), rv, "everywhere"},
 	{Filter, "Debug", b([]string{"/"}, "/", "filter ops by name"), ov, "everywhere"},
 	{Export, "Debug", b([]string{"e"}, "e", "export the report (.md .json .html)"), 0, "everywhere"},
 
@@ -145,7 +148,7 @@ func (KeyMap) ShortHelp() []key.Binding { return ShortFor(Overview) }
 
 // shortDesc is the terse description the one-line help uses.
 var shortDesc = map[Action]string{Open: "open", Back: "back", First: "first diff", NextDiv: "next/prev diff",
-	StepNext: "step", LayerNext: "layer", MaxCell: "max diff", NextSuspect: "suspect", Replay: "replay", Filter: "filter", Help: "help",
+	StepNext: "step", LayerNext: "layer", MaxCell: "max diff", NextSuspect: "suspect", Replay: "replay", Routing: "routing", Filter: "filter", Help: "help",
 	Quit: "quit"}
 
 // shortKey shows a key pair as one item of the one-line help.

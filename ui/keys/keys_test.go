@@ -26,7 +26,7 @@ func TestNoDuplicateKeys(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
-	for k, want := range map[string]Action{"q": Quit, "ctrl+c": Quit, "N": PrevDiv, "n": NextDiv, "/": Filter, "x": None} {
+	for k, want := range map[string]Action{"q": Quit, "ctrl+c": Quit, "N": PrevDiv, "n": NextDiv, "/": Filter, "x": Routing, "z": None} {
 		if got := Lookup(k); got != want {
 			t.Errorf("Lookup(%q) = %d, want %d", k, got, want)
 		}
@@ -38,7 +38,7 @@ func TestLookup(t *testing.T) {
 }
 
 func TestShortHelpFitsMinimumWidth(t *testing.T) {
-	for _, c := range []Context{Loading, Overview, Tensor} {
+	for _, c := range []Context{Loading, Overview, Tensor, Routes} {
 		n := 0
 		for _, b := range ShortFor(c) {
 			n += len([]rune(b.Help().Key)) + 1 + len([]rune(b.Help().Desc)) + 3

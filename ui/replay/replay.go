@@ -40,7 +40,7 @@ func body(st theme.Styles, s Status, sides [2]string, integer bool, w int) []str
 			st.Muted.Render("each side's captured inputs"))
 	case s.Err != nil:
 		lines = append(lines, st.StatusErr.Render("replay failed"))
-		lines = append(lines, strings.Split(wrap(s.Err.Error(), w), "\n")...)
+		lines = append(lines, strings.Split(theme.Wrap(s.Err.Error(), w), "\n")...)
 	case s.Result == nil:
 		lines = append(lines, st.Muted.Render("press r to replay this op"), st.Faint.Render("with the deterministic engine"))
 	default:
@@ -54,7 +54,7 @@ func body(st theme.Styles, s Status, sides [2]string, integer bool, w int) []str
 		}
 		lines = append(lines, vs.Bold(true).Render(strings.ToUpper(verdict))+st.Muted.Render(fmt.Sprintf("  %s · %s", r.Backend,
 			elapsed(r.Elapsed))))
-		lines = append(lines, strings.Split(wrap(strings.TrimSpace(rest), w), "\n")...)
+		lines = append(lines, strings.Split(theme.Wrap(strings.TrimSpace(rest), w), "\n")...)
 		in := st.Good.Render("identical")
 		if !r.InputsIdentical {
 			in = st.Warn.Render("differ")
@@ -80,26 +80,6 @@ func side(st theme.Styles, name string, s view.ReplaySide, integer bool) string 
 }
 
 // wrap breaks s into lines of at most w cells at spaces.
-func wrap(s string, w int) string {
-	if w <= 0 {
-		return s
-	}
-	var out []string
-	line := ""
-	for _, word := range strings.Fields(s) {
-		if line != "" && len([]rune(line))+1+len([]rune(word)) > w {
-			out = append(out, line)
-			line = word
-			continue
-		}
-		if line != "" {
-			line += " "
-		}
-		line += word
-	}
-	return strings.Join(append(out, line), "\n")
-}
-
 func elapsed(d time.Duration) string {
 	if d < time.Millisecond {
 		return "<1 ms"

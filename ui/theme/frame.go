@@ -97,3 +97,24 @@ func JoinColumns(blocks ...string) string {
 
 // Width is the number of cells s occupies (styles ignored).
 func Width(s string) int { return lipgloss.Width(s) }
+
+// Wrap breaks s into lines of at most w cells at spaces (a word longer than w keeps a line of its own).
+func Wrap(s string, w int) string {
+	if w <= 0 {
+		return s
+	}
+	var out []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		if line != "" && len([]rune(line))+1+len([]rune(word)) > w {
+			out = append(out, line)
+			line = word
+			continue
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	return strings.Join(append(out, line), "\n")
+}

@@ -3,9 +3,13 @@
 canonical_ops mirrors Go's capture.OpNames (capture/opnames.go, which engine.OpNames uses; docs/design.md): an
 op's execution index is its position in that list. A name map is a list of Rules; each rule matches module paths
 (a regular expression, searched) and says which canonical ops the matched module's input or output carries. The
-built-in map covers Hugging Face Llama, Qwen2, Qwen3 (and Qwen3-MoE's attention) and Gemma2/3's sandwich-norm
-blocks, and vLLM's module names for the same models (fused qkv_proj and gate_up_proj, split back into the
-canonical projections; rotary_emb returning (q, k); norms that take and return the residual).
+built-in map covers Hugging Face Llama, Qwen2, Qwen3, Qwen3-MoE and Gemma2/3's sandwich-norm blocks, and vLLM's
+module names for the same models (fused qkv_proj and gate_up_proj, split back into the canonical projections;
+rotary_emb returning (q, k); norms that take and return the residual; FusedMoE's router).
+
+Mixture-of-experts layers (issue #16) record, in place of the dense mlp.gate_proj/up_proj/act/down_proj, MOE_OPS:
+the router's logits (float32), the selected expert ids (int32, [T, k], in the order the model ranks them), the
+combine weights (float32, same order) and the MoE block's output.
 """
 
 import re
@@ -27,6 +31,9 @@ class ModelConfig:
     kv_heads: int = 0
     head_dim: int = 0
     vocab: int = 0
+    experts: int = 0  # MoE: experts per layer (num_experts)
+    experts_per_tok: int = 0  # MoE: k (num_experts_per_tok)
+    moe_layers: tuple = ()  # MoE: the layers whose MLP is a mixture of experts
 
     @staticmethod
     def from_hf(config):
@@ -36,16 +43,38 @@ class ModelConfig:
         heads = int(c.get("num_attention_heads", 0) or 0)
         hidden = int(c.get("hidden_size", 0) or 0)
         hd = c.get("head_dim") or (hidden // heads if heads else 0)
+        layers = int(c.get("num_hidden_layers", 0) or 0)
+        experts = _num_experts(c)
         return ModelConfig(
             architecture=arch,
-            layers=int(c.get("num_hidden_layers", 0) or 0),
+            layers=layers,
             hidden=hidden,
             intermediate=int(c.get("intermediate_size", 0) or 0),
             heads=heads,
             kv_heads=int(c.get("num_key_value_heads", 0) or heads),
             head_dim=int(hd),
             vocab=int(c.get("vocab_size", 0) or 0),
+            experts=experts,
+            experts_per_tok=int(c.get("num_experts_per_tok", 0) or 0),
+            moe_layers=moe_layers(c, layers),
         )
+
+
+def _num_experts(c):
+    """num_experts (transformers 4.x, vLLM, config.json) or num_local_experts (what transformers 5.x's
+    Qwen3MoeConfig.to_dict writes)."""
+    return int(c.get("num_experts") or c.get("num_local_experts") or 0)
+
+
+def moe_layers(c, layers):
+    """The MoE layers of a Qwen3-MoE / Qwen2-MoE config dict: every decoder_sparse_step-th layer not in
+    mlp_only_layers, when num_experts > 0 (transformers' and vLLM's Qwen3MoeDecoderLayer rule)."""
+    experts = _num_experts(c)
+    step = int(c.get("decoder_sparse_step", 1) or 1)
+    dense = set(int(x) for x in (c.get("mlp_only_layers") or ()))
+    if experts <= 0:
+        return ()
+    return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
 
 
 # capture.LayerOps in Go (capture/opnames.go): a layer's op suffixes in execution order; the test suite checks
@@ -70,17 +99,26 @@ LAYER_OPS = (
     "mlp_residual",
 )
 QK_NORM_OPS = ("attn.q_norm", "attn.k_norm")  # optional: present only in models with per-head q/k norms
+DENSE_MLP_OPS = ("mlp.gate_proj", "mlp.up_proj", "mlp.act", "mlp.down_proj")
+MOE_OPS = ("mlp.router", "mlp.experts", "mlp.expert_weights", "mlp.combine")
+"""A MoE layer's ops, in execution order, in place of DENSE_MLP_OPS (the contract with the Go engine, issue #16)."""
 HEAD_OPS = ("attn.q_proj", "attn.k_proj", "attn.v_proj") + QK_NORM_OPS + ("attn.q_rope", "attn.k_rope", "attn.sdpa")
 """Ops whose features are heads x head_dim (a model may hand them over as [B, heads, S, head_dim])."""
 
 
-def canonical_ops(layers, qk_norm=False):
+def canonical_ops(layers, qk_norm=False, moe_layers=()):
     """The canonical op names in execution order (capture.OpNames / engine.OpNames): q_norm/k_norm only with
-    qk_norm (skipped without leaving a gap otherwise)."""
+    qk_norm (skipped without leaving a gap otherwise); the layers in moe_layers have MOE_OPS where the others
+    have DENSE_MLP_OPS."""
     ops = ["tokens", "embed"]
+    moe = set(moe_layers)
     for layer in range(layers):
         for op in LAYER_OPS:
             if op in QK_NORM_OPS and not qk_norm:
+                continue
+            if layer in moe and op in DENSE_MLP_OPS:
+                if op == DENSE_MLP_OPS[0]:
+                    ops += [f"layers.{layer}.{m}" for m in MOE_OPS]
                 continue
             ops.append(f"layers.{layer}.{op}")
     ops += ["final_norm", "logits", "logprobs", "sample"]
@@ -91,15 +129,16 @@ def op_index(resolved, layers=0):
     """{op name: execution index} for a model whose modules resolve to resolved ([(path, [(Take, name)])] in
     the model's module registration order, as resolve returns it).
 
-    Canonical names get their position in canonical_ops(layers, qk_norm), qk_norm being whether the model has
-    a q_norm or k_norm module, and layers at least one more than the highest layer the names mention; other
-    names (a user map's) are numbered after that list in registration order.
+    Canonical names get their position in canonical_ops(layers, qk_norm, moe), qk_norm being whether the model
+    has a q_norm or k_norm module, moe the layers with a MoE op, and layers at least one more than the highest
+    layer the names mention; other names (a user map's) are numbered after that list in registration order.
     """
     found = [n for _, takes in resolved for _, n in takes]
     split = [split_layer_op(n) for n in found]
-    layers = max([layers] + [layer + 1 for layer, suffix in split if suffix in LAYER_OPS])
+    layers = max([layers] + [layer + 1 for layer, suffix in split if suffix in LAYER_OPS + MOE_OPS])
     qk = any(suffix in QK_NORM_OPS for _, suffix in split)
-    index = {op: i for i, op in enumerate(canonical_ops(layers, qk))}
+    moe = sorted({layer for layer, suffix in split if suffix in MOE_OPS})
+    index = {op: i for i, op in enumerate(canonical_ops(layers, qk, moe))}
     for n in found:
         if n not in index:
             index[n] = len(index)
@@ -140,6 +179,9 @@ def feature_size(cfg, op):
         "mlp.gate_proj": cfg.intermediate,
         "mlp.up_proj": cfg.intermediate,
         "mlp.act": cfg.intermediate,
+        "mlp.router": cfg.experts,
+        "mlp.experts": cfg.experts_per_tok,
+        "mlp.expert_weights": cfg.experts_per_tok,
     }
     return sizes.get(sub, cfg.hidden) or None
 
@@ -172,14 +214,19 @@ class Take:
     op: a template formatted with the match's groups ({0} = first group) and cfg (e.g. "layers.{0}.attn.q_proj");
     it may also be a function (match, cfg) -> name or None (None: not recorded for this match).
     source: "out" (the output, or its first element if a tuple), "out.N" (element N of a tuple output),
-    "in" (the first positional input, read before the module runs), or "residual" (the residual stream a norm
-    sees: element 1 of a (normed, residual) tuple output, else the norm's single input).
+    "in" (the first positional input, read before the module runs), "residual" (the residual stream a norm
+    sees: element 1 of a (normed, residual) tuple output, else the norm's single input), or "select.N" (element
+    N of what the module's expert selection returns: vLLM's FusedMoE router's select_experts(hidden_states,
+    router_logits) -> (topk_weights, topk_ids), a method, not a module, which the recorder wraps).
     split: None; ("qkv", part) for a fused q|k|v projection; ("halves", part) for a fused gate|up projection.
+    dtype: None (as the model computes it), "f32" (floats widened to float32, exact) or "i32" (ids narrowed to
+    int32).
     """
 
     op: object
     source: str = "out"
     split: tuple = None
+    dtype: str = None
 
     def name(self, match, cfg):
         if callable(self.op):
@@ -194,11 +241,13 @@ class Rule:
     unless: a sibling module name (e.g. "pre_feedforward_layernorm"); where the matched module's parent has a
     child of that name, the rule does not apply (a block of another structure: the module's output means
     something else there).
+    child: a child module name (e.g. "experts"); the rule applies only where the matched module has it.
     """
 
     pattern: str
     takes: tuple = field(default_factory=tuple)
     unless: str = None
+    child: str = None
 
     def __post_init__(self):
         object.__setattr__(self, "_re", re.compile(self.pattern))
@@ -209,6 +258,8 @@ class Rule:
             parent = path.rpartition(".")[0]
             if (f"{parent}.{self.unless}" if parent else self.unless) in paths:
                 return None
+        if m and self.child and f"{path}.{self.child}" not in paths:
+            return None
         return m
 
 
@@ -258,6 +309,27 @@ HF_RULES = (
         (Take("layers.{0}.mlp_norm"), Take("layers.{0}.attn_residual", "residual")),
         unless="pre_feedforward_layernorm",
     ),
+    # Mixture of experts. The block (transformers' and vLLM's Qwen3MoeSparseMoeBlock, a module with an experts
+    # child) gives the combine. transformers' router (mlp.gate, Qwen3MoeTopKRouter) returns (router_logits,
+    # top-k weights, top-k ids), ranked by torch.topk of the float32 softmax; vLLM's gate (ReplicatedLinear)
+    # returns (router_logits, bias) and its FusedMoE (mlp.experts) selects inside: its router's
+    # select_experts(hidden_states, router_logits) -> (topk_weights, topk_ids) is wrapped ("select.N").
+    Rule(_L + r"mlp$", (Take("layers.{0}.mlp.combine"),), child="experts"),
+    Rule(
+        _L + r"mlp\.gate$",
+        (
+            Take("layers.{0}.mlp.router", dtype="f32"),
+            Take("layers.{0}.mlp.expert_weights", "out.1", dtype="f32"),
+            Take("layers.{0}.mlp.experts", "out.2", dtype="i32"),
+        ),
+    ),
+    Rule(
+        _L + r"mlp\.experts$",
+        (
+            Take("layers.{0}.mlp.expert_weights", "select.0", dtype="f32"),
+            Take("layers.{0}.mlp.experts", "select.1", dtype="i32"),
+        ),
+    ),
     Rule(_L + r"mlp\.gate_proj$", (Take("layers.{0}.mlp.gate_proj"),)),
     Rule(_L + r"mlp\.up_proj$", (Take("layers.{0}.mlp.up_proj"),)),
     _fused(r"mlp\.gate_up_proj$", "halves", ("mlp.gate_proj", "mlp.up_proj")),
@@ -268,7 +340,7 @@ HF_RULES = (
     # vLLM computes logits through logits_processor(lm_head, hidden[last positions]): one row per sequence
     Rule(r"^logits_processor$", (Take("logits"),)),
 )
-"""Hugging Face Llama/Qwen2/Qwen3/Gemma2/Gemma3 (and vLLM's module names for them)."""
+"""Hugging Face Llama/Qwen2/Qwen3/Qwen3-MoE/Gemma2/Gemma3 (and vLLM's module names for them)."""
 
 # Ops a hooked Hugging Face model does not expose: RoPE and attention are functions, not modules, in
 # transformers. (sdpa is still captured, as o_proj's input.)

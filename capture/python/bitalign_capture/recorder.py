@@ -281,6 +281,9 @@ class Recorder(writer_mod.Closing):
                 )
         for path, takes in resolved:
             m = mods[path]
+            sel = [(t, n) for t, n in takes if t.source.startswith("select.")]
+            if sel:
+                self._wrap_select(path, m, sel)
             pre = [(t, n) for t, n in takes if t.source in ("in", "residual")]
             post = [(t, n) for t, n in takes if t.source.startswith("out") or t.source == "residual"]
             in_name = next((n for t, n in takes if t.source.startswith("out")), None)
@@ -291,6 +294,50 @@ class Recorder(writer_mod.Closing):
                 self._handles.append(m.register_forward_hook(functools.partial(self._post, post)))
         self._handles.append(self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True, prepend=True))
         self._handles.append(self.model.register_forward_hook(self._model_post, always_call=True))
+
+    def _wrap_select(self, path, module, takes):
+        """Records what the expert selection of a fused MoE module returns (Take source "select.N"): vLLM's
+        FusedMoE routes inside, through router.select_experts(hidden_states, router_logits) -> (topk_weights,
+        topk_ids) (runner.router, or the module's own select_experts in some versions), a method the recorder
+        wraps on that object for as long as it records. A module without one (transformers' experts, which get
+        the ids from the router module) is left alone."""
+        owner = None
+        for cand in (getattr(getattr(module, "runner", None), "router", None), getattr(module, "router", None), module):
+            if cand is not None and callable(getattr(cand, "select_experts", None)):
+                owner = cand
+                break
+        if owner is None:
+            if "fusedmoe" in type(module).__name__.lower():
+                self._warn(
+                    f"select:{path}",
+                    f"{path}: no select_experts to wrap: the expert ids and weights are not recorded "
+                    "(record them with record_op)",
+                )
+            return
+        inner = owner.select_experts
+        rec = self
+
+        @functools.wraps(inner)
+        def select_experts(*args, **kwargs):
+            out = inner(*args, **kwargs)
+            if rec._layout is not None and isinstance(out, (tuple, list)):
+                for take, name in takes:
+                    i = int(take.source.split(".")[1])
+                    if i < len(out):
+                        rec._tensor(name, "out", out[i], rec._layout, take.split, take.dtype)
+            return out
+
+        had = "select_experts" in vars(owner)
+        owner.select_experts = select_experts
+
+        class _Restore:
+            def remove(self):
+                if had:
+                    owner.select_experts = inner
+                else:
+                    del owner.select_experts
+
+        self._handles.append(_Restore())
 
     def _detach(self):
         for h in self._handles:
@@ -390,7 +437,7 @@ class Recorder(writer_mod.Closing):
                 # output (vLLM's fused add) returns the sum, taken in _post.
                 if len(tensors) != 1 or _is_tensor(kwargs.get("residual")):
                     continue
-            self._tensor(name, "out", x, self._layout, take.split)
+            self._tensor(name, "out", x, self._layout, take.split, take.dtype)
 
     def _post(self, takes, module, args, output):
         if self._layout is None:
@@ -408,7 +455,7 @@ class Recorder(writer_mod.Closing):
                 if not seq or len(output) <= i:
                     continue
                 x = output[i]
-            self._tensor(name, "out", x, self._layout, take.split)
+            self._tensor(name, "out", x, self._layout, take.split, take.dtype)
 
     # ----- writing
 
@@ -440,9 +487,15 @@ class Recorder(writer_mod.Closing):
             shard=shard,
         )
 
-    def _tensor(self, name, role, x, lay, split=None):
+    def _tensor(self, name, role, x, lay, split=None, dtype=None):
         if not _is_tensor(x) or (name != "logits" and not self._want(name)):
             return
+        if dtype == "f32" and x.is_floating_point():
+            x = x.float()  # widening bf16/f16 to float32 is exact
+        elif dtype == "i32" and not x.is_floating_point():
+            import torch
+
+            x = x.to(dtype=torch.int32)  # expert ids: far below 2^31
         key = (name, role)
         if key in self._seen:  # a module run twice in one forward (e.g. recomputation): keep the first
             return

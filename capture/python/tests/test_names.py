@@ -249,3 +249,96 @@ def test_model_config_from_hf_dict():
     assert (c.architecture, c.layers, c.head_dim, c.kv_heads) == ("qwen2", 3, 8, 2)
     assert names.feature_size(c, "layers.2.attn.k_proj") == 16 and names.feature_size(c, "logits") == 100
     assert names.feature_size(c, "tokens") == 0 and names.feature_size(c, "weird") is None
+
+
+# ----- mixture of experts (issue #16)
+
+MOE = bc.ModelConfig("qwen3_moe", layers=3, hidden=32, intermediate=48, heads=4, kv_heads=2, head_dim=8, vocab=64,
+                     experts=8, experts_per_tok=2, moe_layers=(1, 2))
+
+
+def hf_moe_paths(layers, dense=()):
+    """transformers' Qwen3MoeForCausalLM module tree (5.x): mlp = Qwen3MoeSparseMoeBlock(gate = TopKRouter,
+    experts = Qwen3MoeExperts, its weights 3-D parameters) except in the dense layers (Qwen3MoeMLP)."""
+    ps = ["", "model", "model.embed_tokens", "model.layers"]
+    for i in range(layers):
+        L = f"model.layers.{i}"
+        ps += [L, f"{L}.self_attn"] + [f"{L}.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")]
+        if i in dense:
+            ps += [f"{L}.mlp", f"{L}.mlp.gate_proj", f"{L}.mlp.up_proj", f"{L}.mlp.down_proj", f"{L}.mlp.act_fn"]
+        else:
+            ps += [f"{L}.mlp", f"{L}.mlp.experts", f"{L}.mlp.experts.act_fn", f"{L}.mlp.gate"]
+        ps += [f"{L}.input_layernorm", f"{L}.post_attention_layernorm"]
+    return ps + ["model.norm", "model.rotary_emb", "lm_head"]
+
+
+def vllm_moe_paths(layers, dense=()):
+    """vLLM's Qwen3MoeForCausalLM module tree (vllm/model_executor/models/qwen3_moe.py): fused qkv_proj,
+    per-layer rotary_emb and attn; the MoE block's gate (ReplicatedLinear) and experts (FusedMoE); dense layers
+    a Qwen3MoeMLP with gate_up_proj."""
+    ps = ["", "model", "model.embed_tokens", "model.layers"]
+    for i in range(layers):
+        L = f"model.layers.{i}"
+        ps += [L, f"{L}.self_attn"] + [f"{L}.self_attn.{p}" for p in ("qkv_proj", "o_proj", "rotary_emb", "attn", "q_norm", "k_norm")]
+        if i in dense:
+            ps += [f"{L}.mlp", f"{L}.mlp.gate_up_proj", f"{L}.mlp.down_proj", f"{L}.mlp.act_fn"]
+        else:
+            ps += [f"{L}.mlp", f"{L}.mlp.experts", f"{L}.mlp.gate"]
+        ps += [f"{L}.input_layernorm", f"{L}.post_attention_layernorm"]
+    return ps + ["model.norm", "lm_head", "logits_processor"]
+
+
+def test_canonical_ops_of_moe_layers():
+    ops = bc.canonical_ops(3, qk_norm=True, moe_layers=(1, 2))
+    assert len(ops) == len(bc.canonical_ops(3, qk_norm=True))  # four MoE ops in place of four dense ones
+    i = ops.index("layers.1.mlp_norm")
+    assert ops[i + 1 : i + 6] == ["layers.1.mlp.router", "layers.1.mlp.experts", "layers.1.mlp.expert_weights",
+                                  "layers.1.mlp.combine", "layers.1.mlp_residual"]
+    assert "layers.0.mlp.down_proj" in ops and "layers.1.mlp.down_proj" not in ops and "layers.0.mlp.router" not in ops
+
+
+def test_moe_layers_follow_the_config():
+    c = {"model_type": "qwen3_moe", "num_hidden_layers": 6, "num_experts": 8, "num_experts_per_tok": 2,
+         "decoder_sparse_step": 2, "mlp_only_layers": [3]}
+    cfg = bc.ModelConfig.from_hf(c)
+    assert cfg.moe_layers == (1, 5) and cfg.experts == 8 and cfg.experts_per_tok == 2
+    assert bc.ModelConfig.from_hf({"num_hidden_layers": 2}).moe_layers == ()
+    assert names.feature_size(MOE, "layers.1.mlp.router") == 8
+    assert names.feature_size(MOE, "layers.1.mlp.experts") == 2
+    assert names.feature_size(MOE, "layers.1.mlp.combine") == 32
+    # the router is replicated under TP (vLLM's ReplicatedLinear): its full width is no shard
+    assert names.shard_of(MOE, "layers.1.mlp.router", 8, 2, 1) == (-1, 0, 8)
+
+
+@pytest.mark.parametrize("side", ["hf", "vllm"])
+def test_moe_name_maps(side):
+    """transformers' and vLLM's Qwen3-MoE trees give the same canonical ops, each from where that side
+    exposes it, numbered as canonical_ops with the MoE layers; a dense layer keeps the dense ops."""
+    paths = (hf_moe_paths if side == "hf" else vllm_moe_paths)(3, dense=(0,))
+    res = bc.resolve(paths, bc.HF_RULES, MOE)
+    by = {p: [(t.source, n, t.dtype) for t, n in takes] for p, takes in res}
+    L = "model.layers.1"
+    assert by[f"{L}.mlp"] == [("out", "layers.1.mlp.combine", None)]
+    if side == "hf":  # Qwen3MoeTopKRouter returns (router_logits, top-k weights, top-k ids)
+        assert by[f"{L}.mlp.gate"] == [("out", "layers.1.mlp.router", "f32"), ("out.1", "layers.1.mlp.expert_weights", "f32"),
+                                       ("out.2", "layers.1.mlp.experts", "i32")]
+    else:  # ReplicatedLinear returns (logits, bias); out.1/out.2 are skipped at record time when absent
+        assert by[f"{L}.mlp.gate"][0] == ("out", "layers.1.mlp.router", "f32")
+    # FusedMoE selects inside: its router's select_experts is wrapped (transformers' experts have none)
+    assert by[f"{L}.mlp.experts"] == [("select.0", "layers.1.mlp.expert_weights", "f32"), ("select.1", "layers.1.mlp.experts", "i32")]
+    assert "model.layers.0.mlp" not in by  # a dense layer's MLP has no experts child: no combine
+    idx = names.op_index(res, 3)
+    want = bc.canonical_ops(3, qk_norm=True, moe_layers=(1, 2))
+    for op in ("layers.1.mlp.router", "layers.2.mlp.combine", "layers.0.mlp.down_proj", "logits"):
+        assert idx[op] == want.index(op), op
+    got = set(ops_of(res))
+    assert {f"layers.{l}.{m}" for l in (1, 2) for m in names.MOE_OPS} <= got
+    assert not any(n.startswith(("layers.1.mlp.gate_proj", "layers.1.mlp.down_proj")) for n in got)
+    own = [p for p in paths if p.endswith(("gate", "experts", "proj", "norm", "layernorm", "embed_tokens", "lm_head"))]
+    assert names.unmapped_modules(own, res) == []
+
+
+def test_rule_child_requires_the_child():
+    r = names.Rule(r"mlp$", (bc.Take("x"),), child="experts")
+    assert r.match("a.mlp", {"a.mlp", "a.mlp.experts"})
+    assert not r.match("a.mlp", {"a.mlp", "a.mlp.gate_proj"})

@@ -11,6 +11,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"bitalign/internal/fp"
@@ -26,6 +28,23 @@ type Config struct {
 	PairErrOp                            string // Pair fails for this op (error-path tests)
 	ReplayDelay                          time.Duration
 	NoCheckpoint                         bool // Replay returns view.ErrNoReplay
+	// MoE makes every layer a mixture-of-experts layer (MoEExperts experts, top MoEK): mlp.router,
+	// mlp.experts, mlp.expert_weights and mlp.combine in place of the dense MLP; the fault is then in
+	// layers.FaultLayer.mlp.router, and the experts are each side's top-k of its own router logits.
+	MoE bool
+}
+
+// The fake MoE layers' sizes.
+const (
+	MoEExperts = 8
+	MoEK       = 2
+)
+
+// MoEDefault is Default with mixture-of-experts layers, the fault in layer 1's router.
+func MoEDefault() Config {
+	c := Default()
+	c.MoE, c.FaultLayer, c.MissingOp = true, 1, ""
+	return c
 }
 
 // Default is the configuration of the golden tests and screenshots.
@@ -52,16 +71,24 @@ type opDef struct {
 func ops(c Config) []opDef {
 	h, in := c.Hidden, c.Inter
 	d := []opDef{{"tokens", "i32", 1, -1}, {"embed", "bf16", h, -1}}
+	type op struct {
+		n  string
+		c  int
+		dt string
+	}
+	mlp := []op{{"mlp.gate_proj", in, "bf16"}, {"mlp.up_proj", in, "bf16"}, {"mlp.act", in, "bf16"}, {"mlp.down_proj", h, "bf16"}}
+	if c.MoE {
+		mlp = []op{{"mlp.router", MoEExperts, "f32"}, {"mlp.experts", MoEK, "i32"}, {"mlp.expert_weights", MoEK, "f32"},
+			{"mlp.combine", h, "bf16"}}
+	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("layers.%d.", l)
-		for _, o := range []struct {
-			n string
-			c int
-		}{{"attn_norm", h}, {"attn.q_proj", h}, {"attn.k_proj", h / 2}, {"attn.v_proj", h / 2},
-			{"attn.q_rope", h}, {"attn.k_rope", h / 2}, {"attn.sdpa", h}, {"attn.o_proj", h},
-			{"attn_residual", h}, {"mlp_norm", h}, {"mlp.gate_proj", in}, {"mlp.up_proj", in},
-			{"mlp.act", in}, {"mlp.down_proj", h}, {"mlp_residual", h}} {
-			d = append(d, opDef{p + o.n, "bf16", o.c, l})
+		per := []op{{"attn_norm", h, "bf16"}, {"attn.q_proj", h, "bf16"}, {"attn.k_proj", h / 2, "bf16"},
+			{"attn.v_proj", h / 2, "bf16"}, {"attn.q_rope", h, "bf16"}, {"attn.k_rope", h / 2, "bf16"},
+			{"attn.sdpa", h, "bf16"}, {"attn.o_proj", h, "bf16"}, {"attn_residual", h, "bf16"}, {"mlp_norm", h, "bf16"}}
+		per = append(append(per, mlp...), op{"mlp_residual", h, "bf16"})
+		for _, o := range per {
+			d = append(d, opDef{p + o.n, o.dt, o.c, l})
 		}
 	}
 	return append(d, opDef{"final_norm", "bf16", h, -1}, opDef{"logits", "f32", c.Vocab, -1},
@@ -74,7 +101,11 @@ func New(c Config) *Source {
 	defs := ops(c)
 	fault := -1
 	for i, d := range defs {
-		if c.FaultLayer >= 0 && d.name == fmt.Sprintf("layers.%d.mlp.down_proj", c.FaultLayer) {
+		faultOp := fmt.Sprintf("layers.%d.mlp.down_proj", c.FaultLayer)
+		if c.MoE {
+			faultOp = fmt.Sprintf("layers.%d.mlp.router", c.FaultLayer)
+		}
+		if c.FaultLayer >= 0 && d.name == faultOp {
 			fault = i
 		}
 	}
@@ -103,6 +134,10 @@ func New(c Config) *Source {
 			k := view.Key{Op: d.name, Role: "out", Step: 0, Seq: int64(seq)}
 			st.Seqs = append(st.Seqs, view.SeqKey{Step: 0, Seq: int64(seq)})
 			p := gen(f, k, c.Tokens, d.cols, depth, i)
+			if c.MoE && d.layer >= 0 && (strings.HasSuffix(d.name, ".mlp.experts") || strings.HasSuffix(d.name, ".mlp.expert_weights")) {
+				rk := view.Key{Op: fmt.Sprintf("layers.%d.mlp.router", d.layer), Role: "out", Seq: int64(seq)}
+				p = route(s.pairs[rk], k, strings.HasSuffix(d.name, ".mlp.experts"))
+			}
 			if missing {
 				p.B = nil
 			} else {
@@ -131,6 +166,9 @@ func New(c Config) *Source {
 		s.report.A.Bytes += int64(c.Seqs * c.Tokens * d.cols * f.Size)
 	}
 	s.report.B.Bytes = s.report.A.Bytes
+	if c.MoE {
+		s.report.Routing = s.routing()
+	}
 	s.report.Identical = true
 	for _, o := range s.report.Ops {
 		if o.Status != view.Identical {
@@ -323,4 +361,157 @@ func Big(rows, cols int) *Source {
 	s.report.Identical = false
 	s.report.First = &view.Divergence{Op: k.Op, Role: "out", At: *st.MaxAt, MaxULP: st.MaxULP}
 	return s
+}
+
+// route derives a layer's experts (ids) or expert weights pair from its router pair: each side's top MoEK
+// experts by score descending, id ascending, and weights |logit| / Σ|logit| over them.
+func route(router *view.Pair, k view.Key, ids bool) *view.Pair {
+	dt, size := "f32", 4
+	if ids {
+		dt = "i32"
+	}
+	p := &view.Pair{Key: k, DType: dt, Rows: router.Rows, Cols: MoEK, A: make([]byte, router.Rows*MoEK*size),
+		B: make([]byte, router.Rows*MoEK*size)}
+	for side, src := range [][]byte{router.A, router.B} {
+		dst := [][]byte{p.A, p.B}[side]
+		for r := 0; r < router.Rows; r++ {
+			top, vals := topK(src, r)
+			var sum float64
+			for _, e := range top[:MoEK] {
+				sum += math.Abs(float64(vals[e]))
+			}
+			for j, e := range top[:MoEK] {
+				v := uint32(e)
+				if !ids {
+					v = math.Float32bits(float32(math.Abs(float64(vals[e])) / sum))
+				}
+				binary.LittleEndian.PutUint32(dst[4*(r*MoEK+j):], v)
+			}
+		}
+	}
+	return p
+}
+
+// topK ranks row r of a router pair side: expert ids by score descending, id ascending, and the logits.
+func topK(data []byte, r int) ([]int, []float32) {
+	vals := make([]float32, MoEExperts)
+	ids := make([]int, MoEExperts)
+	for e := range vals {
+		vals[e] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*(r*MoEExperts+e):]))
+		ids[e] = e
+	}
+	slices.SortStableFunc(ids, func(a, b int) int {
+		if vals[a] != vals[b] {
+			if vals[a] > vals[b] {
+				return -1
+			}
+			return 1
+		}
+		return a - b
+	})
+	return ids, vals
+}
+
+// ints decodes row r of an i32 pair side.
+func ints(data []byte, r, cols int) []int {
+	out := make([]int, cols)
+	for j := range out {
+		out[j] = int(int32(binary.LittleEndian.Uint32(data[4*(r*cols+j):])))
+	}
+	return out
+}
+
+// mark compares one token's routing: ids (each side's order) and weight bytes.
+func mark(a, b []int, wa, wb []byte) view.RouteMark {
+	if !slices.Equal(a, b) {
+		sa, sb := slices.Clone(a), slices.Clone(b)
+		slices.Sort(sa)
+		slices.Sort(sb)
+		if slices.Equal(sa, sb) {
+			return view.RouteOrder
+		}
+		return view.RouteSet
+	}
+	if string(wa) != string(wb) {
+		return view.RouteWeights
+	}
+	return view.RouteSame
+}
+
+// routing is the fake's routing comparison, from its own experts and weights pairs.
+func (s *Source) routing() *view.Routing {
+	c := s.cfg
+	r := &view.Routing{}
+	for q := 0; q < c.Seqs; q++ {
+		for p := 0; p < c.Tokens; p++ {
+			r.Tokens = append(r.Tokens, view.Coord{Seq: int64(q), Pos: int64(p)})
+		}
+	}
+	var flipped, all int64
+	firstTok, firstLayer := -1, -1
+	for l := 0; l < c.Layers; l++ {
+		op := fmt.Sprintf("layers.%d.mlp.experts", l)
+		rl := view.RoutingLayer{Layer: l, Op: op, FirstFlip: -1, Marks: make([]view.RouteMark, len(r.Tokens))}
+		for ti, t := range r.Tokens {
+			e := s.pairs[view.Key{Op: op, Role: "out", Seq: t.Seq}]
+			w := s.pairs[view.Key{Op: fmt.Sprintf("layers.%d.mlp.expert_weights", l), Role: "out", Seq: t.Seq}]
+			row := int(t.Pos)
+			k := mark(ints(e.A, row, MoEK), ints(e.B, row, MoEK), w.A[4*row*MoEK:4*(row+1)*MoEK], w.B[4*row*MoEK:4*(row+1)*MoEK])
+			rl.Marks[ti] = k
+			rl.Tokens++
+			switch k {
+			case view.RouteSet:
+				rl.Flipped++
+				if rl.FirstFlip < 0 {
+					rl.FirstFlip = ti
+				}
+			case view.RouteOrder:
+				rl.OrderOnly++
+			case view.RouteWeights:
+				rl.WeightsOnly++
+			}
+		}
+		if rl.FirstFlip >= 0 && (firstTok < 0 || rl.FirstFlip < firstTok) {
+			firstTok, firstLayer = rl.FirstFlip, l
+		}
+		flipped += rl.Flipped
+		all += rl.Tokens
+		r.Layers = append(r.Layers, rl)
+	}
+	r.Summary = fmt.Sprintf("%d of %d token-layers flipped (expert set differs) in %d MoE layers", flipped, all, c.Layers)
+	if firstTok >= 0 {
+		tr, _ := s.Route(context.Background(), firstLayer, r.Tokens[firstTok])
+		r.First = tr.Text
+	}
+	return r
+}
+
+// Route implements view.Router.
+func (s *Source) Route(ctx context.Context, layer int, at view.Coord) (*view.TokenRoute, error) {
+	if !s.cfg.MoE || layer < 0 || layer >= s.cfg.Layers || at.Pos < 0 || at.Pos >= int64(s.cfg.Tokens) {
+		return nil, fmt.Errorf("fake: no routing of layer %d at seq %d pos %d", layer, at.Seq, at.Pos)
+	}
+	key := func(op string) view.Key {
+		return view.Key{Op: fmt.Sprintf("layers.%d.mlp.%s", layer, op), Role: "out", Seq: at.Seq}
+	}
+	e, w, rt := s.pairs[key("experts")], s.pairs[key("expert_weights")], s.pairs[key("router")]
+	row := int(at.Pos)
+	tr := &view.TokenRoute{Layer: layer, At: at, K: MoEK}
+	for side, sd := range []*view.RouteSide{&tr.A, &tr.B} {
+		ed, wd, rd := [][]byte{e.A, e.B}[side], [][]byte{w.A, w.B}[side], [][]byte{rt.A, rt.B}[side]
+		sd.Experts = ints(ed, row, MoEK)
+		for j := 0; j < MoEK; j++ {
+			sd.Weights = append(sd.Weights, float64(math.Float32frombits(binary.LittleEndian.Uint32(wd[4*(row*MoEK+j):]))))
+		}
+		ids, vals := topK(rd, row)
+		for _, id := range ids[:MoEK+2] {
+			sd.Top = append(sd.Top, view.ExpertScore{ID: id, Logit: fmt.Sprint(vals[id]), Selected: slices.Contains(sd.Experts, id)})
+		}
+	}
+	tr.Mark = mark(tr.A.Experts, tr.B.Experts, w.A[4*row*MoEK:4*(row+1)*MoEK], w.B[4*row*MoEK:4*(row+1)*MoEK])
+	what := map[view.RouteMark]string{view.RouteSame: "same experts", view.RouteWeights: "expert weights differ",
+		view.RouteOrder: "expert order differs", view.RouteSet: "expert set differs"}[tr.Mark]
+	list := func(x []int) string { return strings.Trim(strings.Join(strings.Fields(fmt.Sprint(x)), ", "), "") }
+	tr.Text = fmt.Sprintf("layers.%d.mlp.experts: %s at seq %d pos %d: %s vs %s", layer, what, at.Seq, at.Pos, list(tr.A.Experts), list(tr.B.Experts))
+	return tr, ctx.Err()
 }
