@@ -1,0 +1,18 @@
+"""bitalign: the deterministic kernels of docs/arithmetic.md for PyTorch programs.
+
+This package grows into the PyTorch library of the issue "The fix, not just the finding": the very PTX the Go
+engine embeds (kernels/cuda/*.ptx, checked against kernels/cuda/MANIFEST.sha256 at load), launched on PyTorch's
+stream. What is here so far works without a GPU:
+
+- bitalign.ptx: finds the PTX (inside an installed wheel, or the repository's kernels/cuda in a checkout) and
+  verifies every module against the manifest before anything may load it;
+- bitalign.sampling: the sampling noise's key derivation (docs/arithmetic.md §10: Philox4x32-10 keyed by
+  (seed, sequence, position), never by batch slot), pinned by kernels/testdata/sampling_vectors.tsv, the table
+  the Go reference writes.
+
+It ships in the same distribution as bitalign_capture (capture/python/pyproject.toml): one pip install.
+"""
+
+from . import ptx, sampling
+
+__all__ = ["ptx", "sampling"]
