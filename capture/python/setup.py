@@ -1,4 +1,4 @@
-"""Copies the kernels' PTX and manifest (kernels/cuda, the files the Go engine embeds) into the wheel's
+"""Copies the kernels' PTX, manifest and launch rules (kernels/cuda, the files the Go engine embeds) into the wheel's
 bitalign/_ptx/ at build time, so the repository holds one copy; pyproject.toml holds everything else."""
 
 import shutil
@@ -20,7 +20,7 @@ class BuildWithPTX(build_py):
             raise SystemExit(f"bitalign: {manifest} not found: build the package from a bitalign checkout")
         dest = Path(self.build_lib) / "bitalign" / "_ptx"
         dest.mkdir(parents=True, exist_ok=True)
-        for f in [manifest, *sorted(_KERNELS.glob("*.ptx"))]:
+        for f in [manifest, _KERNELS / "launch.json", *sorted(_KERNELS.glob("*.ptx"))]:
             shutil.copyfile(f, dest / f.name)
 
 

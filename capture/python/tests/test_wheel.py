@@ -19,7 +19,7 @@ def test_wheel_carries_the_kernels(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     (whl,) = [p for p in tmp_path.iterdir() if p.suffix == ".whl"]
-    want = sorted(f for f in os.listdir(_KERNELS) if f.endswith(".ptx")) + ["MANIFEST.sha256"]
+    want = sorted(f for f in os.listdir(_KERNELS) if f.endswith(".ptx")) + ["MANIFEST.sha256", "launch.json"]
     with zipfile.ZipFile(whl) as z:
         names = set(z.namelist())
         for f in want:
@@ -30,7 +30,7 @@ def test_wheel_carries_the_kernels(tmp_path):
         assert "bitalign_capture/writer.py" in names
         z.extractall(tmp_path / "site")
     r = subprocess.run(
-        [sys.executable, "-c", "import bitalign; l = bitalign.ptx.library(); print(l.dir); print(' '.join(l.modules()))"],
+        [sys.executable, "-c", "import bitalign, bitalign.launch as L; l = bitalign.ptx.library(); L.load_rules(); print(l.dir); print(' '.join(l.modules()))"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
