@@ -61,7 +61,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 					return nil, fmt.Errorf("cudakernels: %s: %w", name, err)
 				}
 			}
-			if bigSmem[name] {
+			if rules.bigSmem(name) {
 				if err := f.SetMaxDynamicSharedMemory(c, k.lim.rowSmem()); err != nil {
 					return nil, fmt.Errorf("cudakernels: %s: %w", name, err)
 				}
@@ -71,12 +71,6 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	}
 	return k, nil
 }
-
-// bigSmem are the kernels whose dynamic shared memory may exceed the default 48 KB (up to the device's opt-in
-// limit less launch.json's smem_reserve, which covers their static shared memory).
-var bigSmem = map[string]bool{"rmsnorm_row": true,
-	"attention_blk1": true, "attention_blk2": true, "attention_blk4": true, "attention_blk8": true,
-	"attention_blk1_fast": true, "attention_blk2_fast": true, "attention_blk4_fast": true, "attention_blk8_fast": true}
 
 // entryNames lists the ".visible .entry NAME(" kernels of a PTX module.
 func entryNames(ptx []byte) []string {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"bitalign/cuda"
 	"bitalign/kernels"
@@ -24,7 +25,11 @@ var launchJSON []byte
 type launchRules struct {
 	About       string `json:"about"`
 	SmemReserve int    `json:"smem_reserve"` // bytes kept back from the opt-in limit for static shared memory
-	Matmul      struct {
+	// BigSmem are the kernels whose dynamic shared memory may exceed the default 48 KB (up to the device's
+	// opt-in limit less SmemReserve, which covers their static shared memory); the matmul_dec kernels get
+	// their own size (decSharedBytes).
+	BigSmem []string `json:"big_smem_kernels"`
+	Matmul  struct {
 		DecMaxM   int `json:"dec_max_m"`
 		SmallMaxM int `json:"small_max_m"`
 		Dec       []struct {
@@ -106,6 +111,9 @@ func parseRules(b []byte) (launchRules, error) {
 	}
 	return r, nil
 }
+
+// bigSmem tells whether kernel may use up to rowSmem bytes of dynamic shared memory.
+func (r *launchRules) bigSmem(kernel string) bool { return slices.Contains(r.BigSmem, kernel) }
 
 // dec is matmul_dec<mt>'s (span, stages).
 func (r *launchRules) dec(mt int) (span, stages int, ok bool) {

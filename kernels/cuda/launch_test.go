@@ -203,6 +203,21 @@ func TestLaunchRulesMatchSource(t *testing.T) {
 			t.Errorf("matmul.cu has no SMALL(%d, …) for small_max_m %d", mt, rules.Matmul.SmallMaxM)
 		}
 	}
+	entries := map[string]bool{}
+	for _, m := range Modules() {
+		src, err := PTX(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entryNames(src) {
+			entries[e] = true
+		}
+	}
+	for _, k := range rules.BigSmem {
+		if !entries[k] {
+			t.Errorf("launch.json's big_smem_kernels names %s, which no PTX module has", k)
+		}
+	}
 	for dl := 1; 32*dl <= a.MaxHeadDim; dl *= 2 {
 		if !strings.Contains(att, fmt.Sprintf("ATT_BLK(%d)\n", dl)) {
 			t.Errorf("attention.cu has no ATT_BLK(%d) for head dims up to %d", dl, a.MaxHeadDim)
