@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"bitalign/internal/golden"
@@ -166,4 +167,68 @@ func opVectors(t *testing.T) []byte {
 
 func TestOpVectors(t *testing.T) {
 	golden.Check(t, opVectorsFile, opVectors(t), "go test ./kernels -run OpVectors -update")
+}
+
+// ropeVectorsFile pins kernels.RoPETables (and its ω_j) for the bases and head dims of common models: the
+// Python library's bitalign.rope must make the same tables (capture/python/tests/test_rope.py).
+const ropeVectorsFile = "testdata/rope_vectors.tsv"
+
+func TestRoPEVectors(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString("# theta\thd\tmaxPos\tdt\tsha256(inv float64 bits)\tsha256(cos)\tsha256(sin) (go test ./kernels -run RoPEVectors -update)\n")
+	for _, theta := range []float64{10000, 500000, 1e6, 5e6, 150000, 1234.5} {
+		for _, hd := range []int{64, 80, 128} {
+			for _, dt := range []DType{BF16, F32} {
+				const maxPos = 32768
+				inv, err := RoPEInvFreq(theta, hd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ib := make([]byte, 8*len(inv))
+				for i, v := range inv {
+					binary.LittleEndian.PutUint64(ib[8*i:], math.Float64bits(v))
+				}
+				cos, sin := RoPETables(theta, hd, maxPos, dt)
+				fmt.Fprintf(&b, "%g\t%d\t%d\t%s\t%x\t%s\t%s\n", theta, hd, maxPos, dt, sha256.Sum256(ib), hashF32(cos), hashF32(sin))
+			}
+		}
+	}
+	golden.Check(t, ropeVectorsFile, b.Bytes(), "go test ./kernels -run RoPEVectors -update")
+}
+
+// TestSinCos64: sinCos64 is math.Sin and math.Cos (Go's pure-Go algorithm, no fusion with the default
+// GOAMD64) over random arguments of every binade below 2^29 and the octant boundaries; RoPEInvFreq is within
+// 8 ulps of 1/math.Pow (measured up to 7: Pow is Exp(y·Log(x)), and the exponent and the quotient round too) and exactly the
+// correctly rounded value where that is known (test_rope.py checks every ω against decimal arithmetic).
+func TestSinCos64(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200000; i++ {
+		x := r.Float64() * math.Ldexp(1, r.IntN(30)-1)
+		if i%1000 == 0 {
+			x = float64(i/1000) * math.Pi / 4
+		}
+		if x >= trigMax {
+			continue
+		}
+		s, c := sinCos64(x)
+		if s != math.Sin(x) || c != math.Cos(x) {
+			t.Fatalf("x = %v: sinCos64 = (%v, %v), math = (%v, %v)", x, s, c, math.Sin(x), math.Cos(x))
+		}
+	}
+	inv, err := RoPEInvFreq(10000, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j, v := range inv {
+		old := 1 / math.Pow(10000, float64(2*j)/128)
+		if d := int64(math.Float64bits(v) - math.Float64bits(old)); d < -8 || d > 8 {
+			t.Errorf("ω_%d = %v, 1/Pow = %v: %d ulps apart", j, v, old, d)
+		}
+	}
+	if inv[32] != 0.01 { // 10000^(-64/128) = 1/100: the float64 nearest to it is the literal 0.01
+		t.Errorf("ω_32 = %v, want 0.01", inv[32])
+	}
+	if _, err := RoPEInvFreq(-1, 64); err == nil {
+		t.Error("a negative base was accepted")
+	}
 }

@@ -9,6 +9,7 @@ stream. What is here so far works without a GPU:
 - bitalign.launch: the launch rules (kernels/cuda/launch.json, which the Go launchers read too) and the plans
   made from them: which kernel variant, grid, block and shared memory an op takes for a shape, the same as Go's
   (kernels/cuda/testdata/launch_plans.tsv pins both);
+- bitalign.rope: the engine's RoPE tables, bit for bit (kernels/testdata/rope_vectors.tsv pins them);
 - bitalign.sampling: the sampling noise's key derivation (docs/arithmetic.md §10: Philox4x32-10 keyed by
   (seed, sequence, position), never by batch slot), pinned by kernels/testdata/sampling_vectors.tsv, the table
   the Go reference writes.
@@ -16,6 +17,6 @@ stream. What is here so far works without a GPU:
 It ships in the same distribution as bitalign_capture (capture/python/pyproject.toml): one pip install.
 """
 
-from . import launch, ptx, sampling
+from . import launch, ptx, rope, sampling
 
-__all__ = ["launch", "ptx", "sampling"]
+__all__ = ["launch", "ptx", "rope", "sampling"]
