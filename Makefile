@@ -25,10 +25,10 @@ test-go:
 	$(GO) build -o bin/testreport ./internal/testreport
 	$(GO) test -count=1 -json ./... | bin/testreport
 
-$(VENV)/.ok: capture/python/pyproject.toml
+$(VENV)/.ok: capture/python/pyproject.toml capture/python/setup.py
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q pyarrow numpy pytest
+	$(PY) -m pip install -q pyarrow numpy pytest 'setuptools>=70.1'
 	$(PY) -m pip install -q --no-deps -e capture/python
 	touch $@
 

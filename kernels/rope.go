@@ -2,30 +2,39 @@ package kernels
 
 import (
 	"fmt"
-	"math"
 )
 
 // RoPETables returns the cos and sin tables, each (maxPos, hd/2), for rotary embeddings with base theta
-// (docs/arithmetic.md §6): inv[j] = 1/theta^(2j/hd) and cos(p·inv[j]) in float64, rounded to float32, then to
-// dt. They are data: the GPU receives these very tables.
+// (docs/arithmetic.md §6): ω_j = θ^(−2j/hd) correctly rounded to float64 (RoPEInvFreq), then cos(p·ω_j) and
+// sin(p·ω_j) by sinCos64, rounded to float32, then to dt. They are data: the GPU receives these very tables, and
+// the Python library computes the same (capture/python/bitalign/rope.py; kernels/testdata/rope_vectors.tsv pins
+// both). theta and hd are checked by the model's config; a bad one panics here.
 func RoPETables(theta float64, hd, maxPos int, dt DType) (cos, sin []float32) {
-	inv := make([]float64, hd/2)
-	for j := range inv {
-		inv[j] = 1 / math.Pow(theta, float64(2*j)/float64(hd))
+	inv, err := RoPEInvFreq(theta, hd)
+	if err != nil {
+		panic(err)
 	}
 	return RoPETablesFreq(inv, maxPos, dt)
 }
 
-// RoPETablesFreq is RoPETables for a given inverse-frequency schedule (len(inv) = hd/2), e.g. Llama-3 scaling.
+// RoPETablesFreq is RoPETables for a given inverse-frequency schedule (len(inv) = hd/2, each in [0, 1]), e.g.
+// Llama-3 scaling. Positions stop below 2^29 (Cody–Waite reduction's range; a table that long could not be
+// allocated anyway).
 func RoPETablesFreq(inv []float64, maxPos int, dt DType) (cos, sin []float32) {
+	if maxPos >= trigMax {
+		panic(fmt.Sprintf("kernels: RoPETables: %d positions, beyond 2^29", maxPos))
+	}
 	h := len(inv)
 	cos = make([]float32, maxPos*h)
 	sin = make([]float32, maxPos*h)
 	for p := 0; p < maxPos; p++ {
 		for j, f := range inv {
-			a := float64(p) * f
-			cos[p*h+j] = dt.Round(float32(math.Cos(a)))
-			sin[p*h+j] = dt.Round(float32(math.Sin(a)))
+			if !(f >= 0 && f <= 1) {
+				panic(fmt.Sprintf("kernels: RoPETables: inverse frequency %v outside [0, 1]", f))
+			}
+			s, c := sinCos64(float64(float64(p) * f))
+			cos[p*h+j] = dt.Round(float32(c))
+			sin[p*h+j] = dt.Round(float32(s))
 		}
 	}
 	return cos, sin

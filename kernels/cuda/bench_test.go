@@ -102,7 +102,7 @@ func BenchmarkMatmul(b *testing.B) {
 	}
 	for _, M := range []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096} {
 		vs := []variant{{name: "default"}}
-		if M > decM && *tileSweep {
+		if M > rules.Matmul.DecMaxM && *tileSweep {
 			for _, tc := range tileConfigs() {
 				vs = append(vs, variant{fmt.Sprintf("t%d-g%d", tc.bm, tc.g), tc})
 			}

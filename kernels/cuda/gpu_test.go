@@ -200,7 +200,7 @@ func TestMatmulBitwise(t *testing.T) {
 					db = d.f32(t, bias)
 				}
 				configs := []tileConfig{{}} // automatic, then (past the decode kernels) every tiled shape
-				if s.M > smallM {
+				if s.M > rules.Matmul.SmallMaxM {
 					configs = append(configs, tileConfigs()...)
 				}
 				for _, tc := range configs { // every launch shape against the same reference
@@ -232,7 +232,7 @@ func TestMatmulPartialBitwise(t *testing.T) {
 				d := &dev{g: g}
 				out, dx, dw := d.poisoned(t, s.M*s.N), d.f32(t, x), d.f32(t, w)
 				configs := []tileConfig{{}}
-				if s.M > smallM {
+				if s.M > rules.Matmul.SmallMaxM {
 					configs = append(configs, tileConfigs()...)
 				}
 				for _, tc := range configs {

@@ -22,7 +22,7 @@ type Kernels struct {
 	scratch      cuda.Ptr
 	scratchBytes int64
 	tile         tileConfig // tests and benchmarks: force the tiled matmul's shape (zero fields: automatic)
-	rowSmem      int        // dynamic shared memory the bigSmem kernels may use (bytes)
+	lim          Limits     // what the launch rules read of the device
 	aux          cuda.Ptr   // small per-row statistics (log-softmax partials), separate from scratch
 	auxBytes     int64
 	// general (tests and benchmarks) makes canonical RMSNorm and attention run rmsnorm and attention, the
@@ -34,7 +34,10 @@ type Kernels struct {
 // Load loads every PTX module on c's device and looks up its kernels. Errors wrap the driver's (an unusable
 // PTX, e.g. from a newer nvcc than the driver, is CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
 func Load(c *cuda.Ctx) (*Kernels, error) {
-	k := &Kernels{dev: c.Device(), fn: map[string]*cuda.Function{}}
+	if rulesErr != nil {
+		return nil, rulesErr
+	}
+	k := &Kernels{dev: c.Device(), fn: map[string]*cuda.Function{}, lim: limitsOf(c.Device())}
 	for _, mod := range Modules() {
 		src, err := PTX(mod)
 		if err != nil {
@@ -51,32 +54,23 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			}
 			if mt, ok := strings.CutPrefix(name, "matmul_dec"); ok {
 				n, err := strconv.Atoi(mt)
-				if err != nil || decConfig[n] == [2]int{} {
-					return nil, fmt.Errorf("cudakernels: %s has no entry in decConfig", name)
+				if _, _, ok := rules.dec(n); err != nil || !ok {
+					return nil, fmt.Errorf("cudakernels: %s has no entry in launch.json's matmul.dec", name)
 				}
 				if err := f.SetMaxDynamicSharedMemory(c, decSharedBytes(n)); err != nil {
 					return nil, fmt.Errorf("cudakernels: %s: %w", name, err)
 				}
 			}
-			if bigSmem[name] {
-				if err := f.SetMaxDynamicSharedMemory(c, k.dev.MaxSharedMemoryPerBlock()-smemReserve); err != nil {
+			if rules.bigSmem(name) {
+				if err := f.SetMaxDynamicSharedMemory(c, k.lim.rowSmem()); err != nil {
 					return nil, fmt.Errorf("cudakernels: %s: %w", name, err)
 				}
 			}
 			k.fn[name] = f
 		}
 	}
-	k.rowSmem = k.dev.MaxSharedMemoryPerBlock() - smemReserve
 	return k, nil
 }
-
-// bigSmem are the kernels whose dynamic shared memory may exceed the default 48 KB (up to the device's opt-in
-// limit less smemReserve, which covers their static shared memory).
-var bigSmem = map[string]bool{"rmsnorm_row": true,
-	"attention_blk1": true, "attention_blk2": true, "attention_blk4": true, "attention_blk8": true,
-	"attention_blk1_fast": true, "attention_blk2_fast": true, "attention_blk4_fast": true, "attention_blk8_fast": true}
-
-const smemReserve = 2048
 
 // entryNames lists the ".visible .entry NAME(" kernels of a PTX module.
 func entryNames(ptx []byte) []string {
@@ -140,15 +134,13 @@ func grow(c *cuda.Ctx, p *cuda.Ptr, have *int64, bytes int64, what string) (cuda
 	return q, nil
 }
 
-func (k *Kernels) launch(c *cuda.Ctx, name string, grid, block cuda.Dim3, shared int, args ...any) error {
-	f := k.fn[name]
+func (k *Kernels) launch(c *cuda.Ctx, l Launch, args ...any) error {
+	f := k.fn[l.Kernel]
 	if f == nil {
-		return fmt.Errorf("cudakernels: kernel %s is not in the loaded PTX (stale PTX? run make ptx)", name)
+		return fmt.Errorf("cudakernels: kernel %s is not in the loaded PTX (stale PTX? run make ptx)", l.Kernel)
 	}
-	return c.Launch(f, grid, block, shared, nil, args...)
+	return c.Launch(f, l.Grid, l.Block, l.Smem, nil, args...)
 }
-
-func blocks(n int64, per int) cuda.Dim3 { return cuda.Dim3{X: int((n + int64(per) - 1) / int64(per))} }
 
 // DTCode maps a kernels.DType to the kernels' dt code (the int the MatmulForward and ResidualForward take).
 func DTCode(dt kernels.DType) int {

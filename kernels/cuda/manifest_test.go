@@ -47,8 +47,8 @@ func TestEmbeddedPTX(t *testing.T) {
 	}
 }
 
-// TestDecConfigMatchesSource: the Go table of the decode kernels' (span, stages), which sizes their shared
-// memory, is the one matmul.cu instantiates; every configuration fits the H200's 227 KB per block.
+// TestDecConfigMatchesSource: launch.json's table of the decode kernels' (span, stages), which sizes their
+// shared memory, is the one matmul.cu instantiates; every configuration fits the H200's 227 KB per block.
 func TestDecConfigMatchesSource(t *testing.T) {
 	src, err := os.ReadFile("matmul.cu")
 	if err != nil {
@@ -62,8 +62,12 @@ func TestDecConfigMatchesSource(t *testing.T) {
 		st, _ := strconv.Atoi(m[3])
 		found[mt] = [2]int{ch, st}
 	}
+	decConfig := map[int][2]int{}
+	for _, d := range rules.Matmul.Dec {
+		decConfig[d.MT] = [2]int{d.Span, d.Stages}
+	}
 	if !reflect.DeepEqual(found, decConfig) {
-		t.Errorf("matmul.cu instantiates %v, decConfig says %v", found, decConfig)
+		t.Errorf("matmul.cu instantiates %v, launch.json says %v", found, decConfig)
 	}
 	for mt := range decConfig {
 		if b := decSharedBytes(mt); b > 232448-64 {

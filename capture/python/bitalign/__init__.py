@@ -1,0 +1,22 @@
+"""bitalign: the deterministic kernels of docs/arithmetic.md for PyTorch programs.
+
+This package grows into the PyTorch library of the issue "The fix, not just the finding": the very PTX the Go
+engine embeds (kernels/cuda/*.ptx, checked against kernels/cuda/MANIFEST.sha256 at load), launched on PyTorch's
+stream. What is here so far works without a GPU:
+
+- bitalign.ptx: finds the PTX (inside an installed wheel, or the repository's kernels/cuda in a checkout) and
+  verifies every module against the manifest before anything may load it;
+- bitalign.launch: the launch rules (kernels/cuda/launch.json, which the Go launchers read too) and the plans
+  made from them: which kernel variant, grid, block and shared memory an op takes for a shape, the same as Go's
+  (kernels/cuda/testdata/launch_plans.tsv pins both);
+- bitalign.rope: the engine's RoPE tables, bit for bit (kernels/testdata/rope_vectors.tsv pins them);
+- bitalign.sampling: the sampling noise's key derivation (docs/arithmetic.md §10: Philox4x32-10 keyed by
+  (seed, sequence, position), never by batch slot), pinned by kernels/testdata/sampling_vectors.tsv, the table
+  the Go reference writes.
+
+It ships in the same distribution as bitalign_capture (capture/python/pyproject.toml): one pip install.
+"""
+
+from . import launch, ptx, rope, sampling
+
+__all__ = ["launch", "ptx", "rope", "sampling"]

@@ -1,0 +1,450 @@
+"""bitalign's kernels as PyTorch custom ops (torch.library), on CUDA tensors, PyTorch's stream and allocator.
+
+Every op runs the committed PTX (bitalign.ptx, checked against kernels/cuda/MANIFEST.sha256) with the launch
+plans of bitalign.launch, so its bits are the Go engine's (docs/arithmetic.md). Tensors are float32 holding the
+model dtype's values, as in the engine (docs/design.md, "Data conventions"): a bf16 activation is widened with
+.float() (exact) before an op and narrowed with .to(torch.bfloat16) after it (exact: the op rounded to bf16).
+`out_dtype` is the op's output rounding: "bf16", "f16" or "f32" (no rounding of a float32 result).
+
+Each op has a fake (meta) implementation, so it traces under torch.compile and works inside CUDA graph capture
+(launches go to the current stream; temporaries come from PyTorch's caching allocator). Wrong dtypes, devices,
+shapes, non-contiguous or misaligned inputs are a ValueError naming the op and the argument.
+"""
+
+import struct
+from typing import Optional
+
+import torch
+
+from . import launch as _launch
+
+_DT = {"f32": 0, "bf16": 1, "f16": 2}
+_PROFILES = ("canonical", "standard")
+
+
+def _dt(op, out_dtype):
+    if out_dtype not in _DT:
+        raise ValueError(f"bitalign.{op}: out_dtype must be one of {sorted(_DT)}, not {out_dtype!r}")
+    return _DT[out_dtype]
+
+
+def _profile(op, profile):
+    if profile not in _PROFILES:
+        raise ValueError(f"bitalign.{op}: profile must be 'canonical' or 'standard', not {profile!r}")
+    return profile
+
+
+def _check(op, dtype=torch.float32, device=None, **tensors):
+    """Every named tensor: on one CUDA device (or meta, or fake), dtype, contiguous; returns the device."""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"bitalign.{op}: {name} must be a tensor, not {type(t).__name__}")
+        want = dtype[name] if isinstance(dtype, dict) else dtype
+        if t.dtype != want:
+            raise ValueError(f"bitalign.{op}: {name} must be {want}, is {t.dtype}")
+        if t.device.type not in ("cuda", "meta"):
+            raise ValueError(f"bitalign.{op}: {name} is on {t.device}: bitalign's kernels run on CUDA tensors")
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            raise ValueError(f"bitalign.{op}: {name} is on {t.device}, the other inputs on {device}")
+        if not t.is_contiguous():
+            raise ValueError(f"bitalign.{op}: {name} must be contiguous (call .contiguous())")
+    return device
+
+
+def _aligned(op, **tensors):
+    """The real kernels' 16-byte loads: every named tensor's data starts 16-byte aligned (checked at run time
+    only, never on fake tensors)."""
+    for name, t in tensors.items():
+        if t is not None and t.data_ptr() % 16:
+            raise ValueError(f"bitalign.{op}: {name} is not 16-byte aligned (a view at an odd offset: .clone() it)")
+
+
+def _shape(op, name, t, *dims):
+    if t.dim() != len(dims) or any(d is not None and s != d for s, d in zip(t.shape, dims)):
+        want = ", ".join("*" if d is None else str(d) for d in dims)
+        raise ValueError(f"bitalign.{op}: {name} must have shape ({want}), has {tuple(t.shape)}")
+
+
+def _ptr(t):
+    return 0 if t is None else t.data_ptr()
+
+
+def _run(device, launches_args):
+    from . import driver
+
+    dev = driver.device(device.index if device.index is not None else torch.cuda.current_device())
+    stream = torch.cuda.current_stream(device).cuda_stream
+    for l, args in launches_args:
+        dev.launch(l, args, stream)
+
+
+def _planner(device):
+    from . import driver
+
+    return driver.device(device.index if device.index is not None else torch.cuda.current_device()).planner
+
+
+def segs(bounds):
+    """The kernels' Segs struct (int n; int b[9]) by value: the chains' bounds (kernels/cuda segs)."""
+    if not 2 <= len(bounds) <= 9:
+        raise ValueError(f"bitalign: {len(bounds) - 1} chains; the kernels take 1 to 8")
+    return struct.pack("<i9i", len(bounds) - 1, *bounds, *([0] * (9 - len(bounds))))
+
+
+# --- linear -------------------------------------------------------------------------------------------------------
+
+
+def _linear_args(x, w, bias, profile, out_dtype):
+    dev = _check("linear", x=x, w=w, bias=bias)
+    _profile("linear", profile)
+    dt = _dt("linear", out_dtype)
+    if x.dim() != 2:
+        raise ValueError(f"bitalign.linear: x must be (M, K), has shape {tuple(x.shape)}")
+    M, K = x.shape
+    _shape("linear", "w", w, None, K)
+    N = w.shape[0]
+    if bias is not None:
+        _shape("linear", "bias", bias, N)
+    return dev, M, K, N, dt
+
+
+@torch.library.custom_op("bitalign::linear", mutates_args=())
+def linear(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], profile: str, out_dtype: str) -> torch.Tensor:
+    """out (M, N) = round_out_dtype(x·wᵀ + bias): x (M, K), w (N, K) as PyTorch stores a Linear, bias (N) or None;
+    the K order is the profile's (canonical: 8 fixed segments added by the tree, whatever M)."""
+    dev, M, K, N, dt = _linear_args(x, w, bias, profile, out_dtype)
+    _aligned("linear", x=x, w=w, bias=bias)
+    out = torch.empty((M, N), dtype=torch.float32, device=dev)
+    if M == 0 or N == 0:
+        return out
+    bounds, tree = _launch.matmul_bounds(profile, M, K)
+    vec = K % 4 == 0 and all(b % 4 == 0 for b in bounds)
+    plan = _planner(dev).matmul(M, K, N, bounds, tree, vec)
+    seq, sg = (0 if tree else 1), segs(bounds)
+    if plan.bm == 0:
+        _run(dev, [(plan.launches[0], (_ptr(out), _ptr(x), _ptr(w), _ptr(bias), M, K, N, sg, seq, dt))])
+        return out
+    scratch = torch.empty(plan.part_floats + plan.stack_floats, dtype=torch.float32, device=dev)
+    part, stack = scratch.data_ptr(), scratch.data_ptr() + 4 * plan.part_floats
+    runs = [(plan.launches[0], (_ptr(out), part, stack, _ptr(x), _ptr(w), _ptr(bias), M, K, N, sg, plan.g, seq, dt))]
+    if len(plan.launches) == 2:
+        runs.append((plan.launches[1], (_ptr(out), part, _ptr(bias), M, N, plan.launches[0].grid[2], seq, dt)))
+    _run(dev, runs)
+    return out
+
+
+@linear.register_fake
+def _(x, w, bias, profile, out_dtype):
+    dev, M, K, N, _ = _linear_args(x, w, bias, profile, out_dtype)
+    return x.new_empty((M, N))
+
+
+# --- RMSNorm ------------------------------------------------------------------------------------------------------
+
+
+def _rms_args(x, w, eps, profile, out_dtype):
+    dev = _check("rms_norm", x=x, w=w)
+    _profile("rms_norm", profile)
+    dt = _dt("rms_norm", out_dtype)
+    if x.dim() != 2:
+        raise ValueError(f"bitalign.rms_norm: x must be (rows, C), has shape {tuple(x.shape)}")
+    _shape("rms_norm", "w", w, x.shape[1])
+    if not eps > 0:
+        raise ValueError(f"bitalign.rms_norm: eps must be positive, is {eps}")
+    return dev, dt
+
+
+@torch.library.custom_op("bitalign::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, profile: str, out_dtype: str) -> torch.Tensor:
+    """out (rows, C) = RMSNorm of each row of x times w (docs/arithmetic.md: 8 segments of the sum of squares)."""
+    dev, dt = _rms_args(x, w, eps, profile, out_dtype)
+    _aligned("rms_norm", x=x, w=w)
+    rows, C = x.shape
+    out = torch.empty_like(x)
+    if rows == 0:
+        return out
+    l = _planner(dev).rmsnorm(profile, False, rows, C)
+    if l.kernel == "rmsnorm_row":
+        vec = 1 if C % 4 == 0 else 0
+        _run(dev, [(l, (_ptr(out), _ptr(x), _ptr(w), rows, C, eps, dt, vec))])
+    else:
+        _run(dev, [(l, (_ptr(out), _ptr(x), _ptr(w), rows, C, eps, 1 if profile == "standard" else 0, dt))])
+    return out
+
+
+@rms_norm.register_fake
+def _(x, w, eps, profile, out_dtype):
+    _rms_args(x, w, eps, profile, out_dtype)
+    return torch.empty_like(x)
+
+
+# --- RoPE ---------------------------------------------------------------------------------------------------------
+
+
+def _rope_args(x, pos, cos, sin, heads, head_dim, out_dtype):
+    dev = _check("rope", dtype={"x": torch.float32, "pos": torch.int32, "cos": torch.float32, "sin": torch.float32},
+                 x=x, pos=pos, cos=cos, sin=sin)
+    dt = _dt("rope", out_dtype)
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"bitalign.rope: head_dim {head_dim} must be a positive even number")
+    if x.dim() != 2:
+        raise ValueError(f"bitalign.rope: x must be (T, heads·head_dim), has shape {tuple(x.shape)}")
+    _shape("rope", "x", x, None, heads * head_dim)
+    _shape("rope", "pos", pos, x.shape[0])
+    _shape("rope", "cos", cos, None, head_dim // 2)
+    _shape("rope", "sin", sin, cos.shape[0], head_dim // 2)
+    return dev, dt
+
+
+@torch.library.custom_op("bitalign::rope", mutates_args=())
+def rope(x: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, head_dim: int,
+         out_dtype: str) -> torch.Tensor:
+    """Rotary embeddings in the rotate_half convention: x (T, heads·head_dim), pos (T) int32, cos and sin the
+    engine's tables (maxPos, head_dim/2) (kernels.RoPETables). Positions outside the tables give NaN rows: the
+    caller checks them (bitalign.torch does)."""
+    dev, dt = _rope_args(x, pos, cos, sin, heads, head_dim, out_dtype)
+    _aligned("rope", x=x, pos=pos, cos=cos, sin=sin)
+    out = torch.empty_like(x)
+    n = x.shape[0] * heads * (head_dim // 2)
+    if n:
+        l = _planner(dev).elementwise("rope", n)
+        _run(dev, [(l, (_ptr(out), _ptr(x), _ptr(pos), x.shape[0], heads, head_dim, _ptr(cos), _ptr(sin), dt))])
+    return out
+
+
+@rope.register_fake
+def _(x, pos, cos, sin, heads, head_dim, out_dtype):
+    _rope_args(x, pos, cos, sin, heads, head_dim, out_dtype)
+    return torch.empty_like(x)
+
+
+# --- attention ----------------------------------------------------------------------------------------------------
+
+
+def _att_args(q, k_cache, v_cache, pos, heads, kv_heads, head_dim, profile, out_dtype):
+    dev = _check("attention", dtype={"q": torch.float32, "k_cache": torch.float32, "v_cache": torch.float32,
+                                     "pos": torch.int32}, q=q, k_cache=k_cache, v_cache=v_cache, pos=pos)
+    _profile("attention", profile)
+    dt = _dt("attention", out_dtype)
+    if kv_heads <= 0 or heads % kv_heads:
+        raise ValueError(f"bitalign.attention: {heads} query heads are not a multiple of {kv_heads} kv heads")
+    limit = _launch.load_rules()["attention"]["max_head_dim"]
+    if not 0 < head_dim <= limit:
+        raise ValueError(f"bitalign.attention: head_dim {head_dim} not in 1…{limit}")
+    if q.dim() != 2:
+        raise ValueError(f"bitalign.attention: q must be (T, heads·head_dim), has shape {tuple(q.shape)}")
+    _shape("attention", "q", q, None, heads * head_dim)
+    _shape("attention", "k_cache", k_cache, None, kv_heads * head_dim)
+    _shape("attention", "v_cache", v_cache, k_cache.shape[0], kv_heads * head_dim)
+    _shape("attention", "pos", pos, q.shape[0])
+    return dev, dt
+
+
+@torch.library.custom_op("bitalign::attention", mutates_args=())
+def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, heads: int,
+              kv_heads: int, head_dim: int, scale: float, profile: str, out_dtype: str) -> torch.Tensor:
+    """Causal attention of one sequence: q (T, heads·head_dim) at positions pos (T) int32 over that sequence's
+    cache k_cache, v_cache (S, kv_heads·head_dim), key j at position j; row t sees keys 0…pos[t] (< S, checked
+    by the caller). 64-key blocks in order, online softmax (docs/arithmetic.md §7): prefill and decode give the
+    same bits for the same position."""
+    dev, dt = _att_args(q, k_cache, v_cache, pos, heads, kv_heads, head_dim, profile, out_dtype)
+    _aligned("attention", q=q, k_cache=k_cache, v_cache=v_cache, pos=pos)
+    T, S = q.shape[0], k_cache.shape[0]
+    out = torch.empty_like(q)
+    if T == 0:
+        return out
+    l, tq, mode = _planner(dev).attention(profile, False, False, T, heads, kv_heads, head_dim)
+    if l.kernel != "attention":
+        args = (_ptr(out), _ptr(q), _ptr(k_cache), _ptr(v_cache), _ptr(pos), T, heads, kv_heads, head_dim, scale, dt, tq)
+    else:
+        args = (_ptr(out), _ptr(q), _ptr(k_cache), _ptr(v_cache), _ptr(pos), T, S, heads, kv_heads, head_dim, scale,
+                mode, dt)
+    _run(dev, [(l, args)])
+    return out
+
+
+@attention.register_fake
+def _(q, k_cache, v_cache, pos, heads, kv_heads, head_dim, scale, profile, out_dtype):
+    _att_args(q, k_cache, v_cache, pos, heads, kv_heads, head_dim, profile, out_dtype)
+    return torch.empty_like(q)
+
+
+# --- element-wise -------------------------------------------------------------------------------------------------
+
+
+def _pair_args(op, a, b, out_dtype):
+    dev = _check(op, a=a, b=b)
+    if a.shape != b.shape:
+        raise ValueError(f"bitalign.{op}: the inputs' shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
+    return dev, _dt(op, out_dtype)
+
+
+@torch.library.custom_op("bitalign::residual", mutates_args=())
+def residual(a: torch.Tensor, b: torch.Tensor, out_dtype: str) -> torch.Tensor:
+    """out = round_out_dtype(a ⊕ b), element-wise."""
+    dev, dt = _pair_args("residual", a, b, out_dtype)
+    _aligned("residual", a=a, b=b)
+    out = torch.empty_like(a)
+    if a.numel():
+        _run(dev, [(_planner(dev).elementwise("residual", a.numel()), (_ptr(out), _ptr(a), _ptr(b), a.numel(), dt))])
+    return out
+
+
+@residual.register_fake
+def _(a, b, out_dtype):
+    _pair_args("residual", a, b, out_dtype)
+    return torch.empty_like(a)
+
+
+@torch.library.custom_op("bitalign::swiglu", mutates_args=())
+def swiglu(gate: torch.Tensor, up: torch.Tensor, out_dtype: str) -> torch.Tensor:
+    """out = round(round(SiLU(gate)) · up), element-wise, with the engine's SiLU (its own exp)."""
+    dev, dt = _pair_args("swiglu", gate, up, out_dtype)
+    _aligned("swiglu", gate=gate, up=up)
+    out = torch.empty_like(gate)
+    if gate.numel():
+        l = _planner(dev).elementwise("swiglu", gate.numel())
+        _run(dev, [(l, (_ptr(out), _ptr(gate), _ptr(up), gate.numel(), dt))])
+    return out
+
+
+@swiglu.register_fake
+def _(gate, up, out_dtype):
+    _pair_args("swiglu", gate, up, out_dtype)
+    return torch.empty_like(gate)
+
+
+def _emb_args(table, tokens, out_dtype):
+    dev = _check("embedding", dtype={"table": torch.float32, "tokens": torch.int32}, table=table, tokens=tokens)
+    if table.dim() != 2 or tokens.dim() != 1:
+        raise ValueError(f"bitalign.embedding: table must be (V, C) and tokens (T), are {tuple(table.shape)} and {tuple(tokens.shape)}")
+    return dev, _dt("embedding", out_dtype)
+
+
+@torch.library.custom_op("bitalign::embedding", mutates_args=())
+def embedding(table: torch.Tensor, tokens: torch.Tensor, out_dtype: str) -> torch.Tensor:
+    """out (T, C) = the rows of table (V, C) at tokens (T) int32; a token outside [0, V) gives a NaN row (the
+    caller checks them: bitalign.torch does)."""
+    dev, dt = _emb_args(table, tokens, out_dtype)
+    _aligned("embedding", table=table, tokens=tokens)
+    (V, C), T = table.shape, tokens.shape[0]
+    out = table.new_empty((T, C))
+    if T * C:
+        l = _planner(dev).elementwise("embedding", T * C)
+        _run(dev, [(l, (_ptr(out), _ptr(table), _ptr(tokens), T, V, C, dt))])
+    return out
+
+
+@embedding.register_fake
+def _(table, tokens, out_dtype):
+    _emb_args(table, tokens, out_dtype)
+    return table.new_empty((tokens.shape[0], table.shape[1]))
+
+
+# --- log-softmax, log-probabilities, sampling ---------------------------------------------------------------------
+
+
+def _ls_args(op, logits, profile):
+    dev = _check(op, logits=logits)
+    _profile(op, profile)
+    if logits.dim() != 2:
+        raise ValueError(f"bitalign.{op}: logits must be (T, V), has shape {tuple(logits.shape)}")
+    return dev
+
+
+def _stats(dev, logits, profile):
+    """The rows' max m and the segment tree of Σ exp(x ⊖ m), S, each (T) float32 (the LogSoftmaxStats stages)."""
+    T, V = logits.shape
+    pl = _planner(dev)
+    part_l, fin_l, nb = pl.logsoftmax_max(T, V)
+    nseg = 1 if profile == "standard" else _launch.SEGMENTS
+    seg_l, tree_l = pl.logsoftmax_sum(T, nseg)
+    tmp = torch.empty(T * nb + T * nseg + 2 * T, dtype=torch.float32, device=dev)
+    pm, part = tmp.data_ptr(), tmp.data_ptr() + 4 * T * nb
+    m, S = part + 4 * T * nseg, part + 4 * T * nseg + 4 * T
+    x = _ptr(logits)
+    _run(dev, [(part_l, (pm, x, T, V)), (fin_l, (m, pm, T, nb, 1)), (seg_l, (part, x, m, T, V, nseg)),
+               (tree_l, (S, part, T, nseg))])
+    return tmp, m, S
+
+
+@torch.library.custom_op("bitalign::log_softmax", mutates_args=())
+def log_softmax(logits: torch.Tensor, profile: str) -> torch.Tensor:
+    """out (T, V) = log-softmax of each row of logits (T, V) float32 (docs/arithmetic.md §9)."""
+    dev = _ls_args("log_softmax", logits, profile)
+    _aligned("log_softmax", logits=logits)
+    out = torch.empty_like(logits)
+    T, V = logits.shape
+    if T * V:
+        tmp, m, S = _stats(dev, logits, profile)
+        _run(dev, [(_planner(dev).logsoftmax_finish(T, V), (_ptr(out), _ptr(logits), m, S, T, V))])
+        del tmp
+    return out
+
+
+@log_softmax.register_fake
+def _(logits, profile):
+    _ls_args("log_softmax", logits, profile)
+    return torch.empty_like(logits)
+
+
+def _lp_args(logits, targets, profile):
+    dev = _ls_args("logprobs", logits, profile)
+    _check("logprobs", dtype=torch.int32, device=dev, targets=targets)
+    _shape("logprobs", "targets", targets, logits.shape[0])
+    return dev
+
+
+@torch.library.custom_op("bitalign::logprobs", mutates_args=())
+def logprobs(logits: torch.Tensor, targets: torch.Tensor, profile: str) -> torch.Tensor:
+    """out (T) = log p(targets[t]) under the log-softmax of row t of logits (T, V); targets (T) int32."""
+    dev = _lp_args(logits, targets, profile)
+    _aligned("logprobs", logits=logits, targets=targets)
+    T, V = logits.shape
+    out = logits.new_empty((T,))
+    if T:
+        tmp, m, S = _stats(dev, logits, profile)
+        _run(dev, [(_planner(dev).logprobs(T), (_ptr(out), _ptr(logits), _ptr(targets), m, S, T, V, 0, 1))])
+        del tmp
+    return out
+
+
+@logprobs.register_fake
+def _(logits, targets, profile):
+    _lp_args(logits, targets, profile)
+    return logits.new_empty((logits.shape[0],))
+
+
+def _sample_args(logits, seqs, pos, temperature, seed):
+    dev = _ls_args("sample", logits, "canonical")
+    _check("sample", dtype=torch.int64, device=dev, seqs=seqs, pos=pos)
+    _shape("sample", "seqs", seqs, logits.shape[0])
+    _shape("sample", "pos", pos, logits.shape[0])
+    if not 0 <= seed < 1 << 64:
+        raise ValueError(f"bitalign.sample: seed {seed} is not an unsigned 64-bit integer")
+    return dev
+
+
+@torch.library.custom_op("bitalign::sample", mutates_args=())
+def sample(logits: torch.Tensor, seqs: torch.Tensor, pos: torch.Tensor, temperature: float, seed: int) -> torch.Tensor:
+    """The token (T) int32 the canonical rule draws after position pos[t] of sequence seqs[t] (both int64) from
+    row t of logits (T, V): greedy argmax when temperature <= 0, else Gumbel-max of logits/temperature with
+    Philox noise keyed by (seed, sequence, position, vocabulary index), never by batch slot (docs/arithmetic.md
+    §10; bitalign.sampling). Top-k and top-p run in the Go engine on the host and are not offered here yet."""
+    dev = _sample_args(logits, seqs, pos, temperature, seed)
+    _aligned("sample", logits=logits, seqs=seqs, pos=pos)
+    T, V = logits.shape
+    out = torch.empty((T,), dtype=torch.int32, device=dev)
+    if T:
+        _run(dev, [(_planner(dev).sample(T), (_ptr(out), _ptr(logits), T, V, temperature, seed, _ptr(seqs), _ptr(pos)))])
+    return out
+
+
+@sample.register_fake
+def _(logits, seqs, pos, temperature, seed):
+    _sample_args(logits, seqs, pos, temperature, seed)
+    return torch.empty((logits.shape[0],), dtype=torch.int32, device=logits.device)

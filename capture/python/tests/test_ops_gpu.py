@@ -1,0 +1,72 @@
+"""bitalign.ops on a GPU: every op of kernels/testdata/op_vectors.tsv, run through the PTX from PyTorch, gives the
+Go CPU reference's bits (the sha256 of its output). Needs torch with CUDA and cuda-bindings; skips otherwise."""
+
+import numpy as np
+import pytest
+
+from opvectors import digest, rows, stream
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (bitalign.ops runs the PTX)"),
+]
+
+
+def _t(a, dtype=None):
+    return torch.from_numpy(np.ascontiguousarray(a)).to("cuda") if dtype is None else torch.tensor(a, dtype=dtype, device="cuda")
+
+
+def _run(op, kv):
+    from bitalign import ops
+
+    dt = kv.get("dt")
+    p = kv.get("profile", "canonical")
+    if op == "linear":
+        M, K, N = int(kv["M"]), int(kv["K"]), int(kv["N"])
+        x, w = _t(stream(1, M * K, 6).reshape(M, K)), _t(stream(2, N * K, 10).reshape(N, K))
+        b = _t(stream(3, N, 8)) if kv["bias"] == "true" else None
+        return ops.linear(x, w, b, p, dt)
+    if op == "rms_norm":
+        r, C = int(kv["rows"]), int(kv["C"])
+        return ops.rms_norm(_t(stream(4, r * C, 6).reshape(r, C)), _t(stream(5, C, 7)), float(np.float32(1e-6)), p, dt)
+    if op == "attention":
+        T, S, nh, nkv, hd = (int(kv[k]) for k in ("T", "S", "nh", "nkv", "hd"))
+        q = _t(stream(8, T * nh * hd, 6).reshape(T, nh * hd))
+        k, v = (_t(stream(s, S * nkv * hd, 6).reshape(S, nkv * hd)) for s in (9, 10))
+        pos = _t(np.arange(S - T, S, dtype=np.int32))
+        scale = float(np.float32(1 / np.sqrt(np.float64(hd))))
+        return ops.attention(q, k, v, pos, nh, nkv, hd, scale, p, dt)
+    if op in ("log_softmax", "logprobs"):
+        T, V = int(kv["T"]), int(kv["V"])
+        lg = _t(stream(14, T * V, 5).reshape(T, V))
+        if op == "log_softmax":
+            return ops.log_softmax(lg, p)
+        return ops.logprobs(lg, _t(np.array([(i * 17) % V for i in range(T)], dtype=np.int32)), p)
+    if op in ("residual", "swiglu"):
+        n = int(kv["n"])
+        return getattr(ops, op)(_t(stream(6, n, 6)), _t(stream(7, n, 6)), dt)
+    if op == "rope":
+        T, heads, hd, mp = int(kv["T"]), int(kv["heads"]), int(kv["hd"]), int(kv["maxPos"])
+        x = _t(stream(11, T * heads * hd, 6).reshape(T, heads * hd))
+        cos, sin = (_t(stream(s, mp * hd // 2, 7).reshape(mp, hd // 2)) for s in (12, 13))
+        return ops.rope(x, _t(np.array([0, 1, 7, 20, 38, 39], dtype=np.int32)), cos, sin, heads, hd, dt)
+    if op == "embedding":
+        V, C, T = int(kv["V"]), int(kv["C"]), int(kv["T"])
+        tokens = _t(np.array([(i * 31) % V for i in range(T)], dtype=np.int32))
+        return ops.embedding(_t(stream(15, V * C, 6).reshape(V, C)), tokens, dt)
+    if op == "sample":
+        T, V = int(kv["T"]), int(kv["V"])
+        lg = _t(stream(16, T * V, 5).reshape(T, V))
+        seqs = _t(np.arange(1000, 1000 + T, dtype=np.int64))
+        pos = _t(np.arange(0, 5 * T, 5, dtype=np.int64))
+        return ops.sample(lg, seqs, pos, float(kv["temperature"]), int(kv["seed"]))
+    raise AssertionError(op)
+
+
+@pytest.mark.parametrize("row", [r for r in rows() if r[0] != "input"], ids=lambda r: f"{r[0]} {r[1]}")
+def test_op_matches_the_go_reference(row):
+    op, params, kv, want = row
+    got = _run(op, kv)
+    torch.cuda.synchronize()
+    assert digest(got.cpu().numpy()) == want, f"{op} {params}: the GPU's bits differ from the Go reference's"
