@@ -16,11 +16,12 @@ import (
 // `bitalign replay` all open their captures through Load, so the same captures give the same report, with
 // the same causes, in every command.
 type Inputs struct {
-	A, B       string   // the two captures (files or per-rank directories), A the trainer and B the sampler
-	Checkpoint string   // model directory ("" for none): enables replay; its config gives the producer graph
-	Device     string   // replay device: "auto" (also ""), "cpu" or "cuda"; an unusable "cuda" fails Load
-	Force      bool     // compare captures of different models anyway (what can be compared)
-	Options    []Option // more diff options (WithOps, WithIgnoreMissing, WithTolerance)
+	A, B       string    // the two captures (files or per-rank directories), A the trainer and B the sampler
+	Checkpoint string    // model directory ("" for none): enables replay; its config gives the producer graph
+	Device     string    // replay device: "auto" (also ""), "cpu" or "cuda"; an unusable "cuda" fails Load
+	Force      bool      // compare captures of different models anyway (what can be compared)
+	Options    []Option  // more diff options (WithOps, WithIgnoreMissing, WithTolerance)
+	RL         RLOptions // how logprob tables are read and compared (either side may be one)
 }
 
 // Loaded is an open, diffed session and what its replays need. Close closes the captures.
@@ -60,6 +61,17 @@ func load(ctx context.Context, in Inputs, m *engine.Model, progress func(view.Pr
 		return nil, err
 	}
 	progress(view.Progress{Stage: "opening the captures"})
+	ka, err := sniffInput(in.A)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := sniffInput(in.B)
+	if err != nil {
+		return nil, err
+	}
+	if ka.IsTable() || kb.IsTable() {
+		return loadTables(ctx, in, l, ka, kb, progress)
+	}
 	a, err := openCapture(in.A)
 	if err != nil {
 		return nil, err
@@ -95,6 +107,10 @@ func load(ctx context.Context, in Inputs, m *engine.Model, progress func(view.Pr
 		return fail(err)
 	}
 	l.Session = NewSession(a, b, r)
+	if err := l.addRL(ctx, in.RL, progress); err != nil {
+		l.Close()
+		return nil, err
+	}
 	return l, nil
 }
 

@@ -1,0 +1,647 @@
+package logprobs
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+
+	"bitalign/internal/fp"
+)
+
+// Thresholds are the configurable bounds of the metrics (docs/rl-metrics.md).
+type Thresholds struct {
+	ISLow, ISHigh float64 // importance ratios outside [ISLow, ISHigh] are counted (TIS/MIS bounds)
+	TopK          int     // k of the top-k overlap (logits on both sides)
+	Detail        int     // how many of the worst sequences keep |Δ| at every position (the HTML pictures)
+	Workers       int     // goroutines (0: GOMAXPROCS)
+}
+
+// DefaultThresholds: verl's and slime's default TIS/MIS bounds, top-10, 8 detailed sequences.
+var DefaultThresholds = Thresholds{ISLow: 0.5, ISHigh: 2, TopK: 10, Detail: 8}
+
+// ProfileBins is the number of position buckets of a sequence's |Δ| profile (Stats.Profile).
+const ProfileBins = 48
+
+// Stats are the metrics of docs/rl-metrics.md over a set of tokens: one sequence (SeqStats) or all
+// (Summary.Overall). Means are over Tokens (finite pairs only for the Δ-based ones, Finite); every sum is
+// accumulated in float64 in position order, then over sequences in id order.
+type Stats struct {
+	Tokens       int64 // positions both sides hold with the same token id (or an id one side does not know)
+	Equal        int64 // of Tokens, those whose float32 log-probabilities have identical bits
+	Finite       int64 // of Tokens, those whose Δ is finite (the Δ metrics' denominator)
+	NonFinite    int64 // Tokens − Finite: a NaN or ±Inf on one side, not bitwise equal
+	TokenDiffers int64 // positions both hold whose token ids differ (not compared)
+	// SampleDiffers: of Tokens, those for which both captures drew a token and the draws differ (the
+	// sampling rule's key or noise differs even where the log-probabilities agree).
+	SampleDiffers int64
+	OnlyA, OnlyB  int64 // positions one side lacks
+	MaxULP        uint64
+	MaxAbs        float64 // max |Δ|
+	MeanAbs       float64 // mean |Δ|
+	MeanDiff      float64 // mean Δ
+	K1, K2, K3    float64 // means of −Δ, Δ²/2, exp(Δ) − 1 − Δ (KL(sampler‖trainer) estimators)
+	ISMin, ISMax  float64 // importance ratio exp(Δ)
+	ISMean        float64
+	ISOutside     int64   // tokens whose ratio is outside [ISLow, ISHigh]
+	Chi2          float64 // mean exp(Δ)² − 1
+	MultProbErr   float64 // mean exp(|Δ|): NeMo-RL's token_mult_prob_error
+	ProbDiff      float64 // mean |exp(a) − exp(b)|: SkyRL's rollout_train_prob_diff
+	SumA, SumB    float64 // Σ log-probabilities of each side (finite pairs)
+	PPLA, PPLB    float64 // exp(−SumA/Finite), exp(−SumB/Finite)
+	PPLRatio      float64 // PPLA / PPLB
+	LogRatioSum   float64 // Σ Δ: a sequence's log importance ratio
+	// With logits on both sides (Dist tokens): the full-vocabulary measures and the greedy choice.
+	Dist         int64
+	GreedyDiffer int64   // positions whose argmax differs
+	KL           float64 // mean exact KL(sampler ‖ trainer)
+	TV           float64 // mean total variation
+	TopKOverlap  float64 // mean |topk(A) ∩ topk(B)| / k
+
+	sumAbs, sumDiff, sumK1, sumK2, sumK3, sumIS, sumR2, sumMult, sumPD float64
+	sumKL, sumTV, sumTopK                                              float64
+}
+
+// EqualFrac is Equal / Tokens (1 when nothing was compared).
+func (s *Stats) EqualFrac() float64 {
+	if s.Tokens == 0 {
+		return 1
+	}
+	return float64(s.Equal) / float64(s.Tokens)
+}
+
+// ISOutsideFrac is ISOutside / Finite.
+func (s *Stats) ISOutsideFrac() float64 { return frac(s.ISOutside, s.Finite) }
+
+// GreedyDifferFrac is GreedyDiffer / Dist.
+func (s *Stats) GreedyDifferFrac() float64 { return frac(s.GreedyDiffer, s.Dist) }
+
+// Top1 is the fraction of Dist tokens whose argmax agrees.
+func (s *Stats) Top1() float64 {
+	if s.Dist == 0 {
+		return 0
+	}
+	return 1 - s.GreedyDifferFrac()
+}
+
+func frac(n, d int64) float64 {
+	if d == 0 {
+		return 0
+	}
+	return float64(n) / float64(d)
+}
+
+// Differs reports whether anything differs: a log-probability's bits, a token id, a position one side lacks.
+func (s *Stats) Differs() bool {
+	return s.Equal < s.Tokens || s.TokenDiffers > 0 || s.SampleDiffers > 0 || s.OnlyA > 0 || s.OnlyB > 0
+}
+
+// SeqStats are one sequence's metrics.
+type SeqStats struct {
+	Seq int64
+	Stats
+	PosLo, PosHi int64 // compared positions [PosLo, PosHi) on the comparison's numbering
+	FirstDiff    int64 // first position where the sides differ (bits, token id, or one side lacks it); −1 none
+	MaxAbsPos    int64 // position of the first largest |Δ| (−1 when nothing differs)
+	SeqIS        float64
+	// Profile[b] is the largest |Δ| over the positions of bucket b of [PosLo, PosHi) (ProfileBins buckets,
+	// fewer for shorter sequences); NaN marks a non-finite difference.
+	Profile []float32
+	// Detail: for the worst sequences only (Thresholds.Detail), |Δ| at every compared position.
+	DetailPos []int32
+	DetailAbs []float32
+}
+
+// DeltaBins is the number of decades of DeltaHist per sign.
+const DeltaBins = 14
+
+// DeltaHistLo is the decade of bin 0: bin j holds 10^(j+DeltaHistLo) ≤ |Δ| < 10^(j+1+DeltaHistLo), bin 0
+// everything smaller (but non-zero), the last bin everything larger.
+const DeltaHistLo = -12
+
+// DeltaHist is the distribution of Δ over finite pairs: exact zeros, and |Δ| by decade for each sign.
+type DeltaHist struct {
+	Zero     int64
+	Neg, Pos [DeltaBins]int64
+}
+
+// Summary is the comparison of two tables.
+type Summary struct {
+	A, B       *Table
+	Positions  Numbering // the numbering positions are reported on
+	Thresholds Thresholds
+	Overall    Stats
+	Hist       DeltaHist
+	Seqs       []SeqStats // worst first (Worse)
+	OnlyA      []int64    // ids of sequences only A holds
+	OnlyB      []int64
+	SeqsDiffer int64 // sequences where anything differs
+}
+
+// Worse orders sequences worst first: token ids or sampled tokens that differ, or non-finite differences,
+// first; then by max |Δ|, mean |Δ|, fewer equal tokens, more positions on one side only, then id.
+func Worse(x, y *SeqStats) int {
+	bad := func(s *SeqStats) bool { return s.TokenDiffers+s.SampleDiffers+s.NonFinite > 0 }
+	if bx, by := bad(x), bad(y); bx != by {
+		if bx {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Or(-cmp.Compare(x.MaxAbs, y.MaxAbs), -cmp.Compare(x.MeanAbs, y.MeanAbs),
+		cmp.Compare(x.EqualFrac(), y.EqualFrac()), -cmp.Compare(x.OnlyA+x.OnlyB, y.OnlyA+y.OnlyB), cmp.Compare(x.Seq, y.Seq))
+}
+
+// Compare compares two tables sequence by sequence (A the trainer, B the sampler: Δ = A − B). When one
+// table numbers its positions Generated and the other Absolute, the absolute side's positions are moved by
+// each sequence's prompt length (an error when it is unknown).
+func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) {
+	if th.ISLow == 0 && th.ISHigh == 0 {
+		th.ISLow, th.ISHigh = DefaultThresholds.ISLow, DefaultThresholds.ISHigh
+	}
+	if !(th.ISLow >= 0 && th.ISLow < th.ISHigh) {
+		return nil, fmt.Errorf("logprobs: importance-ratio bounds [%v, %v]: want 0 ≤ low < high", th.ISLow, th.ISHigh)
+	}
+	if th.TopK <= 0 {
+		th.TopK = DefaultThresholds.TopK
+	}
+	s := &Summary{A: a, B: b, Thresholds: th, Positions: a.Positions}
+	if a.Positions != b.Positions {
+		s.Positions = Generated
+	}
+	type job struct{ ia, ib int }
+	var jobs []job
+	i, j := 0, 0
+	for i < len(a.Seqs) || j < len(b.Seqs) {
+		switch {
+		case j >= len(b.Seqs) || i < len(a.Seqs) && a.Seqs[i].ID < b.Seqs[j].ID:
+			s.OnlyA = append(s.OnlyA, a.Seqs[i].ID)
+			i++
+		case i >= len(a.Seqs) || b.Seqs[j].ID < a.Seqs[i].ID:
+			s.OnlyB = append(s.OnlyB, b.Seqs[j].ID)
+			j++
+		default:
+			jobs = append(jobs, job{i, j})
+			i, j = i+1, j+1
+		}
+	}
+	s.Seqs = make([]SeqStats, len(jobs))
+	workers := th.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = max(1, min(workers, len(jobs)))
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	const chunk = 256
+	var next int64
+	var mu sync.Mutex
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var c comparer
+			for {
+				if ctx.Err() != nil {
+					errs[w] = ctx.Err()
+					return
+				}
+				mu.Lock()
+				lo := int(next)
+				next += chunk
+				mu.Unlock()
+				if lo >= len(jobs) {
+					return
+				}
+				for k := lo; k < min(lo+chunk, len(jobs)); k++ {
+					if err := c.seq(s, &a.Seqs[jobs[k].ia], &b.Seqs[jobs[k].ib], &s.Seqs[k]); err != nil {
+						errs[w] = err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	// Overall: the sequences' sums in id order (jobs are in id order), then the histogram.
+	o := &s.Overall
+	o.ISMin, o.ISMax = math.Inf(1), math.Inf(-1)
+	for k := range s.Seqs {
+		q := &s.Seqs[k]
+		o.merge(&q.Stats)
+		if q.Differs() {
+			s.SeqsDiffer++
+		}
+	}
+	s.SeqsDiffer += int64(len(s.OnlyA) + len(s.OnlyB))
+	o.finish()
+	for k := range jobs {
+		s.histSeq(&a.Seqs[jobs[k].ia], &b.Seqs[jobs[k].ib])
+	}
+	slices.SortStableFunc(s.Seqs, func(x, y SeqStats) int { return Worse(&x, &y) })
+	for k := range min(th.Detail, len(s.Seqs)) {
+		q := &s.Seqs[k]
+		if !q.Differs() {
+			break
+		}
+		s.detail(q)
+	}
+	return s, nil
+}
+
+// comparer holds one worker's scratch space.
+type comparer struct {
+	absBuf []float32
+	posBuf []int32
+	topA   []int
+	topB   []int
+}
+
+// offset is what moves side t's positions of sequence q onto the summary's numbering.
+func (s *Summary) offset(t *Table, q *Seq) (int64, error) {
+	if t.Positions == s.Positions {
+		return 0, nil
+	}
+	if q.Prompt < 0 {
+		return 0, fmt.Errorf("logprobs: %s: sequence %d: its prompt length is unknown, so its absolute positions cannot be compared with the other side's generated ones (compare with --positions absolute)", t.Path, q.ID)
+	}
+	return q.Prompt, nil
+}
+
+// walk calls fn for each position of the sequence on both sides, in order: ia or ib is −1 where a side lacks it.
+func (s *Summary) walk(qa, qb *Seq, fn func(pos int64, ia, ib int)) error {
+	oa, err := s.offset(s.A, qa)
+	if err != nil {
+		return err
+	}
+	ob, err := s.offset(s.B, qb)
+	if err != nil {
+		return err
+	}
+	i, j := qa.Off, qb.Off
+	ea, eb := qa.Off+qa.N, qb.Off+qb.N
+	for i < ea || j < eb {
+		var pa, pb int64 = math.MaxInt64, math.MaxInt64
+		if i < ea {
+			pa = int64(s.A.Pos[i]) - oa
+		}
+		if j < eb {
+			pb = int64(s.B.Pos[j]) - ob
+		}
+		switch {
+		case pa < pb:
+			fn(pa, i, -1)
+			i++
+		case pb < pa:
+			fn(pb, -1, j)
+			j++
+		default:
+			fn(pa, i, j)
+			i, j = i+1, j+1
+		}
+	}
+	return nil
+}
+
+var f32 = fp.FormatOf(fp.F32)
+
+// seq fills out with one sequence's metrics.
+func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
+	a, b := s.A, s.B
+	st := &out.Stats
+	*out = SeqStats{Seq: qa.ID, FirstDiff: -1, MaxAbsPos: -1, PosLo: math.MaxInt64, PosHi: math.MinInt64}
+	st.ISMin, st.ISMax = math.Inf(1), math.Inf(-1)
+	lo, hi := math.Log(s.Thresholds.ISLow), math.Log(s.Thresholds.ISHigh)
+	dist := a.Logits != nil && b.Logits != nil && a.Vocab == b.Vocab && a.Vocab > 0
+	c.absBuf, c.posBuf = c.absBuf[:0], c.posBuf[:0]
+	err := s.walk(qa, qb, func(pos int64, ia, ib int) {
+		diff := func() {
+			if out.FirstDiff < 0 {
+				out.FirstDiff = pos
+			}
+		}
+		switch {
+		case ia < 0:
+			st.OnlyB++
+			diff()
+			return
+		case ib < 0:
+			st.OnlyA++
+			diff()
+			return
+		}
+		ta, tb := a.Token[ia], b.Token[ib]
+		if ta != NoToken && tb != NoToken && ta != tb {
+			st.TokenDiffers++
+			diff()
+			return
+		}
+		out.PosLo, out.PosHi = min(out.PosLo, pos), max(out.PosHi, pos+1)
+		st.Tokens++
+		if a.Sample != nil && b.Sample != nil {
+			if sa, sb := a.Sample[ia], b.Sample[ib]; sa != NoToken && sb != NoToken && sa != sb {
+				st.SampleDiffers++
+				diff()
+			}
+		}
+		xa, xb := a.Logprob[ia], b.Logprob[ib]
+		ba, bb := math.Float32bits(xa), math.Float32bits(xb)
+		absd := float32(0)
+		if ba == bb && (math.IsNaN(float64(xa)) || math.IsInf(float64(xa), 0)) {
+			st.Equal++ // the same NaN or ±Inf: equal, but outside the Δ metrics
+		} else if ba == bb {
+			st.Equal++
+			st.Finite++
+			st.SumA += float64(xa)
+			st.SumB += float64(xb)
+			st.sumIS++
+			st.sumR2++
+			st.sumMult++
+			st.ISMin, st.ISMax = min(st.ISMin, 1), max(st.ISMax, 1)
+		} else {
+			diff()
+			if u := f32.ULP(uint64(ba), uint64(bb)); u > st.MaxULP && u != fp.ULPNaNNumber {
+				st.MaxULP = u
+			}
+			d := float64(xa) - float64(xb)
+			if math.IsNaN(d) || math.IsInf(d, 0) {
+				st.NonFinite++
+				absd = float32(math.NaN())
+			} else {
+				st.Finite++
+				ad := math.Abs(d)
+				absd = float32(ad)
+				if ad > st.MaxAbs {
+					st.MaxAbs, out.MaxAbsPos = ad, pos
+				}
+				r := math.Exp(d)
+				st.SumA += float64(xa)
+				st.SumB += float64(xb)
+				st.sumAbs += ad
+				st.sumDiff += d
+				st.sumK1 -= d
+				st.sumK2 += d * d / 2
+				st.sumK3 += r - 1 - d
+				st.sumIS += r
+				st.sumR2 += r * r
+				if d >= 0 {
+					st.sumMult += r
+				} else {
+					st.sumMult += 1 / r
+				}
+				st.sumPD += math.Exp(float64(xb)) * math.Abs(r-1)
+				st.ISMin, st.ISMax = min(st.ISMin, r), max(st.ISMax, r)
+				if d < lo || d > hi {
+					st.ISOutside++
+				}
+			}
+		}
+		if dist {
+			c.dist(s, st, ia, ib)
+		}
+		c.absBuf = append(c.absBuf, absd)
+		c.posBuf = append(c.posBuf, int32(pos))
+	})
+	if err != nil {
+		return err
+	}
+	if st.Tokens == 0 {
+		out.PosLo, out.PosHi = 0, 0
+	}
+	out.LogRatioSum = st.sumDiff
+	out.SeqIS = math.Exp(st.sumDiff)
+	st.finish()
+	out.Profile = profile(c.posBuf, c.absBuf, out.PosLo, out.PosHi)
+	return nil
+}
+
+// profile is the largest |Δ| per position bucket (NaN wins: a non-finite difference).
+func profile(pos []int32, abs []float32, lo, hi int64) []float32 {
+	n := hi - lo
+	if n <= 0 {
+		return nil
+	}
+	bins := int(min(n, ProfileBins))
+	p := make([]float32, bins)
+	for i, x := range abs {
+		k := int((int64(pos[i]) - lo) * int64(bins) / n)
+		if x != x || p[k] != p[k] {
+			p[k] = float32(math.NaN())
+		} else if x > p[k] {
+			p[k] = x
+		}
+	}
+	return p
+}
+
+// dist adds the full-vocabulary measures of one token (log-softmax in float64, docs/rl-metrics.md).
+func (c *comparer) dist(s *Summary, st *Stats, ia, ib int) {
+	v := s.A.Vocab
+	la, lb := s.A.Logits[ia*v:(ia+1)*v], s.B.Logits[ib*v:(ib+1)*v]
+	lseA, okA := logSumExp(la)
+	lseB, okB := logSumExp(lb)
+	if !okA || !okB {
+		return
+	}
+	st.Dist++
+	if s.A.Greedy[ia] != s.B.Greedy[ib] {
+		st.GreedyDiffer++
+	}
+	var kl, tv float64
+	for k := range v {
+		lpa, lpb := float64(la[k])-lseA, float64(lb[k])-lseB
+		pa, pb := math.Exp(lpa), math.Exp(lpb)
+		if pb > 0 {
+			kl += pb * (lpb - lpa)
+		}
+		tv += math.Abs(pa - pb)
+	}
+	st.sumKL += kl
+	st.sumTV += tv / 2
+	k := min(s.Thresholds.TopK, v)
+	c.topA = topK(c.topA[:0], la, k)
+	c.topB = topK(c.topB[:0], lb, k)
+	inter := 0
+	for _, x := range c.topA {
+		if slices.Contains(c.topB, x) {
+			inter++
+		}
+	}
+	st.sumTopK += float64(inter) / float64(k)
+}
+
+// logSumExp of a logits row in float64; false when a value is NaN or +Inf, or every value −Inf.
+func logSumExp(x []float32) (float64, bool) {
+	m := math.Inf(-1)
+	for _, v := range x {
+		if v != v || math.IsInf(float64(v), 1) {
+			return 0, false
+		}
+		m = max(m, float64(v))
+	}
+	if math.IsInf(m, -1) {
+		return 0, false
+	}
+	var sum float64
+	for _, v := range x {
+		sum += math.Exp(float64(v) - m)
+	}
+	return m + math.Log(sum), true
+}
+
+// topK appends the indexes of the k largest values (ties: the lower index first).
+func topK(dst []int, x []float32, k int) []int {
+	for i, v := range x {
+		if len(dst) < k {
+			dst = append(dst, i)
+		} else if v <= x[dst[k-1]] {
+			continue
+		} else {
+			dst[k-1] = i
+		}
+		for j := len(dst) - 1; j > 0 && x[dst[j]] > x[dst[j-1]]; j-- {
+			dst[j], dst[j-1] = dst[j-1], dst[j]
+		}
+	}
+	return dst
+}
+
+// Greedy is the argmax of each row of logits (V per row; the first of equal maxima; NaN rows give NoToken).
+func Greedy(logits []float32, v int) []int32 {
+	n := len(logits) / v
+	out := make([]int32, n)
+	for r := range n {
+		row := logits[r*v : (r+1)*v]
+		best := NoToken
+		for k, x := range row {
+			if x != x {
+				best = NoToken
+				break
+			}
+			if best == NoToken || x > row[best] {
+				best = int32(k)
+			}
+		}
+		out[r] = best
+	}
+	return out
+}
+
+// merge adds a sequence's counts and sums (in the caller's order).
+func (o *Stats) merge(q *Stats) {
+	o.Tokens += q.Tokens
+	o.Equal += q.Equal
+	o.Finite += q.Finite
+	o.NonFinite += q.NonFinite
+	o.TokenDiffers += q.TokenDiffers
+	o.SampleDiffers += q.SampleDiffers
+	o.OnlyA += q.OnlyA
+	o.OnlyB += q.OnlyB
+	o.MaxULP = max(o.MaxULP, q.MaxULP)
+	o.MaxAbs = max(o.MaxAbs, q.MaxAbs)
+	if q.Finite > 0 {
+		o.ISMin, o.ISMax = min(o.ISMin, q.ISMin), max(o.ISMax, q.ISMax)
+	}
+	o.ISOutside += q.ISOutside
+	o.SumA += q.SumA
+	o.SumB += q.SumB
+	o.Dist += q.Dist
+	o.GreedyDiffer += q.GreedyDiffer
+	o.sumAbs += q.sumAbs
+	o.sumDiff += q.sumDiff
+	o.sumK1 += q.sumK1
+	o.sumK2 += q.sumK2
+	o.sumK3 += q.sumK3
+	o.sumIS += q.sumIS
+	o.sumR2 += q.sumR2
+	o.sumMult += q.sumMult
+	o.sumPD += q.sumPD
+	o.sumKL += q.sumKL
+	o.sumTV += q.sumTV
+	o.sumTopK += q.sumTopK
+}
+
+// finish turns sums into means.
+func (o *Stats) finish() {
+	if o.Finite == 0 {
+		o.ISMin, o.ISMax = 0, 0
+	} else {
+		n := float64(o.Finite)
+		o.MeanAbs, o.MeanDiff = o.sumAbs/n, o.sumDiff/n
+		o.K1, o.K2, o.K3 = o.sumK1/n, o.sumK2/n, o.sumK3/n
+		o.ISMean, o.Chi2 = o.sumIS/n, o.sumR2/n-1
+		o.MultProbErr, o.ProbDiff = o.sumMult/n, o.sumPD/n
+		o.PPLA, o.PPLB = math.Exp(-o.SumA/n), math.Exp(-o.SumB/n)
+		o.PPLRatio = math.Exp((o.SumB - o.SumA) / n)
+	}
+	o.LogRatioSum = o.sumDiff
+	if o.Dist > 0 {
+		n := float64(o.Dist)
+		o.KL, o.TV, o.TopKOverlap = o.sumKL/n, o.sumTV/n, o.sumTopK/n
+	}
+}
+
+// histSeq adds one sequence's finite Δ to the histogram.
+func (s *Summary) histSeq(qa, qb *Seq) {
+	_ = s.walk(qa, qb, func(_ int64, ia, ib int) {
+		if ia < 0 || ib < 0 {
+			return
+		}
+		if ta, tb := s.A.Token[ia], s.B.Token[ib]; ta != NoToken && tb != NoToken && ta != tb {
+			return
+		}
+		d := float64(s.A.Logprob[ia]) - float64(s.B.Logprob[ib])
+		switch {
+		case d == 0 || s.A.Logprob[ia] == s.B.Logprob[ib]:
+			s.Hist.Zero++
+		case math.IsNaN(d) || math.IsInf(d, 0):
+		case d < 0:
+			s.Hist.Neg[decade(-d)]++
+		default:
+			s.Hist.Pos[decade(d)]++
+		}
+	})
+}
+
+// decade is |Δ|'s DeltaHist bin.
+func decade(x float64) int {
+	k := int(math.Floor(math.Log10(x))) - DeltaHistLo
+	return max(0, min(DeltaBins-1, k))
+}
+
+// detail keeps |Δ| at every compared position of one of the worst sequences.
+func (s *Summary) detail(q *SeqStats) {
+	qa, qb := &s.A.Seqs[s.A.Find(q.Seq)], &s.B.Seqs[s.B.Find(q.Seq)]
+	_ = s.walk(qa, qb, func(pos int64, ia, ib int) {
+		if ia < 0 || ib < 0 {
+			return
+		}
+		if ta, tb := s.A.Token[ia], s.B.Token[ib]; ta != NoToken && tb != NoToken && ta != tb {
+			return
+		}
+		d := math.Abs(float64(s.A.Logprob[ia]) - float64(s.B.Logprob[ib]))
+		if s.A.Logprob[ia] == s.B.Logprob[ib] {
+			d = 0
+		}
+		q.DetailPos = append(q.DetailPos, int32(pos))
+		q.DetailAbs = append(q.DetailAbs, float32(d))
+	})
+}
+
+// Find returns the index in Seqs of sequence id, or −1 (a linear search: Seqs are sorted worst first).
+func (s *Summary) Find(id int64) int {
+	for i := range s.Seqs {
+		if s.Seqs[i].Seq == id {
+			return i
+		}
+	}
+	return -1
+}
