@@ -45,7 +45,7 @@ Exit status: 0 when the captures are bitwise identical (or within --max-ulp/--ma
 			if err != nil {
 				return err
 			}
-			rlo, err := rl.options("diff")
+			rlo, err := rl.options(cmd)
 			if err != nil {
 				return err
 			}

@@ -80,7 +80,7 @@ The captures are opened, checked and diffed before the debugger starts: bad inpu
 		Example: `  bitalign open run/trainer run/sampler --checkpoint run/checkpoint`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rlo, err := rl.options("open")
+			rlo, err := rl.options(cmd)
 			if err != nil {
 				return err
 			}

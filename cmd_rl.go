@@ -38,7 +38,8 @@ func (f *rlFlags) add(cmd *cobra.Command, report bool) {
 	}
 }
 
-func (f *rlFlags) options(command string) (session.RLOptions, error) {
+func (f *rlFlags) options(cmd *cobra.Command) (session.RLOptions, error) {
+	command := cmd.Name()
 	pos, err := logprobs.ParseNumbering(f.positions)
 	if err != nil {
 		return session.RLOptions{}, usageErr("%s: --positions %q: want absolute or generated", command, f.positions)
@@ -54,5 +55,6 @@ func (f *rlFlags) options(command string) (session.RLOptions, error) {
 	}
 	th := logprobs.DefaultThresholds
 	th.ISLow, th.ISHigh, th.TopK = f.isLow, f.isHigh, f.topK
-	return session.RLOptions{Columns: f.cols, Positions: pos, Thresholds: th, Sequences: f.sequences}, nil
+	return session.RLOptions{Columns: f.cols, Positions: pos, PositionsSet: cmd.Flags().Changed("positions"), Thresholds: th,
+		Sequences: f.sequences}, nil
 }

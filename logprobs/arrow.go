@@ -29,8 +29,16 @@ var DefaultColumns = Columns{Seq: "seq", Pos: "pos", Token: "token", Logprob: "l
 // Options say how to read a table.
 type Options struct {
 	Columns   Columns   // zero fields take DefaultColumns' names
-	Positions Numbering // what the table's positions count
+	Positions Numbering // what the table's positions count, unless the file says (KeyPositions)
+	// PositionsSet: Positions was asked for explicitly (--positions), so it overrides the file's metadata.
+	PositionsSet bool
 }
+
+// Schema metadata a logprob table may carry (bitalign_capture.write_logprobs writes both).
+const (
+	KeySide      = "bitalign.logprobs.side"      // "trainer", "sampler", ...
+	KeyPositions = "bitalign.logprobs.positions" // "absolute" or "generated"
+)
 
 func (o Options) columns() Columns {
 	c, d := o.Columns, DefaultColumns
@@ -80,6 +88,7 @@ type layout struct {
 	tokens, lps, start  int // per sequence (tokens, start may be −1)
 	names               Columns
 	path, format        string
+	side, positions     string // the schema metadata's KeySide and KeyPositions
 }
 
 func resolve(path, format string, s *arrow.Schema, c Columns) (layout, error) {
@@ -91,6 +100,16 @@ func resolve(path, format string, s *arrow.Schema, c Columns) (layout, error) {
 	}
 	l := layout{names: c, path: path, format: format, seq: idx(c.Seq), pos: idx(c.Pos), token: idx(c.Token),
 		lp: idx(c.Logprob), tokens: idx(c.Tokens), lps: idx(c.Logprobs), start: idx(c.Start)}
+	md := s.Metadata()
+	if i := md.FindKey(KeySide); i >= 0 {
+		l.side = md.Values()[i]
+	}
+	if i := md.FindKey(KeyPositions); i >= 0 {
+		l.positions = md.Values()[i]
+		if _, err := ParseNumbering(l.positions); err != nil {
+			return l, fmt.Errorf("logprobs: %s: metadata %s = %q: want absolute or generated", path, KeyPositions, l.positions)
+		}
+	}
 	var have []string
 	for _, f := range s.Fields() {
 		have = append(have, f.Name+" "+f.Type.String())
@@ -328,6 +347,18 @@ func (l *layout) add(b *Builder, rec arrow.RecordBatch) error {
 	return nil
 }
 
+// builder starts the table with the numbering and side the file's metadata gives (unless asked otherwise).
+func (l *layout) builder(format string, o Options) *Builder {
+	pos := o.Positions
+	if l.positions != "" && !o.PositionsSet {
+		pos, _ = ParseNumbering(l.positions)
+	}
+	b := NewBuilder(l.path, format, layoutName(l.perSeq), pos)
+	b.t.Side = l.side
+	b.t.Declared = l.positions != "" && !o.PositionsSet
+	return b
+}
+
 func layoutName(perSeq bool) string {
 	if perSeq {
 		return "per-sequence"
@@ -359,7 +390,7 @@ func readParquet(ctx context.Context, path string, o Options) (*Table, error) {
 			cols = append(cols, pqColumns(fr, s, c)...)
 		}
 	}
-	b := NewBuilder(path, "parquet", layoutName(l.perSeq), o.Positions)
+	b := l.builder("parquet", o)
 	if rows := pf.NumRows(); !l.perSeq {
 		if err := b.Grow(int(min(rows, MaxTokens))); err != nil {
 			return nil, err
@@ -435,7 +466,7 @@ func readArrowFile(ctx context.Context, path string, o Options) (*Table, error) 
 	if err != nil {
 		return nil, err
 	}
-	b := NewBuilder(path, "arrow", layoutName(l.perSeq), o.Positions)
+	b := l.builder("arrow", o)
 	for i := 0; i < r.NumRecords(); i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -466,7 +497,7 @@ func readArrowStream(ctx context.Context, path string, o Options) (*Table, error
 	if err != nil {
 		return nil, err
 	}
-	b := NewBuilder(path, "arrow-stream", layoutName(l.perSeq), o.Positions)
+	b := l.builder("arrow-stream", o)
 	for r.Next() {
 		if err := ctx.Err(); err != nil {
 			return nil, err

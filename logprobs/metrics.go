@@ -271,7 +271,7 @@ func (s *Summary) offset(t *Table, q *Seq) (int64, error) {
 		return 0, nil
 	}
 	if q.Prompt < 0 {
-		return 0, fmt.Errorf("logprobs: %s: sequence %d: its prompt length is unknown, so its absolute positions cannot be compared with the other side's generated ones (compare with --positions absolute)", t.Path, q.ID)
+		return 0, fmt.Errorf("logprobs: %s: sequence %d: its positions are absolute and its prompt length unknown, but the other side's positions count generated tokens: pass --positions generated or absolute to number both alike", t.Path, q.ID)
 	}
 	return q.Prompt, nil
 }

@@ -59,7 +59,9 @@ type Table struct {
 	Side      string // what the source says ("trainer", "sampler"), "" when it says nothing
 	Layout    string // "per-token" or "per-sequence" (files); "capture"
 	Positions Numbering
-	Seqs      []Seq // sorted by ID, ids distinct
+	// Declared: the file's metadata gave Positions (bitalign.logprobs.positions), not a default.
+	Declared bool
+	Seqs     []Seq // sorted by ID, ids distinct
 
 	Pos     []int32   // per token: its position
 	Token   []int32   // per token: the scored token id (NoToken when unknown)

@@ -48,6 +48,9 @@ type CaptureInfo struct {
 	Seed          uint64 `json:"seed"`
 	Step          int64  `json:"step"`
 	Producer      string `json:"producer"`
+	// Table describes a logprob table's side ("parquet logprob table, per-sequence, 6 sequences, 114
+	// tokens"); "" for a capture.
+	Table string `json:"table,omitempty"`
 }
 
 func captureInfo(c *capture.Capture) CaptureInfo {

@@ -21,9 +21,11 @@ import (
 // RLOptions say how logprob tables are read and compared (bitalign diff's --seq-col ... --positions,
 // --is-low/--is-high, --sequences).
 type RLOptions struct {
-	Columns    logprobs.Columns
-	Positions  logprobs.Numbering
-	Thresholds logprobs.Thresholds // zero fields: logprobs.DefaultThresholds
+	Columns   logprobs.Columns
+	Positions logprobs.Numbering
+	// PositionsSet: --positions was given, so it overrides what a table's metadata says.
+	PositionsSet bool
+	Thresholds   logprobs.Thresholds // zero fields: logprobs.DefaultThresholds
 	// Sequences is how many of the worst sequences the reports list in full (0: DefaultSequences); the
 	// first divergent op is found for those.
 	Sequences int
@@ -511,7 +513,8 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 	side := func(path string, k logprobs.Kind, other string) (*logprobs.Table, CaptureInfo, error) {
 		if k.IsTable() {
 			progress(view.Progress{Stage: "reading " + path})
-			t, err := logprobs.Read(ctx, path, logprobs.Options{Columns: in.RL.Columns, Positions: in.RL.Positions})
+			t, err := logprobs.Read(ctx, path, logprobs.Options{Columns: in.RL.Columns, Positions: in.RL.Positions,
+				PositionsSet: in.RL.PositionsSet})
 			if err != nil {
 				return nil, CaptureInfo{}, err
 			}
@@ -519,7 +522,8 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 			if st, err := os.Stat(path); err == nil {
 				size = st.Size()
 			}
-			return t, CaptureInfo{Path: path, Side: t.Side, Producer: t.Format + " logprob table, " + t.Layout, Bytes: size}, nil
+			desc := fmt.Sprintf("%s logprob table, %s, %s, %s", t.Format, t.Layout, plural(len(t.Seqs), "sequence"), plural(t.Tokens(), "token"))
+			return t, CaptureInfo{Path: path, Side: t.Side, Producer: "logprob table", Table: desc, Bytes: size}, nil
 		}
 		c, err := openCapture(path)
 		if err != nil {
@@ -544,6 +548,14 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 	tb, ib, err := side(in.B, kb, in.A)
 	if err != nil {
 		return nil, err
+	}
+	// A file that does not say what its positions count takes the other file's declared numbering.
+	if ka.IsTable() && kb.IsTable() && ta.Declared != tb.Declared {
+		if ta.Declared {
+			tb.Positions = ta.Positions
+		} else {
+			ta.Positions = tb.Positions
+		}
 	}
 	progress(view.Progress{Stage: "comparing the logprobs"})
 	rr, err := compareTables(ctx, ta, tb, 0, in.RL)

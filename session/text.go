@@ -333,6 +333,9 @@ func pct(n, d int64) string {
 // sideLine describes one capture; fields its metadata does not have (batch size 0, no kernel profile, no
 // architecture) are left out.
 func sideLine(name string, c CaptureInfo) string {
+	if c.Table != "" {
+		return strings.TrimRight(fmt.Sprintf("%s: %s %s — %s, %s", name, c.Side, c.Path, c.Table, byteSize(c.Bytes)), " ")
+	}
 	s := fmt.Sprintf("%s: %s %s — %d tensors, %s", name, c.Side, c.Path, c.Tensors, byteSize(c.Bytes))
 	s += fmt.Sprintf(", tp %d pp %d dp %d", max(c.TP, 1), max(c.PP, 1), max(c.DP, 1))
 	if c.BatchSize > 0 {
