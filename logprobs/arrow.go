@@ -306,8 +306,6 @@ func (l *layout) add(b *Builder, rec arrow.RecordBatch) error {
 			return err
 		}
 	}
-	var lpBuf []float32
-	var tokBuf []int32
 	for i := range n {
 		lo, hi := lpOff(i)
 		var toks []int32
@@ -317,28 +315,26 @@ func (l *layout) add(b *Builder, rec arrow.RecordBatch) error {
 				return fmt.Errorf("logprobs: %s: sequence %d: %d tokens but %d logprobs", l.path, seq(i), thi-tlo, hi-lo)
 			}
 			if tok32 != nil {
-				toks = tok32[tlo:thi]
+				toks = tok32[tlo:thi:thi] // zero-copy: the decoded column's memory
 			} else {
-				tokBuf = tokBuf[:0]
+				toks = make([]int32, 0, thi-tlo)
 				for j := tlo; j < thi; j++ {
 					v := tokAt(int(j))
 					if v < 0 || v > 1<<31-1 {
 						return fmt.Errorf("logprobs: %s: sequence %d: token id %d out of range", l.path, seq(i), v)
 					}
-					tokBuf = append(tokBuf, int32(v))
+					toks = append(toks, int32(v))
 				}
-				toks = tokBuf
 			}
 		}
 		var lps []float32
 		if lp32 != nil {
-			lps = lp32[lo:hi]
+			lps = lp32[lo:hi:hi]
 		} else {
-			lpBuf = lpBuf[:0]
+			lps = make([]float32, 0, hi-lo)
 			for j := lo; j < hi; j++ {
-				lpBuf = append(lpBuf, lpAt(int(j)))
+				lps = append(lps, lpAt(int(j)))
 			}
-			lps = lpBuf
 		}
 		if err := b.AddSeq(seq(i), start(i), toks, lps); err != nil {
 			return err
@@ -391,8 +387,8 @@ func readParquet(ctx context.Context, path string, o Options) (*Table, error) {
 		}
 	}
 	b := l.builder("parquet", o)
-	if rows := pf.NumRows(); !l.perSeq {
-		if err := b.Grow(int(min(rows, MaxTokens))); err != nil {
+	if !l.perSeq {
+		if err := b.Grow(int(min(pf.NumRows(), MaxTokens))); err != nil {
 			return nil, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 
 	"bitalign/internal/fp"
@@ -195,6 +196,7 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 	}
 	workers = max(1, min(workers, len(jobs)))
 	errs := make([]error, workers)
+	hists := make([]DeltaHist, workers)
 	var wg sync.WaitGroup
 	const chunk = 256
 	var next int64
@@ -203,7 +205,7 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var c comparer
+			c := comparer{hist: &hists[w]}
 			for {
 				if ctx.Err() != nil {
 					errs[w] = ctx.Err()
@@ -231,6 +233,13 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 			return nil, err
 		}
 	}
+	for _, h := range hists {
+		s.Hist.Zero += h.Zero
+		for j := range DeltaBins {
+			s.Hist.Neg[j] += h.Neg[j]
+			s.Hist.Pos[j] += h.Pos[j]
+		}
+	}
 	// Overall: the sequences' sums in id order (jobs are in id order), then the histogram.
 	o := &s.Overall
 	o.ISMin, o.ISMax = math.Inf(1), math.Inf(-1)
@@ -243,10 +252,16 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 	}
 	s.SeqsDiffer += int64(len(s.OnlyA) + len(s.OnlyB))
 	o.finish()
-	for k := range jobs {
-		s.histSeq(&a.Seqs[jobs[k].ia], &b.Seqs[jobs[k].ib])
+	perm := make([]int32, len(s.Seqs))
+	for k := range perm {
+		perm[k] = int32(k)
 	}
-	slices.SortStableFunc(s.Seqs, func(x, y SeqStats) int { return Worse(&x, &y) })
+	slices.SortStableFunc(perm, func(x, y int32) int { return Worse(&s.Seqs[x], &s.Seqs[y]) })
+	sorted := make([]SeqStats, len(s.Seqs))
+	for k, p := range perm {
+		sorted[k] = s.Seqs[p]
+	}
+	s.Seqs = sorted
 	for k := range min(th.Detail, len(s.Seqs)) {
 		q := &s.Seqs[k]
 		if !q.Differs() {
@@ -259,6 +274,7 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 
 // comparer holds one worker's scratch space.
 type comparer struct {
+	hist   *DeltaHist // this worker's share of Summary.Hist
 	absBuf []float32
 	posBuf []int32
 	topA   []int
@@ -276,7 +292,8 @@ func (s *Summary) offset(t *Table, q *Seq) (int64, error) {
 	return q.Prompt, nil
 }
 
-// walk calls fn for each position of the sequence on both sides, in order: ia or ib is −1 where a side lacks it.
+// walk calls fn for each position of the sequence on both sides, in order: ia or ib (token indexes into
+// qa, qb) is −1 where a side lacks the position.
 func (s *Summary) walk(qa, qb *Seq, fn func(pos int64, ia, ib int)) error {
 	oa, err := s.offset(s.A, qa)
 	if err != nil {
@@ -286,15 +303,29 @@ func (s *Summary) walk(qa, qb *Seq, fn func(pos int64, ia, ib int)) error {
 	if err != nil {
 		return err
 	}
-	i, j := qa.Off, qb.Off
-	ea, eb := qa.Off+qa.N, qb.Off+qb.N
-	for i < ea || j < eb {
-		var pa, pb int64 = math.MaxInt64, math.MaxInt64
-		if i < ea {
-			pa = int64(s.A.Pos[i]) - oa
+	na, nb := qa.Len(), qb.Len()
+	if qa.Pos == nil && qb.Pos == nil && int64(qa.Start)-oa == int64(qb.Start)-ob {
+		// the common case: both contiguous from the same position
+		p0 := int64(qa.Start) - oa
+		for i := range min(na, nb) {
+			fn(p0+int64(i), i, i)
 		}
-		if j < eb {
-			pb = int64(s.B.Pos[j]) - ob
+		for i := nb; i < na; i++ {
+			fn(p0+int64(i), i, -1)
+		}
+		for i := na; i < nb; i++ {
+			fn(p0+int64(i), -1, i)
+		}
+		return nil
+	}
+	i, j := 0, 0
+	for i < na || j < nb {
+		var pa, pb int64 = math.MaxInt64, math.MaxInt64
+		if i < na {
+			pa = qa.PosAt(i) - oa
+		}
+		if j < nb {
+			pb = qb.PosAt(j) - ob
 		}
 		switch {
 		case pa < pb:
@@ -320,7 +351,7 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 	*out = SeqStats{Seq: qa.ID, FirstDiff: -1, MaxAbsPos: -1, PosLo: math.MaxInt64, PosHi: math.MinInt64}
 	st.ISMin, st.ISMax = math.Inf(1), math.Inf(-1)
 	lo, hi := math.Log(s.Thresholds.ISLow), math.Log(s.Thresholds.ISHigh)
-	dist := a.Logits != nil && b.Logits != nil && a.Vocab == b.Vocab && a.Vocab > 0
+	dist := qa.Logits != nil && qb.Logits != nil && a.Vocab == b.Vocab && a.Vocab > 0
 	c.absBuf, c.posBuf = c.absBuf[:0], c.posBuf[:0]
 	err := s.walk(qa, qb, func(pos int64, ia, ib int) {
 		diff := func() {
@@ -338,7 +369,7 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 			diff()
 			return
 		}
-		ta, tb := a.Token[ia], b.Token[ib]
+		ta, tb := qa.TokenAt(ia), qb.TokenAt(ib)
 		if ta != NoToken && tb != NoToken && ta != tb {
 			st.TokenDiffers++
 			diff()
@@ -346,18 +377,19 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 		}
 		out.PosLo, out.PosHi = min(out.PosLo, pos), max(out.PosHi, pos+1)
 		st.Tokens++
-		if a.Sample != nil && b.Sample != nil {
-			if sa, sb := a.Sample[ia], b.Sample[ib]; sa != NoToken && sb != NoToken && sa != sb {
+		if qa.Sample != nil && qb.Sample != nil {
+			if sa, sb := qa.Sample[ia], qb.Sample[ib]; sa != NoToken && sb != NoToken && sa != sb {
 				st.SampleDiffers++
 				diff()
 			}
 		}
-		xa, xb := a.Logprob[ia], b.Logprob[ib]
+		xa, xb := qa.Logprob[ia], qb.Logprob[ib]
 		ba, bb := math.Float32bits(xa), math.Float32bits(xb)
 		absd := float32(0)
 		if ba == bb && (math.IsNaN(float64(xa)) || math.IsInf(float64(xa), 0)) {
 			st.Equal++ // the same NaN or ±Inf: equal, but outside the Δ metrics
 		} else if ba == bb {
+			c.hist.Zero++
 			st.Equal++
 			st.Finite++
 			st.SumA += float64(xa)
@@ -378,6 +410,14 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 			} else {
 				st.Finite++
 				ad := math.Abs(d)
+				switch {
+				case d == 0: // +0 against −0
+					c.hist.Zero++
+				case d < 0:
+					c.hist.Neg[decade(ad)]++
+				default:
+					c.hist.Pos[decade(ad)]++
+				}
 				absd = float32(ad)
 				if ad > st.MaxAbs {
 					st.MaxAbs, out.MaxAbsPos = ad, pos
@@ -405,7 +445,7 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 			}
 		}
 		if dist {
-			c.dist(s, st, ia, ib)
+			c.dist(s, st, qa, qb, ia, ib)
 		}
 		c.absBuf = append(c.absBuf, absd)
 		c.posBuf = append(c.posBuf, int32(pos))
@@ -443,16 +483,16 @@ func profile(pos []int32, abs []float32, lo, hi int64) []float32 {
 }
 
 // dist adds the full-vocabulary measures of one token (log-softmax in float64, docs/rl-metrics.md).
-func (c *comparer) dist(s *Summary, st *Stats, ia, ib int) {
+func (c *comparer) dist(s *Summary, st *Stats, qa, qb *Seq, ia, ib int) {
 	v := s.A.Vocab
-	la, lb := s.A.Logits[ia*v:(ia+1)*v], s.B.Logits[ib*v:(ib+1)*v]
+	la, lb := qa.Logits[ia*v:(ia+1)*v], qb.Logits[ib*v:(ib+1)*v]
 	lseA, okA := logSumExp(la)
 	lseB, okB := logSumExp(lb)
 	if !okA || !okB {
 		return
 	}
 	st.Dist++
-	if s.A.Greedy[ia] != s.B.Greedy[ib] {
+	if qa.Greedy[ia] != qb.Greedy[ib] {
 		st.GreedyDiffer++
 	}
 	var kl, tv float64
@@ -589,32 +629,21 @@ func (o *Stats) finish() {
 	}
 }
 
-// histSeq adds one sequence's finite Δ to the histogram.
-func (s *Summary) histSeq(qa, qb *Seq) {
-	_ = s.walk(qa, qb, func(_ int64, ia, ib int) {
-		if ia < 0 || ib < 0 {
-			return
-		}
-		if ta, tb := s.A.Token[ia], s.B.Token[ib]; ta != NoToken && tb != NoToken && ta != tb {
-			return
-		}
-		d := float64(s.A.Logprob[ia]) - float64(s.B.Logprob[ib])
-		switch {
-		case d == 0 || s.A.Logprob[ia] == s.B.Logprob[ib]:
-			s.Hist.Zero++
-		case math.IsNaN(d) || math.IsInf(d, 0):
-		case d < 0:
-			s.Hist.Neg[decade(-d)]++
-		default:
-			s.Hist.Pos[decade(d)]++
-		}
-	})
-}
+// decades[j] is 10^(j+1+DeltaHistLo), bin j's upper bound.
+var decades = func() (d [DeltaBins - 1]float64) {
+	for j := range d {
+		d[j], _ = strconv.ParseFloat("1e"+strconv.Itoa(j+1+DeltaHistLo), 64)
+	}
+	return d
+}()
 
-// decade is |Δ|'s DeltaHist bin.
+// decade is |Δ|'s DeltaHist bin: the number of bounds 10^k it reaches (bounds parsed exactly, no log).
 func decade(x float64) int {
-	k := int(math.Floor(math.Log10(x))) - DeltaHistLo
-	return max(0, min(DeltaBins-1, k))
+	j, _ := slices.BinarySearch(decades[:], x)
+	if j < len(decades) && decades[j] == x {
+		j++
+	}
+	return j
 }
 
 // detail keeps |Δ| at every compared position of one of the worst sequences.
@@ -624,11 +653,11 @@ func (s *Summary) detail(q *SeqStats) {
 		if ia < 0 || ib < 0 {
 			return
 		}
-		if ta, tb := s.A.Token[ia], s.B.Token[ib]; ta != NoToken && tb != NoToken && ta != tb {
+		if ta, tb := qa.TokenAt(ia), qb.TokenAt(ib); ta != NoToken && tb != NoToken && ta != tb {
 			return
 		}
-		d := math.Abs(float64(s.A.Logprob[ia]) - float64(s.B.Logprob[ib]))
-		if s.A.Logprob[ia] == s.B.Logprob[ib] {
+		d := math.Abs(float64(qa.Logprob[ia]) - float64(qb.Logprob[ib]))
+		if qa.Logprob[ia] == qb.Logprob[ib] {
 			d = 0
 		}
 		q.DetailPos = append(q.DetailPos, int32(pos))

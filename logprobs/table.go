@@ -42,14 +42,44 @@ const MaxTokens = 1<<31 - 1
 // NoToken is a token id a side does not know (a capture's last position, whose next token was not captured).
 const NoToken int32 = -1
 
-// Seq is one sequence of a Table: its tokens are Off..Off+N of the table's per-token slices, positions
-// strictly increasing.
+// Seq is one sequence of a Table: its tokens in position order (positions strictly increasing). Its slices
+// may share memory with the file's decoded columns (zero-copy): nothing may modify them.
 type Seq struct {
-	ID     int64
-	Off, N int
+	ID    int64
+	Start int32   // the first token's position, when Pos is nil
+	Pos   []int32 // per token: its position; nil when the positions are Start, Start+1, ...
+	Token []int32 // per token: the scored token id (NoToken when unknown); nil: no ids at all
+	// Logprob per token: log p(token | the tokens before it).
+	Logprob []float32
+	// Logits: when the source holds them (a capture's `logits` op at every position), the full-vocabulary
+	// logits that scored each token, Table.Vocab floats per token; Greedy is each row's argmax. nil otherwise.
+	Logits []float32
+	Greedy []int32
+	// Sample is, from a capture, the token its sampling rule drew for each token's position (its `sample`
+	// op at the position before; NoToken where not captured); nil for a file.
+	Sample []int32
 	// Prompt is the sequence's prompt length when the source knows it (a capture: one past the sampler's
 	// first sampled position), else −1. It places Absolute positions on the Generated numbering.
 	Prompt int64
+}
+
+// Len is the number of tokens.
+func (q *Seq) Len() int { return len(q.Logprob) }
+
+// PosAt is token i's position.
+func (q *Seq) PosAt(i int) int64 {
+	if q.Pos == nil {
+		return int64(q.Start) + int64(i)
+	}
+	return int64(q.Pos[i])
+}
+
+// TokenAt is token i's id (NoToken when unknown).
+func (q *Seq) TokenAt(i int) int32 {
+	if q.Token == nil {
+		return NoToken
+	}
+	return q.Token[i]
 }
 
 // Table is one side's per-token log-probabilities, by sequence.
@@ -62,24 +92,12 @@ type Table struct {
 	// Declared: the file's metadata gave Positions (bitalign.logprobs.positions), not a default.
 	Declared bool
 	Seqs     []Seq // sorted by ID, ids distinct
-
-	Pos     []int32   // per token: its position
-	Token   []int32   // per token: the scored token id (NoToken when unknown)
-	Logprob []float32 // per token: log p(token | the tokens before it)
-
-	// Vocab and Logits: when the source holds them (a capture's `logits` op at every position), the
-	// full-vocabulary logits that scored each token, Vocab floats per token; nil otherwise.
-	Vocab  int
-	Logits []float32
-	// Greedy is the argmax of each token's logits (nil without logits).
-	Greedy []int32
-	// Sample is, from a capture, the token its sampling rule drew for each token's position (its `sample`
-	// op at the position before; NoToken where not captured); nil for a file.
-	Sample []int32
+	Vocab    int   // the logits' row length (0: no logits)
+	NTokens  int   // Σ Len over Seqs
 }
 
 // Tokens is the number of tokens the table holds.
-func (t *Table) Tokens() int { return len(t.Logprob) }
+func (t *Table) Tokens() int { return t.NTokens }
 
 // Find returns the index in Seqs of sequence id, or −1.
 func (t *Table) Find(id int64) int {
@@ -92,15 +110,18 @@ func (t *Table) Find(id int64) int {
 
 // Builder collects a table's rows in any order and checks them (Finish).
 type Builder struct {
-	t        *Table
-	seq      []int64 // per token (per-token layout only; the per-sequence layout appends whole sequences)
-	sorted   bool
-	perSeq   bool
-	lastSeq  int64
-	lastPos  int32
-	started  bool
-	seqStart []int // per-sequence layout: offsets of appended sequences
-	seqIDs   []int64
+	t       *Table
+	perSeq  bool
+	sorted  bool
+	started bool
+	lastSeq int64
+	lastPos int32
+	// one row per token: the rows, split into sequences by Finish
+	seq    []int64
+	pos    []int32
+	tok    []int32
+	lp     []float32
+	anyTok bool
 }
 
 // NewBuilder starts a table read from path.
@@ -109,17 +130,15 @@ func NewBuilder(path, format, layout string, positions Numbering) *Builder {
 		perSeq: layout == "per-sequence"}
 }
 
-// Grow reserves room for n more tokens.
+// Grow reserves room for n more token rows (one row per token).
 func (b *Builder) Grow(n int) error {
-	if n < 0 || len(b.t.Logprob)+n > MaxTokens {
+	if n < 0 || len(b.lp)+n > MaxTokens {
 		return fmt.Errorf("logprobs: %s: more than %d tokens", b.t.Path, MaxTokens)
 	}
-	b.t.Pos = slices.Grow(b.t.Pos, n)
-	b.t.Token = slices.Grow(b.t.Token, n)
-	b.t.Logprob = slices.Grow(b.t.Logprob, n)
-	if !b.perSeq {
-		b.seq = slices.Grow(b.seq, n)
-	}
+	b.seq = slices.Grow(b.seq, n)
+	b.pos = slices.Grow(b.pos, n)
+	b.tok = slices.Grow(b.tok, n)
+	b.lp = slices.Grow(b.lp, n)
 	return nil
 }
 
@@ -132,30 +151,32 @@ func (b *Builder) checkPos(seq, pos int64, token int64) error {
 	case token < -1 || token > 1<<31-1:
 		return fmt.Errorf("logprobs: %s: sequence %d position %d: token id %d out of range", b.t.Path, seq, pos, token)
 	}
-	if len(b.t.Logprob) >= MaxTokens {
-		return fmt.Errorf("logprobs: %s: more than %d tokens", b.t.Path, MaxTokens)
-	}
 	return nil
 }
 
-// Add appends one token row (per-token layout).
+// Add appends one token row (per-token layout); token NoToken when the file has no ids.
 func (b *Builder) Add(seq, pos, token int64, logprob float32) error {
 	if err := b.checkPos(seq, pos, token); err != nil {
 		return err
+	}
+	if len(b.lp) >= MaxTokens {
+		return fmt.Errorf("logprobs: %s: more than %d tokens", b.t.Path, MaxTokens)
 	}
 	if b.started && (seq < b.lastSeq || seq == b.lastSeq && int32(pos) <= b.lastPos) {
 		b.sorted = false
 	}
 	b.started, b.lastSeq, b.lastPos = true, seq, int32(pos)
+	b.anyTok = b.anyTok || token != int64(NoToken)
 	b.seq = append(b.seq, seq)
-	b.t.Pos = append(b.t.Pos, int32(pos))
-	b.t.Token = append(b.t.Token, int32(token))
-	b.t.Logprob = append(b.t.Logprob, logprob)
+	b.pos = append(b.pos, int32(pos))
+	b.tok = append(b.tok, int32(token))
+	b.lp = append(b.lp, logprob)
 	return nil
 }
 
 // AddSeq appends one whole sequence (per-sequence layout): tokens and logprobs at positions start,
-// start+1, ... tokens may be nil (unknown ids).
+// start+1, ... tokens may be nil (unknown ids). The table keeps both slices as they are (no copy): the
+// caller must not modify them afterwards.
 func (b *Builder) AddSeq(seq, start int64, tokens []int32, logprobs []float32) error {
 	if tokens != nil && len(tokens) != len(logprobs) {
 		return fmt.Errorf("logprobs: %s: sequence %d: %d tokens but %d logprobs", b.t.Path, seq, len(tokens), len(logprobs))
@@ -164,40 +185,37 @@ func (b *Builder) AddSeq(seq, start int64, tokens []int32, logprobs []float32) e
 	if err := b.checkPos(seq, start, 0); err != nil {
 		return err
 	}
-	if start+n > MaxTokens || int64(len(b.t.Logprob))+n > MaxTokens {
+	if start+n > MaxTokens || int64(b.t.NTokens)+n > MaxTokens {
 		return fmt.Errorf("logprobs: %s: sequence %d: positions or tokens beyond %d", b.t.Path, seq, MaxTokens)
+	}
+	for _, tok := range tokens {
+		if tok < -1 {
+			return fmt.Errorf("logprobs: %s: sequence %d: token id %d out of range", b.t.Path, seq, tok)
+		}
 	}
 	if b.started && seq <= b.lastSeq {
 		b.sorted = false
 	}
 	b.started, b.lastSeq = true, seq
-	b.seqStart = append(b.seqStart, len(b.t.Logprob))
-	b.seqIDs = append(b.seqIDs, seq)
-	for i := range n {
-		b.t.Pos = append(b.t.Pos, int32(start+i))
-	}
-	if tokens == nil {
-		for range n {
-			b.t.Token = append(b.t.Token, NoToken)
-		}
-	} else {
-		for _, tok := range tokens {
-			if tok < -1 {
-				return fmt.Errorf("logprobs: %s: sequence %d: token id %d out of range", b.t.Path, seq, tok)
-			}
-		}
-		b.t.Token = append(b.t.Token, tokens...)
-	}
-	b.t.Logprob = append(b.t.Logprob, logprobs...)
+	b.t.Seqs = append(b.t.Seqs, Seq{ID: seq, Start: int32(start), Token: tokens, Logprob: logprobs, Prompt: -1})
+	b.t.NTokens += int(n)
 	return nil
 }
 
-// Finish sorts the rows by (sequence, position) when they were not in order, refuses a position given twice
-// and returns the table.
+// Finish sorts the rows by (sequence, position) when they were not in order, refuses a sequence or position
+// given twice and returns the table.
 func (b *Builder) Finish() (*Table, error) {
 	t := b.t
 	if b.perSeq {
-		return b.finishPerSeq()
+		if !b.sorted {
+			slices.SortStableFunc(t.Seqs, func(x, y Seq) int { return cmp.Compare(x.ID, y.ID) })
+		}
+		for k := 1; k < len(t.Seqs); k++ {
+			if t.Seqs[k].ID == t.Seqs[k-1].ID {
+				return nil, fmt.Errorf("logprobs: %s: sequence %d given twice", t.Path, t.Seqs[k].ID)
+			}
+		}
+		return t, nil
 	}
 	if !b.sorted {
 		perm := make([]int32, len(b.seq))
@@ -205,53 +223,38 @@ func (b *Builder) Finish() (*Table, error) {
 			perm[i] = int32(i)
 		}
 		slices.SortFunc(perm, func(x, y int32) int {
-			return cmp.Or(cmp.Compare(b.seq[x], b.seq[y]), cmp.Compare(t.Pos[x], t.Pos[y]))
+			return cmp.Or(cmp.Compare(b.seq[x], b.seq[y]), cmp.Compare(b.pos[x], b.pos[y]))
 		})
 		seq := make([]int64, len(perm))
 		pos := make([]int32, len(perm))
 		tok := make([]int32, len(perm))
 		lp := make([]float32, len(perm))
 		for i, j := range perm {
-			seq[i], pos[i], tok[i], lp[i] = b.seq[j], t.Pos[j], t.Token[j], t.Logprob[j]
+			seq[i], pos[i], tok[i], lp[i] = b.seq[j], b.pos[j], b.tok[j], b.lp[j]
 		}
-		b.seq, t.Pos, t.Token, t.Logprob = seq, pos, tok, lp
+		b.seq, b.pos, b.tok, b.lp = seq, pos, tok, lp
 	}
 	for i := 0; i < len(b.seq); {
 		j := i + 1
+		contiguous := true
 		for j < len(b.seq) && b.seq[j] == b.seq[i] {
-			if t.Pos[j] == t.Pos[j-1] {
-				return nil, fmt.Errorf("logprobs: %s: sequence %d: position %d given twice", t.Path, b.seq[i], t.Pos[j])
+			if b.pos[j] == b.pos[j-1] {
+				return nil, fmt.Errorf("logprobs: %s: sequence %d: position %d given twice", t.Path, b.seq[i], b.pos[j])
 			}
+			contiguous = contiguous && b.pos[j] == b.pos[j-1]+1
 			j++
 		}
-		t.Seqs = append(t.Seqs, Seq{ID: b.seq[i], Off: i, N: j - i, Prompt: -1})
+		q := Seq{ID: b.seq[i], Start: b.pos[i], Logprob: b.lp[i:j:j], Prompt: -1}
+		if !contiguous {
+			q.Pos = b.pos[i:j:j]
+		}
+		if b.anyTok {
+			q.Token = b.tok[i:j:j]
+		}
+		t.Seqs = append(t.Seqs, q)
 		i = j
 	}
+	t.NTokens = len(b.lp)
 	b.seq = nil
-	return t, nil
-}
-
-func (b *Builder) finishPerSeq() (*Table, error) {
-	t := b.t
-	n := len(b.seqIDs)
-	ends := func(k int) int {
-		if k+1 < n {
-			return b.seqStart[k+1]
-		}
-		return len(t.Logprob)
-	}
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	if !b.sorted {
-		slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(b.seqIDs[x], b.seqIDs[y]) })
-	}
-	for k, i := range order {
-		if k > 0 && b.seqIDs[i] == b.seqIDs[order[k-1]] {
-			return nil, fmt.Errorf("logprobs: %s: sequence %d given twice", t.Path, b.seqIDs[i])
-		}
-		t.Seqs = append(t.Seqs, Seq{ID: b.seqIDs[i], Off: b.seqStart[i], N: ends(i) - b.seqStart[i], Prompt: -1})
-	}
 	return t, nil
 }

@@ -305,7 +305,7 @@ func jstats(s *logprobs.Stats, topk int) jsonStats {
 
 func jtable(t *logprobs.Table) jsonTable {
 	return jsonTable{Path: t.Path, Format: t.Format, Layout: t.Layout, Side: t.Side, Tokens: t.Tokens(),
-		Sequences: len(t.Seqs), Logits: t.Logits != nil}
+		Sequences: len(t.Seqs), Logits: t.Vocab > 0}
 }
 
 // jsonRL is the report's logprobs and sequences (version 3).

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"bitalign/capture"
 	"bitalign/internal/fp"
@@ -208,56 +209,61 @@ func tableOf(ix *sideIndex) (*logprobs.Table, int64, []string, error) {
 			break
 		}
 	}
-	t := &logprobs.Table{Path: c.Path(), Format: "capture", Side: c.Meta().Side, Layout: "capture", Positions: logprobs.Absolute}
-	t.Pos = make([]int32, len(rows))
-	t.Token = make([]int32, len(rows))
-	t.Logprob = make([]float32, len(rows))
-	if len(samples) > 0 {
-		t.Sample = make([]int32, len(rows))
-	}
+	t := &logprobs.Table{Path: c.Path(), Format: "capture", Side: c.Meta().Side, Layout: "capture", Positions: logprobs.Absolute,
+		NTokens: len(rows)}
 	if logits != nil && vocab > 0 {
 		t.Vocab = int(vocab)
-		t.Logits = make([]float32, int64(len(rows))*vocab)
 	}
-	for i, rw := range rows {
-		if i == 0 || rw.seq != rows[i-1].seq {
-			p, ok := prompt[rw.seq]
-			if !ok {
-				p = -1
+	for lo := 0; lo < len(rows); {
+		hi := lo + 1
+		for hi < len(rows) && rows[hi].seq == rows[lo].seq {
+			hi++
+		}
+		seq := rows[lo].seq
+		q := logprobs.Seq{ID: seq, Prompt: -1, Token: make([]int32, hi-lo), Logprob: make([]float32, hi-lo), Pos: make([]int32, hi-lo)}
+		if p, ok := prompt[seq]; ok {
+			q.Prompt = p
+		}
+		if len(samples) > 0 {
+			q.Sample = make([]int32, hi-lo)
+		}
+		if t.Vocab > 0 {
+			q.Logits = make([]float32, int64(hi-lo)*vocab)
+		}
+		for k, rw := range rows[lo:hi] {
+			if rw.pos+1 > logprobs.MaxTokens {
+				return nil, 0, nil, fmt.Errorf("session: %s: sequence %d: position %d out of range", c.Path(), rw.seq, rw.pos)
 			}
-			t.Seqs = append(t.Seqs, logprobs.Seq{ID: rw.seq, Off: i, Prompt: p})
-		}
-		t.Seqs[len(t.Seqs)-1].N++
-		if rw.pos+1 > logprobs.MaxTokens {
-			return nil, 0, nil, fmt.Errorf("session: %s: sequence %d: position %d out of range", c.Path(), rw.seq, rw.pos)
-		}
-		t.Pos[i] = int32(rw.pos + 1)
-		t.Token[i] = logprobs.NoToken
-		if tok, ok := tokens[rowKey{rw.seq, rw.pos + 1}]; ok {
-			t.Token[i] = tok
-		}
-		t.Logprob[i] = rw.lp
-		if t.Sample != nil {
-			t.Sample[i] = logprobs.NoToken
-			if tok, ok := samples[rowKey{rw.seq, rw.pos}]; ok {
-				t.Sample[i] = tok
+			q.Pos[k] = int32(rw.pos + 1)
+			q.Token[k] = logprobs.NoToken
+			if tok, ok := tokens[rowKey{seq, rw.pos + 1}]; ok {
+				q.Token[k] = tok
 			}
-		}
-		if t.Logits != nil {
-			lr := logits[rowKey{rw.seq, rw.pos}]
-			dst := t.Logits[int64(i)*vocab : int64(i+1)*vocab]
-			src := lr.u.data[lr.r*vocab*int64(lr.u.dt.Size()):]
-			for k := range dst {
-				if lr.u.dt == capture.BF16 {
-					dst[k] = fp.BF16ToF32(binary.LittleEndian.Uint16(src[2*k:]))
-				} else {
-					dst[k] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*k:]))
+			q.Logprob[k] = rw.lp
+			if q.Sample != nil {
+				q.Sample[k] = logprobs.NoToken
+				if tok, ok := samples[rowKey{seq, rw.pos}]; ok {
+					q.Sample[k] = tok
+				}
+			}
+			if q.Logits != nil {
+				lr := logits[rowKey{seq, rw.pos}]
+				dst := q.Logits[int64(k)*vocab : int64(k+1)*vocab]
+				src := lr.u.data[lr.r*vocab*int64(lr.u.dt.Size()):]
+				for x := range dst {
+					if lr.u.dt == capture.BF16 {
+						dst[x] = fp.BF16ToF32(binary.LittleEndian.Uint16(src[2*x:]))
+					} else {
+						dst[x] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*x:]))
+					}
 				}
 			}
 		}
-	}
-	if t.Logits != nil {
-		t.Greedy = logprobs.Greedy(t.Logits, t.Vocab)
+		if q.Logits != nil {
+			q.Greedy = logprobs.Greedy(q.Logits, t.Vocab)
+		}
+		t.Seqs = append(t.Seqs, q)
+		lo = hi
 	}
 	return t, step, warn, nil
 }
@@ -510,6 +516,7 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 			map[bool]string{true: in.A, false: in.B}[ka.IsTable()])
 	}
 	var warns []string
+	var mu sync.Mutex
 	side := func(path string, k logprobs.Kind, other string) (*logprobs.Table, CaptureInfo, error) {
 		if k.IsTable() {
 			progress(view.Progress{Stage: "reading " + path})
@@ -538,15 +545,24 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 		if t == nil {
 			return nil, CaptureInfo{}, fmt.Errorf("session: %s: the capture has no %s op to compare with the logprob table %s", path, opLogprobs, other)
 		}
+		mu.Lock()
 		warns = append(warns, w...)
+		mu.Unlock()
 		return t, info, nil
 	}
-	ta, ia, err := side(in.A, ka, in.B)
-	if err != nil {
-		return nil, err
-	}
-	tb, ib, err := side(in.B, kb, in.A)
-	if err != nil {
+	// Both sides are read at once (each Parquet reader also decodes its columns in parallel).
+	var ta, tb *logprobs.Table
+	var ia, ib CaptureInfo
+	var errA, errB error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tb, ib, errB = side(in.B, kb, in.A)
+	}()
+	ta, ia, errA = side(in.A, ka, in.B)
+	wg.Wait()
+	if err := cmp.Or(errA, errB); err != nil {
 		return nil, err
 	}
 	// A file that does not say what its positions count takes the other file's declared numbering.
