@@ -92,14 +92,21 @@ type layout struct {
 }
 
 func resolve(path, format string, s *arrow.Schema, c Columns) (layout, error) {
-	idx := func(name string) int {
-		if is := s.FieldIndices(name); len(is) > 0 {
-			return is[0]
+	// A name may list alternatives ("old_log_prob,logprob"): the first the table has is used, so one flag
+	// serves two tables that name a column differently.
+	idx := func(names *string) int {
+		for _, n := range strings.Split(*names, ",") {
+			if is := s.FieldIndices(strings.TrimSpace(n)); len(is) > 0 {
+				*names = strings.TrimSpace(n)
+				return is[0]
+			}
 		}
 		return -1
 	}
-	l := layout{names: c, path: path, format: format, seq: idx(c.Seq), pos: idx(c.Pos), token: idx(c.Token),
-		lp: idx(c.Logprob), tokens: idx(c.Tokens), lps: idx(c.Logprobs), start: idx(c.Start)}
+	l := layout{path: path, format: format}
+	l.seq, l.pos, l.token, l.lp = idx(&c.Seq), idx(&c.Pos), idx(&c.Token), idx(&c.Logprob)
+	l.tokens, l.lps, l.start = idx(&c.Tokens), idx(&c.Logprobs), idx(&c.Start)
+	l.names = c
 	md := s.Metadata()
 	if i := md.FindKey(KeySide); i >= 0 {
 		l.side = md.Values()[i]

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // MaxLine bounds one JSONL line (a sequence's row holds its whole lists).
@@ -73,11 +74,18 @@ func readJSONL(ctx context.Context, path string, o Options) (*Table, error) {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("logprobs: %s: line %d: "+format, append([]any{path, line}, args...)...)
 		}
-		field := func(name string, v any) (bool, error) {
-			r, ok := row[name]
+		field := func(names string, v any) (bool, error) {
+			var r json.RawMessage
+			ok := false
+			for _, n := range strings.Split(names, ",") {
+				if r, ok = row[strings.TrimSpace(n)]; ok {
+					break
+				}
+			}
 			if !ok {
 				return false, nil
 			}
+			name := names
 			if err := json.Unmarshal(r, v); err != nil {
 				return true, bad("%q: %v", name, err)
 			}
@@ -89,7 +97,11 @@ func readJSONL(ctx context.Context, path string, o Options) (*Table, error) {
 		} else if !ok {
 			return nil, bad("no %q (sequence id); name the keys with --seq-col, --pos-col, --token-col, --logprob-col or --tokens-col, --logprobs-col, --start-col", c.Seq)
 		}
-		_, perSeq := row[c.Logprobs]
+		perSeq := false
+		for _, n := range strings.Split(c.Logprobs, ",") {
+			_, ok := row[strings.TrimSpace(n)]
+			perSeq = perSeq || ok
+		}
 		if b == nil {
 			b = NewBuilder(path, "jsonl", layoutName(perSeq), o.Positions)
 		} else if perSeq != b.perSeq {

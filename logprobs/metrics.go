@@ -304,7 +304,15 @@ func (s *Summary) walk(qa, qb *Seq, fn func(pos int64, ia, ib int)) error {
 		return err
 	}
 	na, nb := qa.Len(), qb.Len()
-	if qa.Pos == nil && qb.Pos == nil && int64(qa.Start)-oa == int64(qb.Start)-ob {
+	i, j := 0, 0
+	// On the Generated numbering a capture's prompt tokens fall below 0: no response table holds them.
+	for i < na && qa.PosAt(i)-oa < 0 {
+		i++
+	}
+	for j < nb && qb.PosAt(j)-ob < 0 {
+		j++
+	}
+	if qa.Pos == nil && qb.Pos == nil && i == 0 && j == 0 && int64(qa.Start)-oa == int64(qb.Start)-ob {
 		// the common case: both contiguous from the same position
 		p0 := int64(qa.Start) - oa
 		for i := range min(na, nb) {
@@ -318,7 +326,6 @@ func (s *Summary) walk(qa, qb *Seq, fn func(pos int64, ia, ib int)) error {
 		}
 		return nil
 	}
-	i, j := 0, 0
 	for i < na || j < nb {
 		var pa, pb int64 = math.MaxInt64, math.MaxInt64
 		if i < na {

@@ -97,6 +97,9 @@ def write_logprobs(path, side, seq_ids, tokens, logprobs, *, mask=None, start=No
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".bitalign-", suffix=ext, dir=d)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # a regular file's mode, not mkstemp's 0600
     try:
         if ext == ".jsonl":
             _write_jsonl(tmp, seqs, firsts, tok_rows, lp_rows, gaps)
