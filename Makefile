@@ -32,8 +32,8 @@ $(VENV)/.ok: capture/python/pyproject.toml
 	$(PY) -m pip install -q --no-deps -e capture/python
 	touch $@
 
-test-python: $(VENV)/.ok
-	$(PY) -m pytest -q -rs capture/python/tests -m "not torch"
+test-python: $(VENV)/.ok build
+	BITALIGN_BIN=$(abspath $(BIN)) $(PY) -m pytest -q -rs capture/python/tests -m "not torch"
 
 # Needs torch, transformers, pyarrow and pytest in $(TORCH_PYTHON) (the GPU machine has them; see README).
 # The replay and diff checks run the freshly built binary.
