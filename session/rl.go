@@ -369,11 +369,8 @@ func (r *RLReport) seqRow(q *logprobs.SeqStats) []string {
 		first = "(none)"
 	}
 	extra := ""
-	if q.TokenDiffers > 0 {
-		extra = fmt.Sprintf(" (%s differ)", plural(int(q.TokenDiffers), "token id"))
-	}
-	if q.SampleDiffers > 0 {
-		extra += fmt.Sprintf(" (%s differ)", plural(int(q.SampleDiffers), "draw"))
+	if n := seqNote(q); n != "" {
+		extra = " (" + n + ")"
 	}
 	return []string{strconv.FormatInt(q.Seq, 10), strconv.FormatInt(q.Tokens, 10) + extra, pctf(q.EqualFrac()),
 		firstDiffString(q), sci(q.MaxAbs), sci(q.MeanAbs), sci(q.K3), fmtG(q.ISMax), pctf(q.ISOutsideFrac()), first}
@@ -596,4 +593,46 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 	}
 	l.Session = NewSession(nil, nil, r)
 	return l, nil
+}
+
+// convertRL is the logprob section as the TUI's sequences view draws it.
+func convertRL(r *Report) *view.RL {
+	rl := r.RL
+	out := &view.RL{Headline: rl.Headline(), Captures: rl.Captures, Step: rl.Step}
+	if r.TablePair() {
+		out.Verdict = r.Verdict()
+	}
+	for i := range rl.Seqs {
+		q := &rl.Seqs[i]
+		out.Seqs = append(out.Seqs, view.RLSeq{Seq: q.Seq, Tokens: q.Tokens, Equal: q.Equal, FirstDiff: q.FirstDiff,
+			MaxAbs: q.MaxAbs, MeanAbs: q.MeanAbs, K3: q.K3, ISMax: q.ISMax, Note: seqNote(q), Differs: q.Differs(),
+			PosLo: q.PosLo, PosHi: q.PosHi, Profile: q.Profile})
+	}
+	return out
+}
+
+// seqNote names what differs besides the log-probabilities' bits: token ids, draws, missing positions.
+func seqNote(q *logprobs.SeqStats) string {
+	var parts []string
+	if q.TokenDiffers > 0 {
+		parts = append(parts, differs(q.TokenDiffers, "token id"))
+	}
+	if q.SampleDiffers > 0 {
+		parts = append(parts, differs(q.SampleDiffers, "draw"))
+	}
+	if q.NonFinite > 0 {
+		parts = append(parts, plural(int(q.NonFinite), "NaN/Inf"))
+	}
+	if n := q.OnlyA + q.OnlyB; n > 0 {
+		parts = append(parts, plural(int(n), "position")+" on one side")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// differs is "1 token id differs", "3 draws differ".
+func differs(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what + " differs"
+	}
+	return plural(int(n), what) + " differ"
 }

@@ -15,6 +15,7 @@ import (
 	"bitalign/ui/heatmap"
 	"bitalign/ui/oplist"
 	"bitalign/ui/replay"
+	"bitalign/ui/sequences"
 	"bitalign/ui/theme"
 )
 
@@ -23,6 +24,7 @@ type screen int
 const (
 	overviewScreen screen = iota
 	tensorScreen
+	sequencesScreen
 )
 
 type promptKind int
@@ -64,6 +66,7 @@ type Model struct {
 	helpOff  int // help screen scroll
 	list     oplist.Model
 	heat     heatmap.Model
+	seqs     sequences.Model
 	sel      int         // selected op (index into rep.Ops), -1 before loading
 	seq      view.SeqKey // the (step, seq) slice shown
 
@@ -93,7 +96,7 @@ type Model struct {
 func New(ctx context.Context, load view.Loader, title string) *Model {
 	st := theme.Default()
 	m := &Model{ctx: ctx, st: st, load: load, title: title, w: 80, h: 24, loading: true, sel: -1,
-		list: oplist.New(st), heat: heatmap.New(st), cache: map[view.Key]*heatmap.Data{},
+		list: oplist.New(st), heat: heatmap.New(st), seqs: sequences.New(st), cache: map[view.Key]*heatmap.Data{},
 		replays: map[view.Key]*replay.Status{}, keepRow: -1, keepCol: -1, suspect: -1}
 	m.input = textinput.New()
 	m.input.Prompt = ""
@@ -134,6 +137,7 @@ func (m *Model) setStyles(st theme.Styles) {
 		}
 	}
 	m.heat.SetStyles(st)
+	m.seqs.SetStyles(st)
 	m.resize()
 }
 
@@ -186,6 +190,8 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 	case exportMsg:
 		m.exportDone(msg)
 		return nil
+	case seqFirstMsg:
+		return m.seqFirstDone(msg)
 	case tea.KeyPressMsg:
 		return m.handleKey(msg)
 	case tea.MouseClickMsg:
@@ -214,11 +220,24 @@ func (m *Model) loaded(msg loadedMsg) tea.Cmd {
 	m.src = msg.src
 	m.rep = msg.src.Report()
 	m.list.SetOps(m.rep.Ops)
+	if m.rep.RL != nil {
+		m.seqs.SetRL(m.rep.RL)
+		if len(m.rep.Ops) == 0 { // a logprob table on a side: the sequences are all there is
+			m.screen = sequencesScreen
+			m.setStatus(statusInfo, "loaded: "+m.rep.RL.Verdict)
+			m.resize()
+			return nil
+		}
+	}
 	m.sel = m.list.Selected()
 	if first := m.rep.FirstDivergent(); first >= 0 {
 		m.list.Select(first)
 		m.sel = first
-		m.setStatus(statusInfo, "loaded: first divergence selected (enter opens it)")
+		if m.rep.RL != nil {
+			m.setStatus(statusInfo, "loaded: first divergence selected (enter opens it; t: the sequences, worst first)")
+		} else {
+			m.setStatus(statusInfo, "loaded: first divergence selected (enter opens it)")
+		}
 	} else if m.rep.Identical {
 		m.setStatus(statusOK, "loaded: the captures are bitwise identical")
 	} else {

@@ -74,6 +74,12 @@ func (m *Model) layout() screenLayout {
 		}
 		return l
 	}
+	if m.screen == sequencesScreen {
+		l.verdict = rect{0, b.y, w, 3}
+		l.listPanel = rect{0, b.y + 3, w, max(b.h-3, 0)}
+		l.list = panelInner(l.listPanel)
+		return l
+	}
 	bh := min(m.bitsHeight(), max(b.h/2, 4))
 	mainH := b.h - 1 - bh
 	rw := 0
@@ -94,6 +100,10 @@ func (m *Model) layout() screenLayout {
 // resize lays the components out for the current size.
 func (m *Model) resize() {
 	l := m.layout()
+	if m.screen == sequencesScreen {
+		m.seqs.SetSize(l.list.w, l.list.h)
+		return
+	}
 	m.list.SetSize(l.list.w, l.list.h)
 	if m.screen == tensorScreen {
 		m.heat.SetSize(l.heat.w, l.heat.h)
@@ -123,6 +133,8 @@ func (m *Model) Render() string {
 		body = m.loadingView(l.body)
 	case m.screen == overviewScreen:
 		body = m.overviewView(l)
+	case m.screen == sequencesScreen:
+		body = m.sequencesView(l)
 	default:
 		body = m.tensorView(l)
 	}
@@ -134,6 +146,8 @@ func (m *Model) Render() string {
 		ctx = keys.Loading
 	case m.screen == tensorScreen:
 		ctx = keys.Tensor
+	case m.screen == sequencesScreen:
+		ctx = keys.Seqs
 	}
 	lines = append(lines, m.statusView(), theme.Fit(" "+help.Short(m.st, ctx, m.w-1), m.w))
 	return strings.Join(lines, "\n")
@@ -173,6 +187,8 @@ func (m *Model) headerView() string {
 		right = "loading"
 	case m.screen == overviewScreen:
 		right = fmt.Sprintf("overview · %d ops", len(m.rep.Ops))
+	case m.screen == sequencesScreen:
+		right = fmt.Sprintf("sequences · %d", len(m.rep.RL.Seqs))
 	default:
 		right = "tensor view"
 	}
@@ -522,4 +538,24 @@ func narrowedName(p *view.Pair) string {
 		return ""
 	}
 	return p.ULPDType
+}
+
+// sequencesView is the sequences screen: the logprob verdict, then every sequence worst first.
+func (m *Model) sequencesView(l screenLayout) string {
+	rl := m.rep.RL
+	line := rl.Headline
+	if rl.Verdict != "" {
+		line = rl.Verdict
+	}
+	style := m.st.Bad
+	if !strings.Contains(line, "differ") {
+		style = m.st.Good
+	}
+	verdict := m.st.Panel("logprobs", style.Render(line), l.verdict.w, l.verdict.h, false)
+	title := fmt.Sprintf("sequences · %d · worst first", len(rl.Seqs))
+	if rl.Captures {
+		title += " · enter: first divergent op"
+	}
+	list := m.st.Panel(title, m.seqs.View(), l.listPanel.w, l.listPanel.h, true)
+	return verdict + "\n" + list
 }
