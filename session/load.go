@@ -44,6 +44,13 @@ func Load(ctx context.Context, in Inputs, progress func(view.Progress)) (*Loaded
 	}
 	var m *engine.Model
 	if in.Checkpoint != "" {
+		for _, p := range []string{in.A, in.B} {
+			if k, err := sniffInput(p); err != nil {
+				return nil, err
+			} else if k.IsTable() {
+				return nil, fmt.Errorf("session: --checkpoint %s: replay needs captures on both sides, and %s is a logprob table", in.Checkpoint, p)
+			}
+		}
 		progress(view.Progress{Stage: "loading the checkpoint"})
 		var err error
 		if m, err = engine.Load(in.Checkpoint); err != nil {
