@@ -394,6 +394,20 @@ func readParquet(ctx context.Context, path string, o Options) (*Table, error) {
 		}
 	}
 	b := l.builder("parquet", o)
+	if l.perSeq {
+		leaves := map[int][]int{}
+		for _, c := range []int{l.seq, l.tokens, l.lps, l.start} {
+			if c >= 0 {
+				leaves[c] = pqColumns(fr, s, c)
+			}
+		}
+		if ok, err := readParquetLists(ctx, pf, &l, leaves, b); ok {
+			if err != nil {
+				return nil, err
+			}
+			return b.Finish()
+		}
+	}
 	if !l.perSeq {
 		if err := b.Grow(int(min(pf.NumRows(), MaxTokens))); err != nil {
 			return nil, err

@@ -274,11 +274,13 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 
 // comparer holds one worker's scratch space.
 type comparer struct {
-	hist   *DeltaHist // this worker's share of Summary.Hist
-	absBuf []float32
-	posBuf []int32
-	topA   []int
-	topB   []int
+	lo, hi      float64    // log of the importance-ratio bounds
+	equalFinite int64      // this sequence's bitwise-equal finite tokens, added by done
+	hist        *DeltaHist // this worker's share of Summary.Hist
+	absBuf      []float32
+	posBuf      []int32
+	topA        []int
+	topB        []int
 }
 
 // offset is what moves side t's positions of sequence q onto the summary's numbering.
@@ -357,8 +359,14 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 	st := &out.Stats
 	*out = SeqStats{Seq: qa.ID, FirstDiff: -1, MaxAbsPos: -1, PosLo: math.MaxInt64, PosHi: math.MinInt64}
 	st.ISMin, st.ISMax = math.Inf(1), math.Inf(-1)
-	lo, hi := math.Log(s.Thresholds.ISLow), math.Log(s.Thresholds.ISHigh)
+	c.lo, c.hi = math.Log(s.Thresholds.ISLow), math.Log(s.Thresholds.ISHigh)
+	c.equalFinite = 0
 	dist := qa.Logits != nil && qb.Logits != nil && a.Vocab == b.Vocab && a.Vocab > 0
+	if p0, ok := s.aligned(qa, qb); ok && !dist && (qa.Sample == nil || qb.Sample == nil) {
+		c.seqFast(qa, qb, out, p0)
+		c.done(out)
+		return nil
+	}
 	c.absBuf, c.posBuf = c.absBuf[:0], c.posBuf[:0]
 	err := s.walk(qa, qb, func(pos int64, ia, ib int) {
 		diff := func() {
@@ -383,73 +391,15 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 			return
 		}
 		out.PosLo, out.PosHi = min(out.PosLo, pos), max(out.PosHi, pos+1)
-		st.Tokens++
 		if qa.Sample != nil && qb.Sample != nil {
 			if sa, sb := qa.Sample[ia], qb.Sample[ib]; sa != NoToken && sb != NoToken && sa != sb {
 				st.SampleDiffers++
 				diff()
 			}
 		}
-		xa, xb := qa.Logprob[ia], qb.Logprob[ib]
-		ba, bb := math.Float32bits(xa), math.Float32bits(xb)
-		absd := float32(0)
-		if ba == bb && (math.IsNaN(float64(xa)) || math.IsInf(float64(xa), 0)) {
-			st.Equal++ // the same NaN or ±Inf: equal, but outside the Δ metrics
-		} else if ba == bb {
-			c.hist.Zero++
-			st.Equal++
-			st.Finite++
-			st.SumA += float64(xa)
-			st.SumB += float64(xb)
-			st.sumIS++
-			st.sumR2++
-			st.sumMult++
-			st.ISMin, st.ISMax = min(st.ISMin, 1), max(st.ISMax, 1)
-		} else {
+		absd, differs := c.token(out, qa.Logprob[ia], qb.Logprob[ib], pos)
+		if differs {
 			diff()
-			if u := f32.ULP(uint64(ba), uint64(bb)); u > st.MaxULP && u != fp.ULPNaNNumber {
-				st.MaxULP = u
-			}
-			d := float64(xa) - float64(xb)
-			if math.IsNaN(d) || math.IsInf(d, 0) {
-				st.NonFinite++
-				absd = float32(math.NaN())
-			} else {
-				st.Finite++
-				ad := math.Abs(d)
-				switch {
-				case d == 0: // +0 against −0
-					c.hist.Zero++
-				case d < 0:
-					c.hist.Neg[decade(ad)]++
-				default:
-					c.hist.Pos[decade(ad)]++
-				}
-				absd = float32(ad)
-				if ad > st.MaxAbs {
-					st.MaxAbs, out.MaxAbsPos = ad, pos
-				}
-				r := math.Exp(d)
-				st.SumA += float64(xa)
-				st.SumB += float64(xb)
-				st.sumAbs += ad
-				st.sumDiff += d
-				st.sumK1 -= d
-				st.sumK2 += d * d / 2
-				st.sumK3 += r - 1 - d
-				st.sumIS += r
-				st.sumR2 += r * r
-				if d >= 0 {
-					st.sumMult += r
-				} else {
-					st.sumMult += 1 / r
-				}
-				st.sumPD += math.Exp(float64(xb)) * math.Abs(r-1)
-				st.ISMin, st.ISMax = min(st.ISMin, r), max(st.ISMax, r)
-				if d < lo || d > hi {
-					st.ISOutside++
-				}
-			}
 		}
 		if dist {
 			c.dist(s, st, qa, qb, ia, ib)
@@ -463,11 +413,162 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 	if st.Tokens == 0 {
 		out.PosLo, out.PosHi = 0, 0
 	}
+	out.Profile = profile(c.posBuf, c.absBuf, out.PosLo, out.PosHi)
+	c.done(out)
+	return nil
+}
+
+// aligned reports whether both sides hold the sequence as contiguous runs from the same position p0 ≥ 0 on
+// the summary's numbering: the common case, compared without walking positions.
+func (s *Summary) aligned(qa, qb *Seq) (int64, bool) {
+	if qa.Pos != nil || qb.Pos != nil {
+		return 0, false
+	}
+	oa, err := s.offset(s.A, qa)
+	if err != nil {
+		return 0, false
+	}
+	ob, err := s.offset(s.B, qb)
+	if err != nil {
+		return 0, false
+	}
+	p0 := int64(qa.Start) - oa
+	return p0, p0 >= 0 && p0 == int64(qb.Start)-ob
+}
+
+// seqFast compares two contiguous runs from p0: the same figures as the walk, in the same order.
+func (c *comparer) seqFast(qa, qb *Seq, out *SeqStats, p0 int64) {
+	st := &out.Stats
+	na, nb := qa.Len(), qb.Len()
+	n := min(na, nb)
+	la, lb := qa.Logprob[:n], qb.Logprob[:n]
+	var ta, tb []int32
+	if qa.Token != nil && qb.Token != nil {
+		ta, tb = qa.Token[:n], qb.Token[:n]
+	}
+	first := -1
+	bins := min(n, ProfileBins)
+	prof := make([]float32, bins)
+	for i := range n {
+		if ta != nil && ta[i] != tb[i] && ta[i] != NoToken && tb[i] != NoToken {
+			st.TokenDiffers++
+			if first < 0 {
+				first = i
+			}
+			continue
+		}
+		if math.Float32bits(la[i]) == math.Float32bits(lb[i]) { // inline: most tokens
+			c.equal(st, la[i])
+			continue
+		}
+		absd, _ := c.token(out, la[i], lb[i], p0+int64(i))
+		if first < 0 {
+			first = i
+		}
+		k := i * bins / n
+		if absd != absd || prof[k] != prof[k] {
+			prof[k] = float32(math.NaN())
+		} else if absd > prof[k] {
+			prof[k] = absd
+		}
+	}
+	st.OnlyA, st.OnlyB = int64(na-n), int64(nb-n)
+	if first < 0 && na != nb {
+		first = n
+	}
+	if first >= 0 {
+		out.FirstDiff = p0 + int64(first)
+	}
+	out.PosLo, out.PosHi = 0, 0
+	if st.Tokens > 0 {
+		out.PosLo, out.PosHi = p0, p0+int64(n)
+	}
+	if n > 0 {
+		out.Profile = prof
+	}
+}
+
+// equal counts a token whose two log-probabilities have the same bits.
+func (c *comparer) equal(st *Stats, x float32) {
+	st.Tokens++
+	st.Equal++
+	if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+		return // the same NaN or ±Inf: equal, but outside the Δ metrics
+	}
+	c.equalFinite++
+	st.SumA += float64(x)
+	st.SumB += float64(x)
+}
+
+// token compares one token's log-probabilities (Tokens counted here); it returns |Δ| as a float32 (NaN for
+// a non-finite difference) and whether the bits differ. Bitwise-equal tokens add Δ = 0, r = 1: their
+// count goes into the sums once, at the end of the sequence (done).
+func (c *comparer) token(out *SeqStats, xa, xb float32, pos int64) (float32, bool) {
+	st := &out.Stats
+	ba, bb := math.Float32bits(xa), math.Float32bits(xb)
+	if ba == bb {
+		c.equal(st, xa)
+		return 0, false
+	}
+	st.Tokens++
+	if u := f32.ULP(uint64(ba), uint64(bb)); u > st.MaxULP && u != fp.ULPNaNNumber {
+		st.MaxULP = u
+	}
+	d := float64(xa) - float64(xb)
+	if math.IsNaN(d) || math.IsInf(d, 0) {
+		st.NonFinite++
+		return float32(math.NaN()), true
+	}
+	st.Finite++
+	ad := math.Abs(d)
+	switch {
+	case d == 0: // +0 against −0
+		c.hist.Zero++
+	case d < 0:
+		c.hist.Neg[decade(ad)]++
+	default:
+		c.hist.Pos[decade(ad)]++
+	}
+	if ad > st.MaxAbs {
+		st.MaxAbs, out.MaxAbsPos = ad, pos
+	}
+	r := math.Exp(d)
+	st.SumA += float64(xa)
+	st.SumB += float64(xb)
+	st.sumAbs += ad
+	st.sumDiff += d
+	st.sumK1 -= d
+	st.sumK2 += d * d / 2
+	st.sumK3 += r - 1 - d
+	st.sumIS += r
+	st.sumR2 += r * r
+	if d >= 0 {
+		st.sumMult += r
+	} else {
+		st.sumMult += 1 / r
+	}
+	st.sumPD += math.Exp(float64(xb)) * math.Abs(r-1)
+	st.ISMin, st.ISMax = min(st.ISMin, r), max(st.ISMax, r)
+	if d < c.lo || d > c.hi {
+		st.ISOutside++
+	}
+	return float32(ad), true
+}
+
+// done adds the sequence's bitwise-equal tokens (Δ = 0, r = 1) and turns its sums into means.
+func (c *comparer) done(out *SeqStats) {
+	st := &out.Stats
+	if e := c.equalFinite; e > 0 {
+		st.Finite += e
+		c.hist.Zero += e
+		st.sumIS += float64(e)
+		st.sumR2 += float64(e)
+		st.sumMult += float64(e)
+		st.ISMin, st.ISMax = min(st.ISMin, 1), max(st.ISMax, 1)
+	}
 	out.LogRatioSum = st.sumDiff
 	out.SeqIS = math.Exp(st.sumDiff)
 	st.finish()
-	out.Profile = profile(c.posBuf, c.absBuf, out.PosLo, out.PosHi)
-	return nil
 }
 
 // profile is the largest |Δ| per position bucket (NaN wins: a non-finite difference).
