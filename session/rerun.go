@@ -81,6 +81,9 @@ func ReplayStep(ctx context.Context, checkpoint, capPath string, o StepOptions) 
 	r.Command = "replay"
 	if o.Save == "" {
 		r.B.Path = "(not kept: --save DIR keeps the replay)" // a temporary directory, gone when this returns
+		if r.RL != nil {
+			r.RL.B.Path = r.B.Path
+		}
 	}
 	return r, backendName, nil
 }

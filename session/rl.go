@@ -383,7 +383,7 @@ func (r *RLReport) lines() []string {
 	o := &r.Overall
 	t := r.Thresholds
 	out := []string{
-		fmt.Sprintf("sides: A %s (%s), B %s (%s); positions %s", r.A.Path, r.A.Format, r.B.Path, r.B.Format, r.Positions),
+		fmt.Sprintf("sides: A %s, B %s; positions %s", r.A.Format, r.B.Format, r.Positions),
 		fmt.Sprintf("tokens compared: %d in %s (%d bitwise equal, %s; max %s float32 ULP)", o.Tokens, plural(len(r.Seqs), "sequence"), o.Equal,
 			pctf(o.EqualFrac()), ulpString(o.MaxULP)),
 		fmt.Sprintf("Δ = A − B: max |Δ| %s, mean |Δ| %s, mean Δ %s", sci(o.MaxAbs), sci(o.MeanAbs), sci(o.MeanDiff)),
