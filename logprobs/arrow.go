@@ -375,7 +375,9 @@ func readParquet(ctx context.Context, path string, o Options) (*Table, error) {
 		return nil, fmt.Errorf("logprobs: %s: %v", path, err)
 	}
 	defer pf.Close()
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{Parallel: true, BatchSize: 1 << 16}, memory.DefaultAllocator)
+	// Parallel off: pqarrow's column goroutines are not Read's, so a panic on a corrupt file there could not
+	// be turned into an error (the fast path, readParquetLists, runs its own goroutines and recovers).
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1 << 16}, memory.DefaultAllocator)
 	if err != nil {
 		return nil, fmt.Errorf("logprobs: %s: %v", path, err)
 	}

@@ -95,37 +95,45 @@ func readParquetLists(ctx context.Context, pf *file.Reader, l *layout, leaves ma
 				if g >= n || ctx.Err() != nil {
 					return
 				}
-				rg := pf.RowGroup(g)
-				gl := &groups[g]
-				if errs[g] = l.readInts(rg, seqCol, l.names.Seq, &gl.seq); errs[g] != nil {
-					continue
-				}
-				if startCol >= 0 {
-					if errs[g] = l.readInts(rg, startCol, l.names.Start, &gl.start); errs[g] != nil {
-						continue
+				func() {
+					// a corrupt file must give an error, never a panic (this goroutine is not Read's)
+					defer func() {
+						if r := recover(); r != nil {
+							errs[g] = fmt.Errorf("logprobs: %s: corrupt Parquet file (row group %d: %v)", l.path, g, r)
+						}
+					}()
+					rg := pf.RowGroup(g)
+					gl := &groups[g]
+					if errs[g] = l.readInts(rg, seqCol, l.names.Seq, &gl.seq); errs[g] != nil {
+						return
 					}
-				}
-				var lpEnds []int
-				if lpEnds, errs[g] = readList(l, rg, lpLeaf, l.names.Logprobs, &gl.lps, &lv); errs[g] != nil {
-					continue
-				}
-				gl.ends = lpEnds
-				if tokCol >= 0 {
-					tokEnds, err := readList(l, rg, tokLeaf, l.names.Tokens, &gl.toks, &lv)
-					if err != nil {
-						errs[g] = err
-						continue
-					}
-					for i := range tokEnds {
-						if i >= len(lpEnds) || tokEnds[i] != lpEnds[i] {
-							errs[g] = fmt.Errorf("logprobs: %s: row group %d: the %s and %s lists differ in length", l.path, g, l.names.Tokens, l.names.Logprobs)
-							break
+					if startCol >= 0 {
+						if errs[g] = l.readInts(rg, startCol, l.names.Start, &gl.start); errs[g] != nil {
+							return
 						}
 					}
-				}
-				if errs[g] == nil && (len(gl.ends) != len(gl.seq) || gl.start != nil && len(gl.start) != len(gl.seq)) {
-					errs[g] = fmt.Errorf("logprobs: %s: row group %d: %d sequence ids for %d lists", l.path, g, len(gl.seq), len(gl.ends))
-				}
+					var lpEnds []int
+					if lpEnds, errs[g] = readList(l, rg, lpLeaf, l.names.Logprobs, &gl.lps, &lv); errs[g] != nil {
+						return
+					}
+					gl.ends = lpEnds
+					if tokCol >= 0 {
+						tokEnds, err := readList(l, rg, tokLeaf, l.names.Tokens, &gl.toks, &lv)
+						if err != nil {
+							errs[g] = err
+							return
+						}
+						for i := range max(len(tokEnds), len(lpEnds)) {
+							if i >= len(lpEnds) || i >= len(tokEnds) || tokEnds[i] != lpEnds[i] {
+								errs[g] = fmt.Errorf("logprobs: %s: row group %d: the %s and %s lists differ in length", l.path, g, l.names.Tokens, l.names.Logprobs)
+								break
+							}
+						}
+					}
+					if errs[g] == nil && (len(gl.ends) != len(gl.seq) || gl.start != nil && len(gl.start) != len(gl.seq)) {
+						errs[g] = fmt.Errorf("logprobs: %s: row group %d: %d sequence ids for %d lists", l.path, g, len(gl.seq), len(gl.ends))
+					}
+				}()
 			}
 		}()
 	}
