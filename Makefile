@@ -51,6 +51,7 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpenArrow -fuzztime 30s ./capture
 	$(GO) test -run '^$$' -fuzz FuzzOpenSafetensors -fuzztime 30s ./capture
+	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 30s ./logprobs
 
 # CUDA kernels: nvcc exists only on the GPU machine (docs/gpu.md). `make ptx` regenerates every PTX that
 # bitalign embeds (kernels/cuda/*.cu, nvls/cuda/collectives.cu for 1, 2, 4 and 8 ranks) with NVCCFLAGS, the
