@@ -81,6 +81,14 @@ func Read(ctx context.Context, path string, o Options) (t *Table, err error) {
 	return nil, fmt.Errorf("logprobs: %s: not a logprob table", path)
 }
 
+// MaxExpansion bounds how many values a Parquet file may decode to per byte of file: a column chunk that
+// claims more (corrupt metadata, or a pathological run-length encoding) is refused before anything is
+// allocated for it. Real log-probabilities and token ids take at least a byte per value.
+const MaxExpansion = 64
+
+// maxValues is the most values a Parquet file of size bytes is allowed to hold.
+func maxValues(size int64) int64 { return min(MaxTokens, MaxExpansion*size+1<<16) }
+
 // layout is a schema's columns resolved to one of the two layouts.
 type layout struct {
 	perSeq              bool
@@ -89,6 +97,7 @@ type layout struct {
 	names               Columns
 	path, format        string
 	side, positions     string // the schema metadata's KeySide and KeyPositions
+	size                int64  // the file's size in bytes
 }
 
 func resolve(path, format string, s *arrow.Schema, c Columns) (layout, error) {
@@ -389,6 +398,9 @@ func readParquet(ctx context.Context, path string, o Options) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st, err := os.Stat(path); err == nil {
+		l.size = st.Size()
+	}
 	var cols []int
 	for _, c := range []int{l.seq, l.pos, l.token, l.lp, l.tokens, l.lps, l.start} {
 		if c >= 0 {
@@ -411,7 +423,8 @@ func readParquet(ctx context.Context, path string, o Options) (*Table, error) {
 		}
 	}
 	if !l.perSeq {
-		if err := b.Grow(int(min(pf.NumRows(), MaxTokens))); err != nil {
+		// room for every row at once, but never more than the file's bytes can hold (metadata may lie)
+		if err := b.Grow(int(min(pf.NumRows(), maxValues(l.size)))); err != nil {
 			return nil, err
 		}
 	}

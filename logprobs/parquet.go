@@ -175,8 +175,8 @@ func (l *layout) readInts(rg *file.RowGroupReader, col int, name string, out *[]
 		return fmt.Errorf("logprobs: %s: column %q: %v", l.path, name, err)
 	}
 	rows := rg.NumRows()
-	if rows < 0 || rows > MaxTokens {
-		return fmt.Errorf("logprobs: %s: a row group of %d rows", l.path, rows)
+	if rows < 0 || rows > maxValues(l.size) {
+		return fmt.Errorf("logprobs: %s: a row group claims %d rows in a %d-byte file", l.path, rows, l.size)
 	}
 	maxDef := cr.Descriptor().MaxDefinitionLevel()
 	def := make([]int16, rows)
@@ -232,9 +232,9 @@ func readList[T int32 | float32](l *layout, rg *file.RowGroupReader, leaf listLe
 	if err != nil {
 		return nil, fmt.Errorf("logprobs: %s: column %q: %v", l.path, name, err)
 	}
-	nlev := meta.NumValues() // nlev: values, empty and null lists (bounded: MaxTokens)
-	if nlev < 0 || nlev > MaxTokens {
-		return nil, fmt.Errorf("logprobs: %s: column %q: %d values in a row group (more than %d)", l.path, name, nlev, MaxTokens)
+	nlev := meta.NumValues() // levels: values, empty and null lists
+	if nlev < 0 || nlev > maxValues(l.size) {
+		return nil, fmt.Errorf("logprobs: %s: column %q claims %d values in a row group of a %d-byte file (at most %d)", l.path, name, nlev, l.size, maxValues(l.size))
 	}
 	vals := make([]T, nlev)
 	if int64(cap(lv.def)) < nlev {
