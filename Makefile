@@ -32,8 +32,8 @@ $(VENV)/.ok: capture/python/pyproject.toml capture/python/setup.py
 	$(PY) -m pip install -q --no-deps -e capture/python
 	touch $@
 
-test-python: $(VENV)/.ok
-	$(PY) -m pytest -q -rs capture/python/tests -m "not torch"
+test-python: $(VENV)/.ok build
+	BITALIGN_BIN=$(abspath $(BIN)) $(PY) -m pytest -q -rs capture/python/tests -m "not torch"
 
 # Needs torch, transformers, pyarrow and pytest in $(TORCH_PYTHON) (the GPU machine has them; see README).
 # The replay and diff checks run the freshly built binary.
@@ -51,6 +51,7 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpenArrow -fuzztime 30s ./capture
 	$(GO) test -run '^$$' -fuzz FuzzOpenSafetensors -fuzztime 30s ./capture
+	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 30s ./logprobs
 
 # CUDA kernels: nvcc exists only on the GPU machine (docs/gpu.md). `make ptx` regenerates every PTX that
 # bitalign embeds (kernels/cuda/*.cu, nvls/cuda/collectives.cu for 1, 2, 4 and 8 ranks) with NVCCFLAGS, the

@@ -13,10 +13,15 @@ func newDiffCmd() *cobra.Command {
 	var rf reportFlags
 	var gate diffGate
 	var force bool
+	var rl rlFlags
 	cmd := &cobra.Command{
 		Use:   "diff A B",
 		Short: "Compare two captures bit for bit (exit 0 identical, 1 divergent, 2 bad usage or input)",
-		Long: `Compare two captures (Arrow files, per-rank directories, or safetensors files) bit for bit.
+		Long: `Compare two captures (Arrow files, per-rank directories, or safetensors files) bit for bit, or the
+per-token log-probabilities of two logprob tables (Parquet, Arrow IPC or JSONL: one row per token, or one per
+sequence with lists), or of a table and a capture. The format is told from the content; a pickle (.pt) is
+refused. Both sides' logprobs are compared with the RL metrics of docs/rl-metrics.md, sequence by sequence
+(--sequences N lists the worst N).
 
 Tensors are aligned by (step, sequence, position, op, role) after reassembling tensor-parallel shards, so a
 trainer's full-sequence prefill lines up with a sampler's one-token decode steps. The report gives the first
@@ -28,7 +33,9 @@ Exit status: 0 when the captures are bitwise identical (or within --max-ulp/--ma
 2 on bad usage or bad input, or when nothing was compared.`,
 		Example: `  bitalign diff run/trainer run/sampler
   bitalign diff run/trainer run/sampler -o report.html
-  bitalign diff run/trainer run/sampler --ops 'layers.1*.mlp.*,logits' --ignore-missing --max-ulp 2`,
+  bitalign diff run/trainer run/sampler --ops 'layers.1*.mlp.*,logits' --ignore-missing --max-ulp 2
+  bitalign diff trainer.parquet sampler.parquet --sequences 20
+  bitalign diff old_log_probs.parquet rollout.jsonl --positions generated --logprobs-col rollout_log_probs`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := rf.resolve("diff"); err != nil {
@@ -38,9 +45,13 @@ Exit status: 0 when the captures are bitwise identical (or within --max-ulp/--ma
 			if err != nil {
 				return err
 			}
+			rlo, err := rl.options(cmd)
+			if err != nil {
+				return err
+			}
 			bar := newProgressBar(cmd)
 			l, err := session.Load(cmd.Context(), session.Inputs{A: args[0], B: args[1], Device: "cpu", Force: force,
-				Options: opts}, bar.update)
+				Options: opts, RL: rlo}, bar.update)
 			bar.done()
 			if err != nil {
 				return inputErr(err)
@@ -54,6 +65,7 @@ Exit status: 0 when the captures are bitwise identical (or within --max-ulp/--ma
 	}
 	rf.add(cmd)
 	gate.flags(cmd)
+	rl.add(cmd, true)
 	cmd.Flags().BoolVar(&force, "force", false, "compare captures of different models (what can be compared)")
 	return cmd
 }

@@ -68,23 +68,29 @@ func addDemoFlags(cmd *cobra.Command, a *tuiArgs) {
 
 func newOpenCmd() *cobra.Command {
 	var a tuiArgs
+	var rl rlFlags
 	cmd := &cobra.Command{
 		Use:   "open TRAINER SAMPLER",
 		Short: "Open two captures in the interactive debugger",
-		Long: `Open a trainer and a sampler capture (Arrow files, per-rank directories or safetensors files) in the
-interactive debugger. With --checkpoint (a Hugging Face style model directory) ops can be replayed with the
+		Long: `Open a trainer and a sampler capture (Arrow files, per-rank directories or safetensors files), or
+logprob tables (Parquet, Arrow IPC, JSONL; see bitalign diff), in the interactive debugger. With --checkpoint (a Hugging Face style model directory) ops can be replayed with the
 deterministic engine to tell which side departs from the reference.
 
 The captures are opened, checked and diffed before the debugger starts: bad input exits with status 2.`,
 		Example: `  bitalign open run/trainer run/sampler --checkpoint run/checkpoint`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			in := session.Inputs{A: args[0], B: args[1], Checkpoint: a.ckpt, Device: a.device, Force: a.force}
+			rlo, err := rl.options(cmd)
+			if err != nil {
+				return err
+			}
+			in := session.Inputs{A: args[0], B: args[1], Checkpoint: a.ckpt, Device: a.device, Force: a.force, RL: rlo}
 			return runTUI(cmd, in, filepath.Base(args[0])+" ↔ "+filepath.Base(args[1]))
 		},
 	}
 	cmd.Flags().StringVar(&a.ckpt, "checkpoint", "", "model directory (config.json + safetensors): enables replay")
 	addDeviceFlag(cmd, &a.device, "replay")
 	cmd.Flags().BoolVar(&a.force, "force", false, "compare captures of different models (what can be compared)")
+	rl.add(cmd, false)
 	return cmd
 }

@@ -38,6 +38,9 @@ type sideIndex struct {
 
 func indexSide(c *capture.Capture) *sideIndex {
 	s := &sideIndex{c: c, byOp: map[opKey][]int{}, index: map[opKey]int32{}}
+	if c == nil {
+		return s
+	}
 	for i := 0; i < c.Len(); i++ {
 		e := c.Entry(i)
 		k := opKey{e.Op, e.Role}

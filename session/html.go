@@ -47,6 +47,8 @@ type htmlData struct {
 	More     int
 	Flip     string // the first divergence's routing flip, "" when it is none
 	Routing  *htmlRouting
+	Tables   bool          // a logprob-only pair: no ops
+	RL       template.HTML // the logprob section (writeRLHTML)
 }
 
 type htmlRouting struct {
@@ -81,7 +83,7 @@ figure { margin: 1em 0; } figure img { image-rendering: pixelated; border: 1px s
 {{range .Captures}}<tr><th>{{.Name}}</th>{{if .Code}}<td><code>{{.A}}</code></td><td><code>{{.B}}</code></td>{{else}}<td>{{.A}}</td><td>{{.B}}</td>{{end}}</tr>
 {{end}}</table>
 {{with .Filter}}<p>Ops matching <code>{{.}}</code>.</p>
-{{end}}<p>{{.Summary}}</p>
+{{end}}{{with .Summary}}<p>{{.}}</p>{{end}}
 {{range .Notes}}<p>{{.}}</p>
 {{end}}{{with .First}}<h2>First divergence</h2>
 <p><code>{{.Op}}</code> [{{.Role}}] (index {{.Index}}, {{.DType}}) at {{$.FirstAt}}</p>
@@ -105,11 +107,12 @@ figure { margin: 1em 0; } figure img { image-rendering: pixelated; border: 1px s
 <ul>
 {{range .Checks}}<li>{{.}}</li>
 {{end}}</ul>
-{{end}}<h2>Ops</h2>
+{{end}}{{if not .Tables}}<h2>Ops</h2>
 <table>
 <tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
 {{range $i, $r := .Rows}}<tr class="{{index $.Status $i}}">{{range $r}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>
+{{end}}
 {{range .Details}}<p>{{.}}</p>
 {{end}}{{if .Maps}}<h2>Where the mismatches are</h2>
 <p>Each picture covers one divergent op over every step and sequence: token positions down, features across; a
@@ -124,7 +127,7 @@ cell's colour is the largest ULP distance of its elements.</p>
 <ul>
 {{range .Missing}}<li>{{.}}</li>
 {{end}}</ul>
-{{end}}</body>
+{{end}}{{.RL}}</body>
 </html>
 `))
 
@@ -135,6 +138,15 @@ func WriteHTML(w io.Writer, r *Report) error {
 		Filter: strings.Join(r.Filter, ", "), Summary: upper(summary(r)) + "."}
 	if n := missingNote(r); n != "" {
 		d.Notes = append(d.Notes, upper(n)+".")
+	}
+	if r.RL != nil {
+		var err error
+		if d.RL, err = writeRLHTML(r.RL); err != nil {
+			return err
+		}
+	}
+	if d.Tables = r.TablePair(); d.Tables {
+		d.Summary = ""
 	}
 	if n := narrowNote(r); n != "" {
 		d.Notes = append(d.Notes, n+".")

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+
+	"bitalign/logprobs"
 )
 
 // The JSON report (docs/report-schema.md). These types are the schema: field names and meanings change only
@@ -24,6 +26,8 @@ type jsonReport struct {
 	Ops             []jsonOp        `json:"ops"`
 	Missing         []MissingTensor `json:"missing"`
 	Routing         []jsonRouting   `json:"routing"`
+	Logprobs        *jsonLogprobs   `json:"logprobs"`  // version 3: null unless both sides hold logprobs
+	Sequences       []jsonSeq       `json:"sequences"` // version 3: every compared sequence, worst first
 }
 
 type jsonRouting struct {
@@ -41,28 +45,19 @@ type jsonRouting struct {
 }
 
 type jsonMargin struct {
-	ULP      uint64    `json:"ulp"`
-	ULPDType string    `json:"ulp_dtype"`
-	Value    jsonFloat `json:"value"`
+	ULP      uint64 `json:"ulp"`
+	ULPDType string `json:"ulp_dtype"`
+	Value    jnum   `json:"value"`
 }
 
-// jsonFloat is a float that JSON holds even when it is not finite: NaN and ±Inf are written as null.
-type jsonFloat float64
-
-func (x jsonFloat) MarshalJSON() ([]byte, error) {
-	if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-		return []byte("null"), nil
-	}
-	return json.Marshal(float64(x))
-}
-
-func jfloats(x []float64) []jsonFloat {
+// jfloats is x as jnums (nil stays nil).
+func jfloats(x []float64) []jnum {
 	if x == nil {
 		return nil
 	}
-	out := make([]jsonFloat, len(x))
+	out := make([]jnum, len(x))
 	for i, v := range x {
-		out[i] = jsonFloat(v)
+		out[i] = jf(v)
 	}
 	return out
 }
@@ -74,8 +69,8 @@ type jsonFlip struct {
 	Kind        string          `json:"kind"`
 	AExperts    []int64         `json:"a_experts"`
 	BExperts    []int64         `json:"b_experts"`
-	AWeights    []jsonFloat     `json:"a_weights"`
-	BWeights    []jsonFloat     `json:"b_weights"`
+	AWeights    []jnum          `json:"a_weights"`
+	BWeights    []jnum          `json:"b_weights"`
 	MarginA     *jsonMargin     `json:"margin_a"`
 	MarginB     *jsonMargin     `json:"margin_b"`
 	RouterSame  *bool           `json:"router_identical"`
@@ -100,7 +95,7 @@ func jflip(f *Flip) *jsonFlip {
 	j := &jsonFlip{Step: f.At.Step, Seq: f.At.Seq, Pos: f.At.Pos, Kind: f.Kind.String(), AExperts: f.A, BExperts: f.B,
 		AWeights: jfloats(f.WA), BWeights: jfloats(f.WB), Cause: string(f.Cause), CauseDetail: f.Detail, Text: f.String()}
 	if f.HasRouter {
-		j.MarginA, j.MarginB = &jsonMargin{f.MarginAULP, f.MarginDType, jsonFloat(f.MarginA)}, &jsonMargin{f.MarginBULP, f.MarginDType, jsonFloat(f.MarginB)}
+		j.MarginA, j.MarginB = &jsonMargin{f.MarginAULP, f.MarginDType, jf(f.MarginA)}, &jsonMargin{f.MarginBULP, f.MarginDType, jf(f.MarginB)}
 		same := f.RouterSame
 		j.RouterSame = &same
 	}
@@ -232,6 +227,7 @@ func WriteJSON(w io.Writer, r *Report) error {
 	out := jsonReport{Schema: "bitalign.diff", Version: SchemaVersion, Identical: r.Identical, A: r.A, B: r.B,
 		Compared: r.Compared, Mismatched: r.Mismatched, OpsFilter: nonNil(r.Filter), IgnoreMissing: r.IgnoreMissing, Warnings: r.Warnings,
 		Ops: []jsonOp{}, Missing: nonNil(r.Missing)}
+	out.Logprobs, out.Sequences = jsonRL(r.RL)
 	if c := r.Check; c != nil {
 		t := &jsonTolerance{Within: c.Within, WorstULP: c.WorstULP, WorstULPOp: c.WorstULPOp, WorstRel: c.WorstRel,
 			WorstRelOp: c.WorstRelOp, NaNOp: c.NaNOp, InfOp: c.InfOp, Problems: nonNil(c.Problems)}
@@ -284,4 +280,155 @@ func WriteJSON(w io.Writer, r *Report) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// jnum is a float that is null in JSON when it is not finite (a pointer: encoding/json's fast path, where a
+// MarshalJSON method would cost a call and a validation per figure, seconds for 100k sequences).
+type jnum = *float64
+
+// jf is x as a jnum.
+func jf(x float64) jnum {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
+}
+
+type jsonTable struct {
+	Path      string `json:"path"`
+	Format    string `json:"format"`
+	Layout    string `json:"layout"`
+	Side      string `json:"side"`
+	Tokens    int    `json:"tokens"`
+	Sequences int    `json:"sequences"`
+	Logits    bool   `json:"logits"`
+}
+
+type jsonDist struct {
+	Tokens           int64 `json:"tokens"`
+	KL               jnum  `json:"kl"`
+	TV               jnum  `json:"tv"`
+	Top1             jnum  `json:"top1_agreement"`
+	TopK             int   `json:"topk"`
+	TopKOverlap      jnum  `json:"topk_overlap"`
+	GreedyDifferFrac jnum  `json:"greedy_differ_frac"`
+}
+
+// jsonStats are the metrics both the overall figures and each sequence carry (docs/rl-metrics.md).
+type jsonStats struct {
+	Tokens        int64     `json:"tokens"`
+	EqualTokens   int64     `json:"equal_tokens"`
+	EqualFrac     jnum      `json:"equal_frac"`
+	NonFinite     int64     `json:"non_finite"`
+	TokenDiffers  int64     `json:"token_differs"`
+	SampleDiffers int64     `json:"sample_differs"`
+	OnlyA         int64     `json:"only_a"`
+	OnlyB         int64     `json:"only_b"`
+	MaxULP        uint64    `json:"max_ulp"`
+	MaxAbsDiff    jnum      `json:"max_abs_diff"`
+	MeanAbsDiff   jnum      `json:"mean_abs_diff"`
+	MeanDiff      jnum      `json:"mean_diff"`
+	K1            jnum      `json:"kl_k1"`
+	K2            jnum      `json:"kl_k2"`
+	K3            jnum      `json:"kl_k3"`
+	ISMin         jnum      `json:"is_ratio_min"`
+	ISMax         jnum      `json:"is_ratio_max"`
+	ISMean        jnum      `json:"is_ratio_mean"`
+	ISOutsideFrac jnum      `json:"is_outside_frac"`
+	Chi2          jnum      `json:"chi2"`
+	MultProbErr   jnum      `json:"token_mult_prob_error"`
+	ProbDiff      jnum      `json:"rollout_train_prob_diff"`
+	PPLA          jnum      `json:"ppl_a"`
+	PPLB          jnum      `json:"ppl_b"`
+	PPLRatio      jnum      `json:"ppl_ratio"`
+	LogRatioSum   jnum      `json:"log_ratio_sum"`
+	Dist          *jsonDist `json:"full_vocab"`
+}
+
+type jsonHist struct {
+	Zero     int64   `json:"zero"`
+	LoDecade int     `json:"lo_decade"`
+	Neg      []int64 `json:"neg"`
+	Pos      []int64 `json:"pos"`
+}
+
+type jsonLogprobs struct {
+	A               jsonTable `json:"a"`
+	B               jsonTable `json:"b"`
+	Positions       string    `json:"positions"`
+	Step            int64     `json:"step"`
+	ISLow           float64   `json:"is_low"`
+	ISHigh          float64   `json:"is_high"`
+	Sequences       int       `json:"sequences"`
+	SequencesDiffer int64     `json:"sequences_differ"`
+	SeqsOnlyA       []int64   `json:"sequences_only_a"`
+	SeqsOnlyB       []int64   `json:"sequences_only_b"`
+	jsonStats
+	Hist jsonHist `json:"delta_hist"`
+}
+
+type jsonFirstOp struct {
+	Op    string `json:"op"`
+	Role  string `json:"role"`
+	Index int32  `json:"index"`
+	Step  int64  `json:"step"`
+	Pos   int64  `json:"pos"`
+}
+
+type jsonSeq struct {
+	Seq int64 `json:"seq"`
+	jsonStats
+	PosLo        int64        `json:"pos_lo"`
+	PosHi        int64        `json:"pos_hi"`
+	FirstDiffPos *int64       `json:"first_diff_pos"`
+	MaxAbsPos    *int64       `json:"max_abs_pos"`
+	SeqISRatio   jnum         `json:"seq_is_ratio"`
+	FirstOp      *jsonFirstOp `json:"first_divergent_op"`
+}
+
+func jstats(s *logprobs.Stats, topk int) jsonStats {
+	j := jsonStats{Tokens: s.Tokens, EqualTokens: s.Equal, EqualFrac: jf(s.EqualFrac()), NonFinite: s.NonFinite,
+		TokenDiffers: s.TokenDiffers, SampleDiffers: s.SampleDiffers, OnlyA: s.OnlyA, OnlyB: s.OnlyB, MaxULP: s.MaxULP, MaxAbsDiff: jf(s.MaxAbs),
+		MeanAbsDiff: jf(s.MeanAbs), MeanDiff: jf(s.MeanDiff), K1: jf(s.K1), K2: jf(s.K2), K3: jf(s.K3),
+		ISMin: jf(s.ISMin), ISMax: jf(s.ISMax), ISMean: jf(s.ISMean), ISOutsideFrac: jf(s.ISOutsideFrac()),
+		Chi2: jf(s.Chi2), MultProbErr: jf(s.MultProbErr), ProbDiff: jf(s.ProbDiff), PPLA: jf(s.PPLA),
+		PPLB: jf(s.PPLB), PPLRatio: jf(s.PPLRatio), LogRatioSum: jf(s.LogRatioSum)}
+	if s.Dist > 0 {
+		j.Dist = &jsonDist{Tokens: s.Dist, KL: jf(s.KL), TV: jf(s.TV), Top1: jf(s.Top1()), TopK: topk,
+			TopKOverlap: jf(s.TopKOverlap), GreedyDifferFrac: jf(s.GreedyDifferFrac())}
+	}
+	return j
+}
+
+func jtable(t *logprobs.Table) jsonTable {
+	return jsonTable{Path: t.Path, Format: t.Format, Layout: t.Layout, Side: t.Side, Tokens: t.Tokens(),
+		Sequences: len(t.Seqs), Logits: t.Vocab > 0}
+}
+
+// jsonRL is the report's logprobs and sequences (version 3).
+func jsonRL(r *RLReport) (*jsonLogprobs, []jsonSeq) {
+	if r == nil {
+		return nil, []jsonSeq{}
+	}
+	th := r.Thresholds
+	lp := &jsonLogprobs{A: jtable(r.A), B: jtable(r.B), Positions: r.Positions.String(), Step: r.Step, ISLow: th.ISLow,
+		ISHigh: th.ISHigh, Sequences: len(r.Seqs) + len(r.OnlyA) + len(r.OnlyB), SequencesDiffer: r.SeqsDiffer,
+		SeqsOnlyA: nonNil(r.OnlyA), SeqsOnlyB: nonNil(r.OnlyB), jsonStats: jstats(&r.Overall, th.TopK),
+		Hist: jsonHist{Zero: r.Hist.Zero, LoDecade: logprobs.DeltaHistLo, Neg: r.Hist.Neg[:], Pos: r.Hist.Pos[:]}}
+	seqs := make([]jsonSeq, len(r.Seqs))
+	for i := range r.Seqs {
+		q := &r.Seqs[i]
+		js := jsonSeq{Seq: q.Seq, jsonStats: jstats(&q.Stats, th.TopK), PosLo: q.PosLo, PosHi: q.PosHi, SeqISRatio: jf(q.SeqIS)}
+		if q.FirstDiff >= 0 {
+			js.FirstDiffPos = &q.FirstDiff
+		}
+		if q.MaxAbsPos >= 0 {
+			js.MaxAbsPos = &q.MaxAbsPos
+		}
+		if d := r.First[q.Seq]; d != nil {
+			js.FirstOp = &jsonFirstOp{Op: d.Op, Role: d.Role, Index: d.Index, Step: d.Step, Pos: d.Pos}
+		}
+		seqs[i] = js
+	}
+	return lp, seqs
 }

@@ -16,11 +16,12 @@ import (
 // `bitalign replay` all open their captures through Load, so the same captures give the same report, with
 // the same causes, in every command.
 type Inputs struct {
-	A, B       string   // the two captures (files or per-rank directories), A the trainer and B the sampler
-	Checkpoint string   // model directory ("" for none): enables replay; its config gives the producer graph
-	Device     string   // replay device: "auto" (also ""), "cpu" or "cuda"; an unusable "cuda" fails Load
-	Force      bool     // compare captures of different models anyway (what can be compared)
-	Options    []Option // more diff options (WithOps, WithIgnoreMissing, WithTolerance)
+	A, B       string    // the two captures (files or per-rank directories), A the trainer and B the sampler
+	Checkpoint string    // model directory ("" for none): enables replay; its config gives the producer graph
+	Device     string    // replay device: "auto" (also ""), "cpu" or "cuda"; an unusable "cuda" fails Load
+	Force      bool      // compare captures of different models anyway (what can be compared)
+	Options    []Option  // more diff options (WithOps, WithIgnoreMissing, WithTolerance)
+	RL         RLOptions // how logprob tables are read and compared (either side may be one)
 }
 
 // Loaded is an open, diffed session and what its replays need. Close closes the captures.
@@ -43,6 +44,13 @@ func Load(ctx context.Context, in Inputs, progress func(view.Progress)) (*Loaded
 	}
 	var m *engine.Model
 	if in.Checkpoint != "" {
+		for _, p := range []string{in.A, in.B} {
+			if k, err := sniffInput(p); err != nil {
+				return nil, err
+			} else if k.IsTable() {
+				return nil, fmt.Errorf("session: --checkpoint %s: replay needs captures on both sides, and %s is a logprob table", in.Checkpoint, p)
+			}
+		}
 		progress(view.Progress{Stage: "loading the checkpoint"})
 		var err error
 		if m, err = engine.Load(in.Checkpoint); err != nil {
@@ -60,6 +68,17 @@ func load(ctx context.Context, in Inputs, m *engine.Model, progress func(view.Pr
 		return nil, err
 	}
 	progress(view.Progress{Stage: "opening the captures"})
+	ka, err := sniffInput(in.A)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := sniffInput(in.B)
+	if err != nil {
+		return nil, err
+	}
+	if ka.IsTable() || kb.IsTable() {
+		return loadTables(ctx, in, l, ka, kb, progress)
+	}
 	a, err := openCapture(in.A)
 	if err != nil {
 		return nil, err
@@ -95,6 +114,10 @@ func load(ctx context.Context, in Inputs, m *engine.Model, progress func(view.Pr
 		return fail(err)
 	}
 	l.Session = NewSession(a, b, r)
+	if err := l.addRL(ctx, in.RL, progress); err != nil {
+		l.Close()
+		return nil, err
+	}
 	return l, nil
 }
 

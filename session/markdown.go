@@ -28,6 +28,15 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Name, a, b2)
 	}
+	if r.TablePair() {
+		for _, w := range r.Warnings {
+			fmt.Fprintf(&b, "\n**Warning:** %s\n", mdEscape(w))
+		}
+		writeMarkdownCheck(&b, r)
+		writeRLMarkdown(&b, r.RL)
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
 	if len(r.Filter) > 0 {
 		pats := make([]string, len(r.Filter))
 		for i, p := range r.Filter {
@@ -68,12 +77,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "- %s\n", mdEscape(l))
 		}
 	}
-	if c := r.Check; c != nil {
-		fmt.Fprintf(&b, "\n**Tolerance: %s**\n\n", map[bool]string{true: "within", false: "outside"}[c.Within])
-		for _, l := range checkLines(c) {
-			fmt.Fprintf(&b, "- %s\n", mdEscape(l))
-		}
-	}
+	writeMarkdownCheck(&b, r)
 	head := make([]string, len(opHeader))
 	for i, h := range opHeader {
 		head[i] = mdEscape(h)
@@ -112,6 +116,18 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		writeMissing(&b, miss, "- ", mdEscape)
 		b.WriteString("\n</details>\n")
 	}
+	if r.RL != nil {
+		writeRLMarkdown(&b, r.RL)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func writeMarkdownCheck(b io.Writer, r *Report) {
+	if c := r.Check; c != nil {
+		fmt.Fprintf(b, "\n**Tolerance: %s**\n\n", map[bool]string{true: "within", false: "outside"}[c.Within])
+		for _, l := range checkLines(c) {
+			fmt.Fprintf(b, "- %s\n", mdEscape(l))
+		}
+	}
 }

@@ -48,6 +48,9 @@ type CaptureInfo struct {
 	Seed          uint64 `json:"seed"`
 	Step          int64  `json:"step"`
 	Producer      string `json:"producer"`
+	// Table describes a logprob table's side ("parquet logprob table, per-sequence, 6 sequences, 114
+	// tokens"); "" for a capture.
+	Table string `json:"table,omitempty"`
 }
 
 func captureInfo(c *capture.Capture) CaptureInfo {
@@ -192,10 +195,13 @@ type Report struct {
 	First     *Divergence // nil when nothing differs; the order is firstOrder's
 	Ops       []OpStat    // execution order: index, then role (weights, inputs, output), then name
 	Missing   []MissingTensor
-	// Compared is Σ Elements; Mismatched is Σ Mismatched over ops.
+	// Compared is Σ Elements; Mismatched is Σ Mismatched over ops. For a pair with a logprob table on a side
+	// (no ops), they count the tokens compared and those whose log-probabilities differ.
 	Compared, Mismatched int64
-	Filter               []string // WithOps's patterns: only matching ops were compared
-	IgnoreMissing        bool     // WithIgnoreMissing: absent tensors do not make the report not identical (MissingProblems)
+	// RL is the logprob section (docs/rl-metrics.md): nil unless both sides hold per-token log-probabilities.
+	RL            *RLReport
+	Filter        []string // WithOps's patterns: only matching ops were compared
+	IgnoreMissing bool     // WithIgnoreMissing: absent tensors do not make the report not identical (MissingProblems)
 	// Warnings are what the inputs could not decide for sure: a safetensors import whose execution order is
 	// the data's (capture.ImportWarnings), op names one side carries with a prefix the other lacks
 	// (capture.PrefixHint). Every report format shows them.
@@ -257,6 +263,11 @@ func (r *Report) Within(t Tolerance) Check {
 	c := Check{Tolerance: t, ULPHeld: true, RelHeld: true}
 	if r.Compared == 0 {
 		c.Problems = append(c.Problems, "nothing compared")
+	}
+	if r.TablePair() {
+		r.RL.within(&c, r.IgnoreMissing)
+		c.Within = len(c.Problems) == 0 && (t.HasULP || t.HasRel) && c.ULPHeld && c.RelHeld
+		return c
 	}
 	for i := range r.Ops {
 		o := &r.Ops[i]

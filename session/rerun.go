@@ -118,6 +118,9 @@ func replayInto(ctx context.Context, m *engine.Model, capPath, save string, o St
 	r.Command = "replay"
 	if save == "" {
 		r.B.Path = "(not kept: --save DIR keeps the replay)" // a temporary directory, gone when this returns
+		if r.RL != nil {
+			r.RL.B.Path = r.B.Path
+		}
 	}
 	return r, nil
 }

@@ -25,6 +25,7 @@ type Session struct {
 const pairCacheSize = 4
 
 // NewSession wraps two open captures and the report Diff gave for them. The session does not close them.
+// Either capture may be nil (a logprob table's side: nothing to pair).
 func NewSession(a, b *capture.Capture, r *Report) *Session {
 	return &Session{A: a, B: b, Report: r, ia: indexSide(a), ib: indexSide(b)}
 }
@@ -34,7 +35,14 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	s.pairs = nil
 	s.mu.Unlock()
-	return cmp.Or(s.A.Close(), s.B.Close())
+	var ea, eb error
+	if s.A != nil {
+		ea = s.A.Close()
+	}
+	if s.B != nil {
+		eb = s.B.Close()
+	}
+	return cmp.Or(ea, eb)
 }
 
 // SeqID is one forward pass of one sequence.

@@ -82,6 +82,9 @@ func convertReport(s *Session) view.Report {
 		}
 		out.Ops = append(out.Ops, st)
 	}
+	if rl := r.RL; rl != nil {
+		out.RL = convertRL(r)
+	}
 	if f := r.First; f != nil {
 		d := &view.Divergence{Op: f.Op, Role: f.Role, At: *convertCoord(&f.At), MaxULP: f.ULP}
 		if i := r.FindOp(f.Op, f.Role); i >= 0 {
@@ -212,4 +215,19 @@ func (a *source) Audit(ctx context.Context, progress func(done, total int)) (*vi
 		return nil, err
 	}
 	return r.View(), nil
+}
+
+// FirstDivergenceOf implements view.SeqFirst (Session.FirstDivergenceOf).
+func (a *source) FirstDivergenceOf(ctx context.Context, step, seq int64) (view.Key, int64, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return view.Key{}, 0, false, err
+	}
+	if a.s.A == nil || a.s.B == nil {
+		return view.Key{}, 0, false, fmt.Errorf("session: a logprob table has no ops: record these sequences in full (bitalign diff --sequences)")
+	}
+	d, err := a.s.FirstDivergenceOf(step, seq)
+	if err != nil || d == nil {
+		return view.Key{}, 0, false, err
+	}
+	return view.Key{Op: d.Op, Role: d.Role, Step: d.Step, Seq: d.Seq}, d.Pos, true, nil
 }

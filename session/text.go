@@ -31,6 +31,13 @@ func (r *Report) Verdict() string {
 		}
 		return v
 	}
+	if r.TablePair() {
+		prefix := ""
+		if c := r.Check; c != nil && !r.Identical {
+			prefix = map[bool]string{true: "within tolerance (" + c.bounds() + "); ", false: "outside tolerance (" + c.failed() + "); "}[c.Within]
+		}
+		return prefix + r.RL.Headline()
+	}
 	if r.Identical {
 		if n := len(r.Missing) - len(r.MissingProblems()); n > 0 {
 			return "bitwise identical (" + plural(n, "missing tensor") + " ignored)"
@@ -333,6 +340,9 @@ func pct(n, d int64) string {
 // sideLine describes one capture; fields its metadata does not have (batch size 0, no kernel profile, no
 // architecture) are left out.
 func sideLine(name string, c CaptureInfo) string {
+	if c.Table != "" {
+		return strings.TrimRight(fmt.Sprintf("%s: %s %s — %s, %s", name, c.Side, c.Path, c.Table, byteSize(c.Bytes)), " ")
+	}
 	s := fmt.Sprintf("%s: %s %s — %d tensors, %s", name, c.Side, c.Path, c.Tensors, byteSize(c.Bytes))
 	s += fmt.Sprintf(", tp %d pp %d dp %d", max(c.TP, 1), max(c.PP, 1), max(c.DP, 1))
 	if c.BatchSize > 0 {
@@ -430,6 +440,9 @@ func WriteText(w io.Writer, r *Report) error {
 	fmt.Fprintf(&b, "%s: %s\n\n", r.Title(), r.Verdict())
 	fmt.Fprintln(&b, sideLine("A", r.A))
 	fmt.Fprintln(&b, sideLine("B", r.B))
+	if r.TablePair() {
+		return writeTablePairText(w, &b, r)
+	}
 	if len(r.Filter) > 0 {
 		fmt.Fprintf(&b, "ops matching %s\n", strings.Join(r.Filter, ", "))
 	}
@@ -496,6 +509,33 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, "\nMissing (%d):\n", len(miss))
 		writeMissing(&b, miss, "  ", func(s string) string { return s })
 	}
+	if r.RL != nil {
+		if err := writeRLText(&b, r.RL); err != nil {
+			return err
+		}
+	}
+	return writeTrimmed(w, &b)
+}
+
+// writeTablePairText is the text report of a logprob-only pair: the logprob section in place of the ops.
+func writeTablePairText(w io.Writer, b *strings.Builder, r *Report) error {
+	for _, warn := range r.Warnings {
+		fmt.Fprintln(b, "warning: "+warn)
+	}
+	if c := r.Check; c != nil {
+		fmt.Fprintf(b, "\nTolerance: %s\n", map[bool]string{true: "within", false: "outside"}[c.Within])
+		for _, l := range checkLines(c) {
+			fmt.Fprintf(b, "  %s\n", l)
+		}
+	}
+	if err := writeRLText(b, r.RL); err != nil {
+		return err
+	}
+	return writeTrimmed(w, b)
+}
+
+// writeTrimmed writes b's lines without trailing blanks.
+func writeTrimmed(w io.Writer, b *strings.Builder) error {
 	lines := strings.Split(b.String(), "\n")
 	for i := range lines {
 		lines[i] = strings.TrimRight(lines[i], " ")

@@ -64,9 +64,31 @@ func (m *Model) handleKey(msg tea.KeyPressMsg) tea.Cmd {
 			return cmd
 		}
 	}
+	if m.screen == sequencesScreen {
+		switch a {
+		case keys.Sequences, keys.Back, keys.Focus:
+			if len(m.rep.Ops) == 0 {
+				m.setStatus(statusInfo, "a logprob table has no ops: the sequences are all there is")
+				return nil
+			}
+			return m.setScreen(overviewScreen)
+		case keys.Open:
+			return m.openSeqFirst()
+		case keys.Export:
+		default:
+			m.seqs, _ = m.seqs.Update(msg)
+			return nil
+		}
+	}
 	switch a {
 	case keys.Routing:
 		return m.openRouting()
+	case keys.Sequences:
+		if m.rep.RL == nil {
+			m.setStatus(statusInfo, "no sequences view: the sides do not both hold per-token logprobs")
+			return nil
+		}
+		return m.setScreen(sequencesScreen)
 	case keys.Filter:
 		m.screen = overviewScreen
 		m.prompt = filterPrompt
@@ -374,6 +396,10 @@ func (m *Model) click(p tea.Mouse) tea.Cmd {
 				return m.jump(l.sparkOps[c], false)
 			}
 		}
+	case sequencesScreen:
+		if l.list.contains(p.X, p.Y) {
+			m.seqs.SelectRow(p.Y - l.list.y)
+		}
 	case tensorScreen:
 		if l.heat.contains(p.X, p.Y) {
 			if cr, cc, ok := m.heat.CellAt(p.X-l.heat.x, p.Y-l.heat.y); ok {
@@ -392,6 +418,59 @@ func (m *Model) wheel(msg tea.MouseWheelMsg) {
 		m.heat, _ = m.heat.Update(msg)
 		return
 	}
+	if m.screen == sequencesScreen {
+		return
+	}
 	m.list, _ = m.list.Update(msg)
 	m.syncSelection()
+}
+
+// openSeqFirst asks the core for the selected sequence's first divergent op (in the background).
+func (m *Model) openSeqFirst() tea.Cmd {
+	q := m.seqs.Selected()
+	if q == nil {
+		return nil
+	}
+	sf, ok := m.src.(view.SeqFirst)
+	if !ok || !m.rep.RL.Captures {
+		m.setStatus(statusInfo, fmt.Sprintf("seq %d: a logprob table has no ops; record it in full (bitalign diff --sequences prints the line)", q.Seq))
+		return nil
+	}
+	if !q.Differs {
+		m.setStatus(statusOK, fmt.Sprintf("seq %d: its logprobs agree bit for bit", q.Seq))
+	}
+	src, ctx, step, seq := sf, m.ctx, m.rep.RL.Step, q.Seq
+	m.setStatus(statusInfo, fmt.Sprintf("seq %d: finding its first divergent op…", seq))
+	m.inflight.Add(1)
+	return func() tea.Msg {
+		defer m.inflight.Done()
+		k, pos, ok, err := src.FirstDivergenceOf(ctx, step, seq)
+		return seqFirstMsg{seq: seq, key: k, pos: pos, ok: ok, err: err}
+	}
+}
+
+// seqFirstDone opens the tensor view of a sequence's first divergent op, the cursor on its position.
+func (m *Model) seqFirstDone(msg seqFirstMsg) tea.Cmd {
+	switch {
+	case msg.err != nil:
+		m.setStatus(statusErr, msg.err.Error())
+		return nil
+	case !msg.ok:
+		m.setStatus(statusOK, fmt.Sprintf("seq %d: no captured op differs for this sequence", msg.seq))
+		return nil
+	}
+	i := m.rep.FindOp(msg.key.Op, msg.key.Role)
+	if i < 0 {
+		m.setStatus(statusErr, "op "+msg.key.Op+" is not in the report")
+		return nil
+	}
+	if !m.list.Select(i) {
+		m.list.SetFilter("")
+		m.list.Select(i)
+	}
+	m.sel, m.seq, m.data = i, view.SeqKey{Step: msg.key.Step, Seq: msg.key.Seq}, nil
+	m.target = &view.Coord{Step: msg.key.Step, Seq: msg.key.Seq, Pos: msg.pos}
+	m.keepRow, m.keepCol = -1, -1
+	m.setStatus(statusErr, fmt.Sprintf("seq %d: first divergent op %s at pos %d", msg.seq, msg.key.Op, msg.pos))
+	return m.setScreen(tensorScreen)
 }

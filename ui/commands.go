@@ -37,6 +37,13 @@ type (
 		bytes int64
 		err   error
 	}
+	seqFirstMsg struct {
+		seq int64
+		key view.Key
+		pos int64
+		ok  bool
+		err error
+	}
 )
 
 // cacheSize is how many prepared pairs are kept: enough to step back and forth around a divergence.

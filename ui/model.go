@@ -16,6 +16,7 @@ import (
 	"bitalign/ui/oplist"
 	"bitalign/ui/replay"
 	"bitalign/ui/routing"
+	"bitalign/ui/sequences"
 	"bitalign/ui/theme"
 )
 
@@ -25,6 +26,7 @@ const (
 	overviewScreen screen = iota
 	tensorScreen
 	routingScreen // MoE pairs: layers × tokens (routes.go)
+	sequencesScreen
 )
 
 type promptKind int
@@ -66,6 +68,7 @@ type Model struct {
 	helpOff  int // help screen scroll
 	list     oplist.Model
 	heat     heatmap.Model
+	seqs     sequences.Model
 	sel      int         // selected op (index into rep.Ops), -1 before loading
 	seq      view.SeqKey // the (step, seq) slice shown
 
@@ -98,7 +101,8 @@ type Model struct {
 func New(ctx context.Context, load view.Loader, title string) *Model {
 	st := theme.Default()
 	m := &Model{ctx: ctx, st: st, load: load, title: title, w: 80, h: 24, loading: true, sel: -1,
-		list: oplist.New(st), heat: heatmap.New(st), route: routing.New(st), cache: map[view.Key]*heatmap.Data{},
+		list: oplist.New(st), heat: heatmap.New(st), route: routing.New(st), seqs: sequences.New(st),
+		cache:   map[view.Key]*heatmap.Data{},
 		replays: map[view.Key]*replay.Status{}, keepRow: -1, keepCol: -1, suspect: -1}
 	m.input = textinput.New()
 	m.input.Prompt = ""
@@ -140,6 +144,7 @@ func (m *Model) setStyles(st theme.Styles) {
 	}
 	m.heat.SetStyles(st)
 	m.route.SetStyles(st)
+	m.seqs.SetStyles(st)
 	m.resize()
 }
 
@@ -194,6 +199,8 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 	case exportMsg:
 		m.exportDone(msg)
 		return nil
+	case seqFirstMsg:
+		return m.seqFirstDone(msg)
 	case tea.KeyPressMsg:
 		return m.handleKey(msg)
 	case tea.MouseClickMsg:
@@ -223,11 +230,24 @@ func (m *Model) loaded(msg loadedMsg) tea.Cmd {
 	m.rep = msg.src.Report()
 	m.list.SetOps(m.rep.Ops)
 	m.route.SetData(m.rep.Routing)
+	if m.rep.RL != nil {
+		m.seqs.SetRL(m.rep.RL)
+		if len(m.rep.Ops) == 0 { // a logprob table on a side: the sequences are all there is
+			m.screen = sequencesScreen
+			m.setStatus(statusInfo, "loaded: "+m.rep.RL.Verdict)
+			m.resize()
+			return nil
+		}
+	}
 	m.sel = m.list.Selected()
 	if first := m.rep.FirstDivergent(); first >= 0 {
 		m.list.Select(first)
 		m.sel = first
-		m.setStatus(statusInfo, "loaded: first divergence selected (enter opens it)")
+		if m.rep.RL != nil {
+			m.setStatus(statusInfo, "loaded: first divergence selected (enter opens it; t: the sequences, worst first)")
+		} else {
+			m.setStatus(statusInfo, "loaded: first divergence selected (enter opens it)")
+		}
 	} else if m.rep.Identical {
 		m.setStatus(statusOK, "loaded: the captures are bitwise identical")
 	} else {

@@ -42,7 +42,7 @@ func drive(m *Model, cmd tea.Cmd) []tea.Msg {
 		switch msg := c().(type) {
 		case tea.BatchMsg:
 			queue = append(queue, msg...)
-		case progressMsg, loadedMsg, pairMsg, replayMsg, auditMsg, exportMsg, routeMsg, heatmap.GridMsg:
+		case progressMsg, loadedMsg, pairMsg, replayMsg, auditMsg, exportMsg, routeMsg, seqFirstMsg, heatmap.GridMsg:
 			_, next := m.Update(msg)
 			queue = append(queue, next)
 		default:

@@ -86,6 +86,12 @@ func (m *Model) layout() screenLayout {
 		l.detailPanel = rect{0, b.y + 1 + gh, w, max(b.h-1-gh, 0)}
 		return l
 	}
+	if m.screen == sequencesScreen {
+		l.verdict = rect{0, b.y, w, 3}
+		l.listPanel = rect{0, b.y + 3, w, max(b.h-3, 0)}
+		l.list = panelInner(l.listPanel)
+		return l
+	}
 	bh := min(m.bitsHeight(), max(b.h/2, 4))
 	mainH := b.h - 1 - bh
 	rw := 0
@@ -106,6 +112,10 @@ func (m *Model) layout() screenLayout {
 // resize lays the components out for the current size.
 func (m *Model) resize() {
 	l := m.layout()
+	if m.screen == sequencesScreen {
+		m.seqs.SetSize(l.list.w, l.list.h)
+		return
+	}
 	m.list.SetSize(l.list.w, l.list.h)
 	if m.screen == tensorScreen {
 		m.heat.SetSize(l.heat.w, l.heat.h)
@@ -141,6 +151,8 @@ func (m *Model) Render() string {
 		body = m.overviewView(l)
 	case m.screen == routingScreen:
 		body = m.routingView(l)
+	case m.screen == sequencesScreen:
+		body = m.sequencesView(l)
 	default:
 		body = m.tensorView(l)
 	}
@@ -154,6 +166,8 @@ func (m *Model) Render() string {
 		ctx = keys.Tensor
 	case m.screen == routingScreen:
 		ctx = keys.Routes
+	case m.screen == sequencesScreen:
+		ctx = keys.Seqs
 	}
 	lines = append(lines, m.statusView(), theme.Fit(" "+help.Short(m.st, ctx, m.w-1), m.w))
 	return strings.Join(lines, "\n")
@@ -195,6 +209,8 @@ func (m *Model) headerView() string {
 		right = fmt.Sprintf("overview · %d ops", len(m.rep.Ops))
 	case m.screen == routingScreen:
 		right = "routing view"
+	case m.screen == sequencesScreen:
+		right = fmt.Sprintf("sequences · %d", len(m.rep.RL.Seqs))
 	default:
 		right = "tensor view"
 	}
@@ -544,4 +560,24 @@ func narrowedName(p *view.Pair) string {
 		return ""
 	}
 	return p.ULPDType
+}
+
+// sequencesView is the sequences screen: the logprob verdict, then every sequence worst first.
+func (m *Model) sequencesView(l screenLayout) string {
+	rl := m.rep.RL
+	line := rl.Headline
+	if rl.Verdict != "" {
+		line = rl.Verdict
+	}
+	style := m.st.Bad
+	if !strings.Contains(line, "differ") {
+		style = m.st.Good
+	}
+	verdict := m.st.Panel("logprobs", style.Render(line), l.verdict.w, l.verdict.h, false)
+	title := fmt.Sprintf("sequences · %d · worst first", len(rl.Seqs))
+	if rl.Captures {
+		title += " · enter: first divergent op"
+	}
+	list := m.st.Panel(title, m.seqs.View(), l.listPanel.w, l.listPanel.h, true)
+	return verdict + "\n" + list
 }

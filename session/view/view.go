@@ -191,6 +191,7 @@ type Report struct {
 	First     *Divergence
 	Ops       []OpStat // execution order
 	Routing   *Routing // the MoE layers' routing comparison; nil when the captures have none
+	RL        *RL      // both sides' per-token log-probabilities compared; nil when a side has none
 }
 
 // RouteMark is how one token's routing compares in one layer (session.RouteMark).
@@ -251,6 +252,39 @@ type ExpertScore struct {
 	ID       int
 	Logit    string // the value as the capture holds it (shortest decimal)
 	Selected bool   // the side selected it
+}
+
+// RL is the logprob comparison (docs/rl-metrics.md) as the sequences view draws it.
+type RL struct {
+	Headline string  // the core's one-line figures ("logprobs: 5 of 8 sequences differ, ...")
+	Verdict  string  // for a logprob-only pair (no ops): the report's verdict
+	Captures bool    // both sides are captures: a sequence's first divergent op can be found (SeqFirst)
+	Seqs     []RLSeq // worst first
+	Step     int64   // the captures' step the logprobs come from
+}
+
+// RLSeq is one sequence's logprob figures.
+type RLSeq struct {
+	Seq          int64
+	Tokens       int64 // compared
+	Equal        int64 // bitwise-equal log-probabilities
+	FirstDiff    int64 // first position where the sides differ, −1 none
+	MaxAbs       float64
+	MeanAbs      float64
+	K3           float64
+	ISMax        float64
+	Note         string // "4 draws differ", "1 token id differs", "5 positions on one side only"
+	Differs      bool
+	PosLo, PosHi int64
+	// Profile is the largest |Δ| per bucket of positions [PosLo, PosHi) (NaN: a non-finite difference).
+	Profile []float32
+}
+
+// SeqFirst is what a Source implements when it can find one sequence's first divergent op (both sides
+// captures): the earliest position where any divergent op differs for that sequence, then execution order.
+type SeqFirst interface {
+	// FirstDivergenceOf returns that op's key and position; ok false when the sequence's tensors agree.
+	FirstDivergenceOf(ctx context.Context, step, seq int64) (k Key, pos int64, ok bool, err error)
 }
 
 // FirstDivergent returns the index in Ops of the first divergent op, or -1.

@@ -41,6 +41,7 @@ const (
 	PrevSeq
 	NextSuspect
 	PrevSuspect
+	Sequences
 	Replay
 	Routing
 	Filter
@@ -57,6 +58,7 @@ const (
 	Overview                     // the op list
 	Tensor                       // the tensor view
 	Routes                       // the routing view (MoE layers × tokens)
+	Seqs                         // the sequences view
 )
 
 // Entry is one row of the table.
@@ -69,7 +71,7 @@ type Entry struct {
 }
 
 const (
-	ov, tv, rv, all = Overview, Tensor, Routes, Loading | Overview | Tensor | Routes
+	ov, tv, rv, sq, all = Overview, Tensor, Routes, Seqs, Loading | Overview | Tensor | Routes | Seqs
 )
 
 // Groups in display order.
@@ -93,8 +95,8 @@ var Table = []Entry{
 	{PageDown, "Navigate", b([]string{"pgdown", "ctrl+f"}, "pgdn", "page down"), 0, "op list"},
 	{Top, "Navigate", b([]string{"home", "g"}, "g", "first op"), 0, "everywhere"},
 	{Bottom, "Navigate", b([]string{"end", "G"}, "G", "last op"), 0, "everywhere"},
-	{Open, "Navigate", b([]string{"enter"}, "enter", "open the tensor view of the op (routing view: of the token's experts)"), ov | rv, "op list, routing view"},
-	{Back, "Navigate", b([]string{"esc"}, "esc", "back / cancel"), tv | rv, "everywhere"},
+	{Open, "Navigate", b([]string{"enter"}, "enter", "open the op (routing: the token's experts; sequences: its first diff op)"), ov | rv | sq, "op list, routing and sequences views"},
+	{Back, "Navigate", b([]string{"esc"}, "esc", "back / cancel"), tv | rv | sq, "everywhere"},
 	{Focus, "Navigate", b([]string{"tab"}, "tab", "switch overview ⇄ tensor view"), 0, "everywhere"},
 
 	{First, "Debug", b([]string{"f"}, "f", "jump to the first divergence"), ov, "everywhere"},
@@ -107,6 +109,7 @@ var Table = []Entry{
 	{MaxCell, "Debug", b([]string{"m"}, "m", "max difference of the slice, again: of the op"), tv, "tensor view"},
 	{NextSeq, "Debug", b([]string{"."}, ".", "next captured sequence"), 0, "tensor view"},
 	{PrevSeq, "Debug", b([]string{","}, ",", "previous captured sequence"), 0, "tensor view"},
+	{Sequences, "Debug", b([]string{"t"}, "t", "sequences view: per-sequence logprob mismatch, worst first"), sq, "everywhere"},
 	{NextSuspect, "Debug", b([]string{"s"}, "s", "next suspect of the audit (--checkpoint)"), 0, "everywhere"},
 	{PrevSuspect, "Debug", b([]string{"S"}, "S", "previous audit suspect"), 0, "everywhere"},
 	{Replay, "Debug", b([]string{"r"}, "r", "replay the op from each side's inputs"), tv, "everywhere"},
@@ -147,7 +150,7 @@ type KeyMap struct{}
 func (KeyMap) ShortHelp() []key.Binding { return ShortFor(Overview) }
 
 // shortDesc is the terse description the one-line help uses.
-var shortDesc = map[Action]string{Open: "open", Back: "back", First: "first diff", NextDiv: "next/prev diff",
+var shortDesc = map[Action]string{Open: "open", Back: "back", Sequences: "sequences", First: "first diff", NextDiv: "next/prev diff",
 	StepNext: "step", LayerNext: "layer", MaxCell: "max diff", NextSuspect: "suspect", Replay: "replay", Routing: "routing", Filter: "filter", Help: "help",
 	Quit: "quit"}
 

@@ -95,8 +95,16 @@ func Meta(st theme.Styles, r *view.Report, w, rows int) string {
 	return b.String()
 }
 
-// Verdict is the one-line verdict.
+// Verdict is the one-line verdict, with the logprob headline after it when both sides hold logprobs.
 func Verdict(st theme.Styles, r *view.Report) string {
+	v := verdict(st, r)
+	if r.RL != nil {
+		v += st.Muted.Render(" · " + r.RL.Headline)
+	}
+	return v
+}
+
+func verdict(st theme.Styles, r *view.Report) string {
 	if r.Identical {
 		return st.Good.Bold(true).Render("✓ bitwise identical") + st.Muted.Render(fmt.Sprintf(" · %d ops compared", len(r.Ops)))
 	}

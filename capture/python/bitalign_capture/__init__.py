@@ -19,6 +19,7 @@ from .names import (
     split_fused,
     user_rules,
 )
+from .tables import write_logprobs
 from .writer import FORMAT_NAME, FORMAT_VERSION, Writer, make_meta, rank_path, read, schema
 
 
@@ -53,4 +54,5 @@ __all__ = [
     "shard_of",
     "split_fused",
     "user_rules",
+    "write_logprobs",
 ]
