@@ -334,8 +334,11 @@ func RankExperts(logits []float64, bits []uint64) []ExpertScore {
 	return out
 }
 
-// margin is the gap between the k-th and the (k+1)-th expert of a router row, as a value and in the router
-// dtype's ULPs; ok = false when the row has no (k+1)-th expert.
+// margin is the gap between the k-th and the (k+1)-th expert of a router row, as a value and in ULPs of the
+// larger of the two logits in the router dtype (bf16 when every value is a bf16 value): how many last-bit steps
+// of that logit separate them, which stays meaningful when the two straddle zero (the ordered-integer distance
+// would count every float in between); ok = false when the row has no (k+1)-th expert. Non-finite logits fall
+// back to the ordered-integer distance.
 func (t *rowTable) margin(row []byte, k int, bf16 bool) (gap float64, ulp uint64, ok bool) {
 	if k <= 0 || int64(k) >= t.rowLen {
 		return 0, 0, false
@@ -346,11 +349,25 @@ func (t *rowTable) margin(row []byte, k int, bf16 bool) (gap float64, ulp uint64
 		bits[i] = t.f.load(row, i)
 	}
 	r := RankExperts(vals, bits)
-	_, d := t.f.compare(r[k-1].Bits, r[k].Bits)
-	if bf16 { // every value is a bf16 value: its top 16 bits are the bf16 bits
-		_, d = formats[capture.BF16].compare(r[k-1].Bits>>16, r[k].Bits>>16)
+	a, b := r[k-1].Logit, r[k].Logit
+	gap = a - b
+	if math.IsNaN(gap) || math.IsInf(gap, 0) {
+		_, d := t.f.compare(r[k-1].Bits, r[k].Bits)
+		if bf16 { // every value is a bf16 value: its top 16 bits are the bf16 bits
+			_, d = formats[capture.BF16].compare(r[k-1].Bits>>16, r[k].Bits>>16)
+		}
+		return gap, d, true
 	}
-	return r[k-1].Logit - r[k].Logit, d, true
+	mant, minExp := 24, -149 // float32: 24 significant bits, smallest subnormal 2^-149
+	switch {
+	case bf16 || t.f.dt == capture.BF16:
+		mant, minExp = 8, -133
+	case t.f.dt == capture.F16:
+		mant, minExp = 11, -24
+	}
+	_, e := math.Frexp(max(math.Abs(a), math.Abs(b))) // larger = f·2^e, f in [0.5, 1)
+	step := math.Ldexp(1, max(e-mant, minExp))
+	return gap, uint64(math.Floor(gap / step)), true
 }
 
 // marginDType is the dtype a layer's router margins are counted in: the router op's ULP dtype in the report

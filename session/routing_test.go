@@ -652,3 +652,34 @@ func TestRoutingCauseFromCapturedInputs(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterMarginULPs: a router margin counts last-bit steps of the larger of the two logits, also when the
+// k-th and (k+1)-th logits straddle zero (the ordered-integer distance would count every float in between:
+// about 2.09e9 for 0.3 against −0.2).
+func TestRouterMarginULPs(t *testing.T) {
+	row := func(v ...float32) []byte {
+		b := make([]byte, 4*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+		}
+		return b
+	}
+	tab := &rowTable{f: formats[capture.F32], rowLen: 3}
+	for _, c := range []struct {
+		logits []float32
+		bf16   bool
+		gap    float64
+		ulp    uint64
+	}{
+		{[]float32{0.3, -0.2, -1}, false, float64(float32(0.3)) - float64(float32(-0.2)), 1 << 24}, // 0.5 / 2^-25
+		{[]float32{1.5, math.Nextafter32(1.5, 0), -1}, false, 1.5 - float64(math.Nextafter32(1.5, 0)), 1},
+		{[]float32{0.75, 0.5, 0.25}, true, 0.25, 64},                   // 0.25 / 2^-8 (bf16 steps of 0.75)
+		{[]float32{2, -2, -3}, true, 4, 256},                           // 4 / 2^-6
+		{[]float32{float32(math.Inf(1)), 1, 0}, false, math.Inf(1), 0}, // non-finite: the ordered distance
+	} {
+		gap, ulp, ok := tab.margin(row(c.logits...), 1, c.bf16)
+		if !ok || gap != c.gap || (c.ulp != 0 && ulp != c.ulp) {
+			t.Errorf("%v (bf16 %t): gap %v, %d ULP; want %v, %d", c.logits, c.bf16, gap, ulp, c.gap, c.ulp)
+		}
+	}
+}

@@ -57,8 +57,12 @@ func (r *Report) Verdict() string {
 			return prefix + "first divergence: " + fl.String()
 		}
 		v := prefix + fmt.Sprintf("first divergence: %s, %s, %s", f.Op, where(f.At), distance(&r.Ops[r.FindOp(f.Op, f.Role)]))
-		if f.Routing != nil {
-			v += "; routing flip: " + f.Routing.String()
+		if fl := f.Routing; fl != nil {
+			if fl.Kind == RouteSet {
+				v += "; routing flip: " + fl.String()
+			} else {
+				v += "; routing: " + fl.String()
+			}
 		}
 		return v
 	}
