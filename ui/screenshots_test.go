@@ -19,11 +19,13 @@ var (
 	shotsFake = flag.Bool("shots-fake", false, "screenshots of the fake session instead of the engine's demo")
 )
 
-// shots are the screens, each reached by typing keys after loading.
+// shots are the screens, each reached by typing keys after loading; moe shots load the MoE demo with its
+// router-split-k fault instead of the default demo.
 var shots = []struct {
 	name       string
 	keys       []string
 	cols, rows int
+	moe        bool
 }{
 	{name: "overview"},
 	{name: "heatmap", keys: []string{"enter", ".", ".", "m"}},
@@ -31,6 +33,8 @@ var shots = []struct {
 	{name: "replay", keys: []string{"enter", ".", ".", "m", "r"}},
 	{name: "help", keys: []string{"?"}},
 	{name: "overview-80x24", cols: 80, rows: 24},
+	{name: "routing", keys: []string{"x", "n"}, moe: true},
+	{name: "sequences", keys: []string{"t"}, moe: true},
 }
 
 // TestScreenshots renders the main TUI screens (overview, heatmap, bit view, replay verdict, help) at 140×40
@@ -51,19 +55,35 @@ func TestScreenshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var load view.Loader
-	if *shotsFake {
-		load = fakeLoader(fake.New(fake.Default()), nil)
-	} else {
-		t.Chdir(t.TempDir())
-		in, err := session.DemoInputs(context.Background(), "demo", session.DefaultDemoFault, session.DefaultDemoLayer, nil)
-		if err != nil {
-			t.Fatal(err)
+	loaders := map[bool]view.Loader{}
+	loader := func(moe bool) view.Loader {
+		if l := loaders[moe]; l != nil {
+			return l
 		}
-		in.Device = "cpu"
-		load = loaderOf(in)
+		switch {
+		case *shotsFake && moe:
+			loaders[moe] = fakeLoader(fake.New(fake.MoEDefault()), nil)
+		case *shotsFake:
+			loaders[moe] = fakeLoader(fake.New(fake.Default()), nil)
+		default:
+			fault, dir := session.DefaultDemoFault, "demo"
+			if moe {
+				fault, dir = "router-split-k", "demo-moe"
+			}
+			in, err := session.DemoInputs(context.Background(), dir, fault, session.DefaultDemoLayer, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in.Device = "cpu"
+			loaders[moe] = loaderOf(in)
+		}
+		return loaders[moe]
+	}
+	if !*shotsFake {
+		t.Chdir(t.TempDir())
 	}
 	for _, s := range shots {
+		load := loader(s.moe)
 		w, h := 140, 40
 		if s.cols > 0 {
 			w, h = s.cols, s.rows
