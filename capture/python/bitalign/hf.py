@@ -112,6 +112,7 @@ def _row_segments(mask, B, Tq, S):
     ref = _last_mask[0]
     if mask is not None and ref is not None and ref() is mask and _last_mask[1][0] == (B, Tq, S, mask._version):
         return _last_mask[1][1]
+    given = mask
     if mask is None:
         segs = [segments(causal_mask(Tq, S))] * B
     else:
@@ -127,9 +128,9 @@ def _row_segments(mask, B, Tq, S):
         if tuple(mb.shape) != (B, Tq, S):
             raise _err(f"attention mask {tuple(mask.shape)} for {B} rows of {Tq} queries over {S} keys")
         segs = [segments(mb[b]) for b in range(B)]
-    if mask is not None:
+    if given is not None:  # the mask transformers passes every layer of one forward: its runs once
         try:
-            _last_mask[0], _last_mask[1] = weakref.ref(mask), ((B, Tq, S, mask._version), segs)
+            _last_mask[0], _last_mask[1] = weakref.ref(given), ((B, Tq, S, given._version), segs)
         except TypeError:
             pass
     return segs
@@ -395,11 +396,14 @@ def _install(model, st, cfg):
         st.replace(m, forward)
 
     def layer(m):
-        def forward(hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
-                    position_embeddings=None, **kwargs):
+        # transformers' decoder layer hands every keyword (attention_mask, position_ids, position_embeddings, the
+        # cache: `cache` from 5.2x, `past_key_values` before) to self_attn: so does this one, whatever the version
+        def forward(hidden_states, *args, **kwargs):
+            if args:
+                raise _err(f"{type(m).__name__} called with {len(args)} positional arguments after hidden_states "
+                           "(transformers passes keywords)")
             h = m.input_layernorm(hidden_states)
-            h, _ = m.self_attn(hidden_states=h, attention_mask=attention_mask, position_ids=position_ids,
-                               cache=cache, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
+            h, _ = m.self_attn(hidden_states=h, **kwargs)
             x2 = _residual(hidden_states, h, st)
             h = m.mlp(m.post_attention_layernorm(x2))
             return _residual(x2, h, st)

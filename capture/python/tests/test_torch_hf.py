@@ -379,3 +379,31 @@ def test_patched_forward_compiles_fullgraph():
     f = torch.compile(lambda i, a: m(input_ids=i, attention_mask=a, use_cache=False).logits, fullgraph=True,
                       backend="eager")
     assert f(ids, mask).shape == (2, 5, 96)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_unpatched_model_computes_transformers_bits_again(cpu_ops, arch):
+    """patch, run, unpatch: the model's forward and generate are transformers' own again, bit for bit."""
+    m, fresh = model(arch, torch.bfloat16), model(arch, torch.bfloat16)
+    ids, mask = padded(SEQS, left=True)
+    with torch.no_grad():
+        bh.patch(m)
+        patched = m(input_ids=ids, attention_mask=mask).logits
+        bh.unpatch(m)
+        got, ref = (x(input_ids=ids, attention_mask=mask).logits for x in (m, fresh))
+    assert got.dtype == torch.bfloat16 and patched.dtype == torch.float32
+    assert torch.equal(got.view(torch.int16), ref.view(torch.int16))
+
+
+def test_mask_runs_computed_once_per_forward(cpu_ops, monkeypatch):
+    """Every layer gets the same mask: its runs are found once per batch row, not once per layer."""
+    calls = []
+    real = bh.segments
+    monkeypatch.setattr(bh, "segments", lambda m: calls.append(1) or real(m))
+    m = bh.patch(model("qwen3", layers=4))
+    ids, mask = padded(SEQS, left=True)
+    with torch.no_grad():
+        m(input_ids=ids, attention_mask=mask)
+        assert len(calls) == len(SEQS)
+        m(input_ids=ids, attention_mask=mask)  # a new forward: a new mask
+        assert len(calls) == 2 * len(SEQS)
