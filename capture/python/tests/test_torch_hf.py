@@ -407,3 +407,30 @@ def test_mask_runs_computed_once_per_forward(cpu_ops, monkeypatch):
         assert len(calls) == len(SEQS)
         m(input_ids=ids, attention_mask=mask)  # a new forward: a new mask
         assert len(calls) == 2 * len(SEQS)
+
+
+def test_rope_of_transformers_is_the_engines():
+    """transformers' apply_rotary_pos_emb on bf16 tensors with the engine's tables is docs/arithmetic.md §6 (each
+    product rounded to bf16, then the float32 sum or difference rounded to bf16), element for element."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from bitalign import rope
+
+    c, s = rope.tables(1e6, 64, 256, "bf16")
+    pos = torch.tensor([[0, 1, 2, 100, 255, 7, 31, 64]]).expand(2, -1)
+    cos = torch.from_numpy(np.concatenate([c, c], 1))[pos].bfloat16()
+    sin = torch.from_numpy(np.concatenate([s, s], 1))[pos].bfloat16()
+    g = torch.Generator().manual_seed(4)
+    q = (torch.randn(2, 8, 8, 64, generator=g) * 3).bfloat16()
+    q[0, 0, 0, :4] = torch.tensor([0.0, -0.0, 1e-30, -1e-30])  # signed zeros and tiny products
+    k = (torch.randn(2, 2, 8, 64, generator=g) * 1e3).bfloat16()
+    got = apply_rotary_pos_emb(q, k, cos, sin)
+
+    def engine(x):  # §6, with every rounding written out
+        r = lambda t: t.bfloat16().float()  # noqa: E731
+        x, cc, ss = x.float(), cos[:, None, :, :32].float(), sin[:, None, :, :32].float()
+        x1, x2 = x[..., :32], x[..., 32:]
+        return torch.cat([r(r(x1 * cc) - r(x2 * ss)), r(r(x2 * cc) + r(x1 * ss))], -1).bfloat16()
+
+    for a, x in zip(got, (q, k)):
+        assert torch.equal(a.view(torch.int16), engine(x).view(torch.int16))
