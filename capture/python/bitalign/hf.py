@@ -437,6 +437,12 @@ def _install(model, st, cfg):
     norm(base.norm)
     linear(model.lm_head, "f32")
     st.replace(base.rotary_emb, rotary)
+    def log_softmax(rows):
+        """The engine's log-softmax (docs/arithmetic.md §9) of float32 logits rows (T, V): what bitalign_capture's
+        recorder takes for the log-probabilities of a patched model (its bitalign_log_softmax)."""
+        return ops.log_softmax(_f32(rows), st.profile)
+
+    model.bitalign_log_softmax = log_softmax
     st.attn = cfg._attn_implementation_internal if hasattr(cfg, "_attn_implementation_internal") else None
     cfg._attn_implementation_internal = ATTN
     model._bitalign = st
@@ -460,6 +466,7 @@ def _restore(model, st):
     st.forwards.clear()
     for m in model.modules():
         m.__dict__.pop("_bitalign", None)
+    model.__dict__.pop("bitalign_log_softmax", None)
     if st.attn is not None or getattr(model.config, "_attn_implementation_internal", None) == ATTN:
         model.config._attn_implementation_internal = st.attn
     st.weights.clear()

@@ -78,6 +78,7 @@ def cpu_ops(monkeypatch):
     monkeypatch.setattr(ops, "residual", lambda a, b, dt: _round(a + b, dt))
     monkeypatch.setattr(ops, "swiglu", lambda g, u, dt: _round(_round(torch.nn.functional.silu(g), dt) * u, dt))
     monkeypatch.setattr(ops, "sample", _ref_sample)
+    monkeypatch.setattr(ops, "log_softmax", lambda x, profile: torch.log_softmax(x, -1))
 
 
 def model(arch, dtype=torch.float32, **kw):
@@ -181,6 +182,7 @@ def test_patch_replaces_and_unpatch_restores(arch):
         bh.patch(m)
     bh.unpatch(m)
     assert not any("forward" in x.__dict__ or "_bitalign" in x.__dict__ for x in m.modules())
+    assert not hasattr(m, "bitalign_log_softmax")
     assert m.config._attn_implementation == impl and m.config.to_dict() == before
     assert not st.weights and st.tables is None
     with pytest.raises(ValueError, match="is not patched"):
@@ -434,3 +436,23 @@ def test_rope_of_transformers_is_the_engines():
 
     for a, x in zip(got, (q, k)):
         assert torch.equal(a.view(torch.int16), engine(x).view(torch.int16))
+
+
+def test_recorder_takes_the_engines_log_softmax(cpu_ops, monkeypatch, tmp_path):
+    """bitalign_capture computes a patched model's logprobs with its bitalign_log_softmax (ops.log_softmax, the
+    engine's §9), so that replay can reproduce them; an unpatched model's with torch's."""
+    import bitalign_capture as bc
+
+    calls = []
+    monkeypatch.setattr(ops, "log_softmax", lambda x, profile: calls.append((tuple(x.shape), profile))
+                        or torch.log_softmax(x, -1))
+    m = model("qwen3")
+    ids, mask = padded(SEQS, left=False)
+    with torch.no_grad():
+        with bc.record(m, tmp_path / "a.arrow", "trainer", final_tokens={b: 1 for b in range(len(SEQS))}):
+            m(input_ids=ids, attention_mask=mask)
+        assert not calls
+        bh.patch(m, profile="standard")
+        with bc.record(m, tmp_path / "b.arrow", "trainer", final_tokens={b: 1 for b in range(len(SEQS))}):
+            m(input_ids=ids, attention_mask=mask)
+    assert calls == [((sum(map(len, SEQS)), 96), "standard")]
