@@ -153,7 +153,12 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optio
     B, H, Tq, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
     out = torch.zeros((B, Tq, H, hd), dtype=q.dtype, device=q.device)
-    for b, runs in enumerate(_row_segments(mask, B, Tq, S)):
+    rows = _row_segments(mask, B, Tq, S)
+    top = max((k0 + int(pos.max()) for runs in rows for _, _, k0, pos in runs), default=S - 1)
+    if top != S - 1:
+        raise _err(f"no query sees the last {S - 1 - top} of {S} keys (a static or preallocated cache?): bitalign.hf "
+                   "needs the keys of a sequence to end at its last query (transformers' DynamicCache, or no cache)")
+    for b, runs in enumerate(rows):
         for r0, r1, k0, pos in runs:
             n = int(pos.max()) + 1
             if k0 + n > S:
@@ -192,6 +197,12 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     hd = query.shape[-1]
     if scaling is not None and abs(scaling - hd ** -0.5) > 1e-9 * hd ** -0.5:
         raise _err(f"attention scaling {scaling} is not 1/√head_dim")
+    ro = getattr(module, "rotary_emb", None)
+    if isinstance(ro, RotaryOut) and (ro._forward_hooks or ro._forward_pre_hooks):
+        # only when something listens (a recorder): the copies cost. The forward's own keys are the cache's last
+        # Tq (a DynamicCache appends; no cache: all of them): _attention_op checks that the last query sees them.
+        B, H, Tq, _ = query.shape
+        ro(query.transpose(1, 2).reshape(B, Tq, H * hd), key[:, :, -Tq:].transpose(1, 2).reshape(B, Tq, -1))
     out = _attention_op(query, key.contiguous(), value.contiguous(), attention_mask, attention_scale(hd),
                         p.profile, p.dt)
     return out, None
@@ -216,6 +227,16 @@ def register():
     AttentionMaskInterface.register(ATTN, _bitalign_mask)
 
 
+class RotaryOut(torch.nn.Module):
+    """A patched attention's rotated q and k of the forward's tokens, (B, T, heads·hd) and (B, T, kv_heads·hd),
+    returned unchanged: the module a capture hook sees them at (bitalign_capture maps self_attn.rotary_emb's
+    outputs to layers.L.attn.q_rope and k_rope, the engine's ops that transformers computes in a function).
+    Parameterless: the state dict does not change; unpatch removes it."""
+
+    def forward(self, q, k):
+        return q, k
+
+
 # --- the patch ----------------------------------------------------------------------------------------------------
 
 
@@ -226,6 +247,7 @@ class _Patch:
         self.forwards = []  # (module, previous instance forward or None)
         self.attn = None  # the config's previous attention implementation
         self.tables = None
+        self.children = []  # attention modules given a RotaryOut child
 
     def w32(self, p):
         if p is None:
@@ -434,6 +456,8 @@ def _install(model, st, cfg):
         mlp(L.mlp)
         layer(L)
         at._bitalign = st
+        at.add_module("rotary_emb", RotaryOut())
+        st.children.append(at)
     norm(base.norm)
     linear(model.lm_head, "f32")
     st.replace(base.rotary_emb, rotary)
@@ -464,6 +488,9 @@ def _restore(model, st):
         else:
             m.forward = old
     st.forwards.clear()
+    for at in st.children:
+        at._modules.pop("rotary_emb", None)
+    st.children.clear()
     for m in model.modules():
         m.__dict__.pop("_bitalign", None)
     model.__dict__.pop("bitalign_log_softmax", None)

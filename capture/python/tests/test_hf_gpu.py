@@ -20,7 +20,7 @@ import bitalign.hf as bh  # noqa: E402
 from tinymodels import hf_model  # noqa: E402
 
 ARCHS = ["llama", "qwen2", "qwen3"]
-SEQS = [[5 + 7 * i + j * (i + 3) % 90 for j in range(4 + 5 * i % 13)] for i in range(8)]
+SEQS = [[(5 + 7 * i + j * (i + 3)) % 120 + 1 for j in range(4 + (5 * i) % 13)] for i in range(8)]  # 8 lengths, 4…16
 BIN = os.environ.get("BITALIGN_BIN", "")
 
 

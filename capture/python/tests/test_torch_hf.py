@@ -178,11 +178,15 @@ def test_patch_replaces_and_unpatch_restores(arch):
     assert patched == want
     st = m._bitalign
     assert all(w.dtype == torch.float32 for w in st.weights.values())
+    assert all(isinstance(L.self_attn.rotary_emb, bh.RotaryOut) for L in m.model.layers)
+    assert set(m.state_dict()) == set(model(arch, torch.bfloat16).state_dict())
     with pytest.raises(ValueError, match="already patched"):
         bh.patch(m)
     bh.unpatch(m)
     assert not any("forward" in x.__dict__ or "_bitalign" in x.__dict__ for x in m.modules())
     assert not hasattr(m, "bitalign_log_softmax")
+    assert not any(hasattr(L.self_attn, "rotary_emb") for L in m.model.layers)
+    assert [n for n, _ in m.named_modules()] == [n for n, _ in model(arch, torch.bfloat16).named_modules()]
     assert m.config._attn_implementation == impl and m.config.to_dict() == before
     assert not st.weights and st.tables is None
     with pytest.raises(ValueError, match="is not patched"):
@@ -456,3 +460,49 @@ def test_recorder_takes_the_engines_log_softmax(cpu_ops, monkeypatch, tmp_path):
         with bc.record(m, tmp_path / "b.arrow", "trainer", final_tokens={b: 1 for b in range(len(SEQS))}):
             m(input_ids=ids, attention_mask=mask)
     assert calls == [((sum(map(len, SEQS)), 96), "standard")]
+
+
+def test_captures_hold_q_rope_and_k_rope(cpu_ops, tmp_path):
+    """A patched model's captures hold every op the engine records, q_rope and k_rope included (through
+    self_attn.rotary_emb, a RotaryOut), at the same coordinates in a trainer forward and in generate's decode
+    steps; q_rope is q_norm's output rotated by §6 with the engine's tables, bit for bit."""
+    import bitalign_capture as bc
+    from test_torch_record import by_key
+
+    from bitalign import rope
+
+    m = bh.patch(model("qwen3", torch.bfloat16))
+    ids, mask = padded(SEQS, left=True)
+    with torch.no_grad():
+        with bc.record(m, tmp_path / "s.arrow", "sampler", record_samples=True) as rec:
+            out = bh.generate(m, ids, mask, max_new_tokens=3)
+            rec.sampled(range(len(SEQS)), out[:, -1])
+        seqs = [s + out[b, ids.shape[1]:].tolist() for b, s in enumerate(SEQS)]
+        tids, tmask = padded([s[:-1] for s in seqs], left=False)
+        with bc.record(m, tmp_path / "t.arrow", "trainer", final_tokens={b: s[-1] for b, s in enumerate(seqs)}):
+            m(input_ids=tids, attention_mask=tmask, position_ids=(tmask.cumsum(1) - 1).clamp(min=0))
+    s, t = by_key(tmp_path / "s.arrow"), by_key(tmp_path / "t.arrow")
+    for op in ("attn.q_rope", "attn.k_rope"):
+        for L in range(2):
+            name = f"layers.{L}.{op}"
+            keys = {k for k in t if k[0] == name}
+            assert keys == {k for k in s if k[0] == name}
+            assert keys == {(name, "out", b, p) for b, sq in enumerate(seqs) for p in range(len(sq) - 1)}
+    c, sn = rope.tables(m.config.rope_parameters["rope_theta"], 16, 64, "bf16")
+
+    def bf16(a):  # a capture's bf16 row (its bits) as float32
+        a = np.asarray(a)
+        assert a.dtype == np.uint16
+        return torch.from_numpy((a.astype(np.uint32) << 16).view(np.float32)).view(-1, 16)
+
+    n = 0
+    for (op, role, b, p), (row, _) in t.items():
+        if op != "layers.1.attn.q_rope":
+            continue
+        x = bf16(t[("layers.1.attn.q_norm", "out", b, p)][0])
+        r = lambda v: v.bfloat16().float()  # noqa: E731
+        cc, ss = torch.from_numpy(c[p]), torch.from_numpy(sn[p])
+        want = torch.cat([r(r(x[:, :8] * cc) - r(x[:, 8:] * ss)), r(r(x[:, 8:] * cc) + r(x[:, :8] * ss))], 1)
+        assert torch.equal(bf16(row), want), (b, p)
+        n += 1
+    assert n == sum(len(sq) - 1 for sq in seqs)
