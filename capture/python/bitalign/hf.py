@@ -241,8 +241,8 @@ class RotaryOut(torch.nn.Module):
 
 
 class _Patch:
-    def __init__(self, model, profile, dt, dtype):
-        self.model, self.profile, self.dt, self.dtype = weakref.ref(model), profile, dt, dtype
+    def __init__(self, profile, dt, dtype):
+        self.profile, self.dt, self.dtype = profile, dt, dtype
         self.weights = {}  # id(parameter) → float32 copy (tied weights once)
         self.forwards = []  # (module, previous instance forward or None)
         self.attn = None  # the config's previous attention implementation
@@ -256,7 +256,7 @@ class _Patch:
         if w is None:
             w = p.detach().to(torch.float32).contiguous()
             if w.data_ptr() == p.data_ptr() and w.device.type != "meta":
-                w = w.clone()  # a float32 model: own copy, so that an optimizer step on p is not silently seen
+                w = w.clone()  # a float32 model: its own copy too (patch-time weights, whatever the dtype)
             self.weights[id(p)] = w
         return w
 
@@ -283,9 +283,9 @@ def _check_config(name, cfg, qk_norm):
     rtype = rp.get("rope_type", "default") if isinstance(rp, dict) else "default"
     if rtype != "default":
         raise _err(f"{name}: rope scaling {rtype!r} (only plain RoPE, rope_type 'default', is supported)")
-    if getattr(cfg, "rope_scaling", None) not in (None, {}) and \
-            (cfg.rope_scaling or {}).get("rope_type", cfg.rope_scaling.get("type", "default")) != "default":
-        raise _err(f"{name}: rope_scaling {cfg.rope_scaling}")
+    rs = getattr(cfg, "rope_scaling", None)  # transformers before rope_parameters
+    if isinstance(rs, dict) and rs.get("rope_type", rs.get("type", "default")) != "default":
+        raise _err(f"{name}: rope_scaling {rs}")
     if getattr(cfg, "use_sliding_window", False):
         raise _err(f"{name}: sliding window attention (use_sliding_window, window {cfg.sliding_window})")
     lt = getattr(cfg, "layer_types", None)
@@ -328,8 +328,13 @@ def patch(model, profile="canonical", max_positions=None):
     cls = {k: getattr(mm, f"{prefix}{k}") for k in ("Model", "DecoderLayer", "Attention", "MLP", "RMSNorm",
                                                      "RotaryEmbedding")}
     allowed = tuple(cls.values()) + (torch.nn.ModuleList, torch.nn.Embedding, torch.nn.Linear, type(model))
-    act_types = (torch.nn.SiLU,) + tuple(c for c in [getattr(__import__("transformers.activations", fromlist=["x"]),
-                                                             "SiLUActivation", None)] if c is not None)
+    act_types = (torch.nn.SiLU,)
+    try:
+        from transformers.activations import SiLUActivation
+
+        act_types += (SiLUActivation,)
+    except ImportError:  # transformers versions whose ACT2FN["silu"] is torch.nn.SiLU
+        pass
     for mname, m in model.named_modules():
         if isinstance(m, allowed) or (mname.endswith("act_fn") and isinstance(m, act_types)):
             continue
@@ -369,7 +374,7 @@ def patch(model, profile="canonical", max_positions=None):
     max_pos = int(max_positions or cfg.max_position_embeddings)
 
     register()
-    st = _Patch(model, profile, _DTYPES[dtype], dtype)
+    st = _Patch(profile, _DTYPES[dtype], dtype)
     dev = next(model.parameters()).device
     c, s = _rope.tables(theta, hd, max_pos, st.dt)
     c, s = torch.from_numpy(np.concatenate([c, c], 1)), torch.from_numpy(np.concatenate([s, s], 1))

@@ -14,7 +14,6 @@
 - the patched forward on meta tensors and through torch.compile(fullgraph=True).
 """
 
-import math
 
 import numpy as np
 import pytest

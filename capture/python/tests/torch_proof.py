@@ -250,10 +250,13 @@ def proof(name, a, dev, binary):
         ok = (p["greedy_diff"]["exit"] == 0 and p["sampled_diff"]["exit"] == 0 and p["sampled_batch1_equals_batch8"]
               and p["greedy_batch8_equals_batch1"] and all(p[k]["exit"] == 0 for k in p if k.startswith("replay_")))
         p["ok"] = ok
+        replays = ", ".join(f"{k} exit {p[k]['exit']} {p[k]['first_divergence'] or ''}" for k in p
+                            if k.startswith("replay_"))
+        verdict = " (stand-in CPU ops: plumbing only, no verdict)" if a.cpu_reference_ops else \
+            f" → {'OK' if ok else 'FAILED'}"
         print(f"{name}: patched: greedy diff exit {p['greedy_diff']['exit']}, sampled (batch 8) diff exit "
               f"{p['sampled_diff']['exit']}, sampled batch 1 = batch 8: {p['sampled_batch1_equals_batch8']}, "
-              + ", ".join(f"{k} exit {p[k]['exit']} {p[k]['first_divergence'] or ''}" for k in p if k.startswith("replay_"))
-              + (" (stand-in CPU ops: plumbing only, no verdict)" if a.cpu_reference_ops else f" → {'OK' if ok else 'FAILED'}"))
+              f"{replays}{verdict}")
     if bh.is_patched(m):
         bh.unpatch(m)
     if a.speed and (not small or a.tiny):
@@ -300,8 +303,9 @@ def main():
     if shutil.which(a.bin) is None and not os.path.exists(a.bin):
         raise SystemExit(f"torch_proof.py: {a.bin}: no bitalign binary (make build, or --bin)")
     os.makedirs(a.out, exist_ok=True)
-    summary = {"device": dev, "cpu_reference_ops": a.cpu_reference_ops, "gpu": torch.cuda.get_device_name() if dev == "cuda" else None,
-               "torch": torch.__version__, "transformers": __import__("transformers").__version__, "models": []}
+    summary = {"device": dev, "cpu_reference_ops": a.cpu_reference_ops,
+               "gpu": torch.cuda.get_device_name() if dev == "cuda" else None, "torch": torch.__version__,
+               "transformers": __import__("transformers").__version__, "models": []}
     for name in a.models.split(","):
         summary["models"].append(proof(name, a, dev, a.bin))
     fails = [r["model"] for r in summary["models"] if isinstance(r.get("patched"), dict) and not r["patched"]["ok"]]
