@@ -505,3 +505,21 @@ def test_captures_hold_q_rope_and_k_rope(cpu_ops, tmp_path):
         assert torch.equal(bf16(row), want), (b, p)
         n += 1
     assert n == sum(len(sq) - 1 for sq in seqs)
+
+
+def test_right_padding_of_every_row(cpu_ops):
+    """A batch padded past its longest sequence (pad_to_multiple_of): no query sees the last key, which is fine
+    without a cache; each sequence's logits are still its own."""
+    m = bh.patch(model("llama"))
+    ids, mask = padded(SEQS, left=False)
+    ids, mask = (torch.nn.functional.pad(x, (0, 3)) for x in (ids, mask))
+    with torch.no_grad():
+        got = m(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
+        for b, s in enumerate(SEQS):
+            _close(got[b, :len(s)], m(input_ids=torch.tensor([s])).logits[0])
+
+
+def test_static_cache_is_refused(cpu_ops):
+    m = bh.patch(model("qwen3"))
+    with pytest.raises(ValueError, match="a static or preallocated cache"):
+        m.generate(input_ids=torch.tensor([SEQS[0]]), max_new_tokens=2, do_sample=False, cache_implementation="static")
