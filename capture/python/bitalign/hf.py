@@ -312,8 +312,8 @@ def patch(model, profile="canonical", max_positions=None):
     (default: config.max_position_embeddings). Raises ValueError naming anything the engine does not compute."""
     import transformers as tf
 
-    if profile not in ("canonical", "standard"):
-        raise _err(f"profile must be 'canonical' or 'standard', not {profile!r}")
+    if profile not in ops._PROFILES:  # the ops' own list: a new kernel profile reaches the patch with them
+        raise _err(f"profile must be one of {', '.join(map(repr, ops._PROFILES))}, not {profile!r}")
     name = type(model).__name__
     if name not in _ARCH or not isinstance(model, getattr(tf, name)):
         raise _err(f"model class {name} is not supported (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
