@@ -13,6 +13,10 @@
 #         bitalign audit's first suspect names each (docs/audit.md).
 #   ui    runs the debugger's real-session test with replay on the GPU (verdicts as on the CPU).
 #   bench runs the Go benchmarks and the cuBLAS reference (PyTorch) in the same call.
+#   torch runs the PyTorch library's GPU tests (bitalign.ops against the Go reference's bits, bitalign.hf's patched
+#         models: batch invariance, generate at batch 1 = batch 8, replay exit 0) and capture/python/tests/torch_proof.py
+#         (patched trainer vs patched generate, replay on cuda and cpu, the unpatched control group, speed) into
+#         $OUT/torch-proof (proof.json is its summary). Not in the default list: `bash scripts/gpu.sh torch`.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -116,5 +120,16 @@ if [[ " $steps " == *" bench "* ]]; then
     -test.benchtime "${BENCHTIME:-20x}" -test.timeout 300s ${BENCHFLAGS:-}) 2>&1 | tee "$OUT/bench.log" | grep -E "Benchmark|FAIL|panic" || rc=1
   python3 scripts/cublas_bench.py 2>&1 | tee "$OUT/cublas.log" || rc=1
 fi
+if [[ " $steps " == *" torch "* ]]; then
+  echo "== torch (bitalign.ops and bitalign.hf on the GPU, then the proof script)"
+  BITALIGN_BIN="$PWD/.gpu/bitalign" python3 -m pytest -q -rs -m torch capture/python/tests/test_ops_gpu.py \
+    capture/python/tests/test_hf_gpu.py 2>&1 | tee "$OUT/test-torch.log" | tail -40
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  python3 -W ignore capture/python/tests/torch_proof.py "$OUT/torch-proof" --device cuda --bin .gpu/bitalign \
+    ${PROOFFLAGS:-} 2>&1 | grep -v "Writing model shards" | tee "$OUT/torch-proof.log" | tail -30
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  rm -rf "$OUT/torch-proof"/*/checkpoint "$OUT/torch-proof"/*/*.arrow  # the reports and proof.json come back
+fi
+
 echo "gpu.sh: exit $rc"
 exit $rc

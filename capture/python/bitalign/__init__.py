@@ -14,6 +14,10 @@ stream. What is here so far works without a GPU:
   (seed, sequence, position), never by batch slot), pinned by kernels/testdata/sampling_vectors.tsv, the table
   the Go reference writes.
 
+On a CUDA GPU, bitalign.ops runs the kernels as torch.library custom ops, and bitalign.hf patches a Hugging Face
+Llama, Qwen2 or Qwen3 so that it computes the engine's op sequence with them (docs/kernels-torch.md); neither is
+imported here (they need torch, and bitalign.hf transformers).
+
 It ships in the same distribution as bitalign_capture (capture/python/pyproject.toml): one pip install.
 """
 

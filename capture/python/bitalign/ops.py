@@ -205,7 +205,7 @@ def rope(x: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
          out_dtype: str) -> torch.Tensor:
     """Rotary embeddings in the rotate_half convention: x (T, heads·head_dim), pos (T) int32, cos and sin the
     engine's tables (maxPos, head_dim/2) (kernels.RoPETables). Positions outside the tables give NaN rows: the
-    caller checks them (bitalign.torch does)."""
+    caller checks them (bitalign.hf gathers its tables at checked positions instead)."""
     dev, dt = _rope_args(x, pos, cos, sin, heads, head_dim, out_dtype)
     _aligned("rope", x=x, pos=pos, cos=cos, sin=sin)
     out = torch.empty_like(x)
@@ -328,7 +328,7 @@ def _emb_args(table, tokens, out_dtype):
 @torch.library.custom_op("bitalign::embedding", mutates_args=())
 def embedding(table: torch.Tensor, tokens: torch.Tensor, out_dtype: str) -> torch.Tensor:
     """out (T, C) = the rows of table (V, C) at tokens (T) int32; a token outside [0, V) gives a NaN row (the
-    caller checks them: bitalign.torch does)."""
+    caller checks them: bitalign.hf keeps transformers' embedding, which refuses them)."""
     dev, dt = _emb_args(table, tokens, out_dtype)
     _aligned("embedding", table=table, tokens=tokens)
     (V, C), T = table.shape, tokens.shape[0]

@@ -44,6 +44,10 @@ class Recorder(writer_mod.Closing):
     ops: glob patterns of op names to record (default all), e.g. ["tokens", "layers.0.*", "logits", "logprobs"].
     record_inputs: also record each mapped module's first input (role "in").
     logprobs: compute and record next-token log-probabilities from the logits.
+    log_softmax: the function (float32 logits rows (T, V) → their log-softmax) the log-probabilities come from;
+        default the model's bitalign_log_softmax when it has one (a model patched by bitalign.hf: the engine's
+        log-softmax, docs/arithmetic.md §9, so that `bitalign replay` reproduces the captured logprobs), else
+        torch.log_softmax in float32.
     record_samples: record op "sample" at the last position of each forward's sequences = the token the next
         forward of that sequence brings (or sampled() gives): a sampler's draws, for generate-style loops
         (prefill, then one token per forward). Leave it off on a trainer, whose "sample" is what the sampling
@@ -72,6 +76,7 @@ class Recorder(writer_mod.Closing):
         ops=None,
         record_inputs=False,
         logprobs=True,
+        log_softmax=None,
         record_samples=False,
         tp=None,
         rank=None,
@@ -92,6 +97,7 @@ class Recorder(writer_mod.Closing):
         self.ops = list(ops) if ops else None
         self.record_inputs = record_inputs
         self.logprobs = logprobs
+        self.log_softmax = log_softmax
         self.record_samples = record_samples
         self.seq_ids = None if seq_ids is None else [int(s) for s in seq_ids]
         self.overwrite = overwrite
@@ -567,7 +573,8 @@ class Recorder(writer_mod.Closing):
         if self.cfg.vocab and rows.shape[1] != self.cfg.vocab:
             self._warn("lp-shard", "logits are a vocab shard: log-probabilities need the full vocabulary, skipped")
             return
-        lsm = torch.log_softmax(rows, dim=-1)  # float32 on the device
+        fn = self.log_softmax or getattr(self.model, "bitalign_log_softmax", None)
+        lsm = fn(rows) if fn is not None else torch.log_softmax(rows, dim=-1)  # float32 on the device
         nxt = lay.next_token()[lay.valid_index()]
         target = torch.as_tensor(np.maximum(nxt, 0), device=lsm.device).unsqueeze(1)
         lp = lsm.gather(1, target).squeeze(1).cpu().numpy().astype(np.float32)
