@@ -9,7 +9,7 @@ import (
 
 // SchemaVersion is the version of the JSON report (docs/report-schema.md). Adding fields keeps the version;
 // renaming, removing or changing the meaning of one bumps it.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Status is an aligned op's verdict.
 type Status string
@@ -106,6 +106,8 @@ type Divergence struct {
 	// Routing is the routing difference at the divergence's token when the op is a MoE layer's router, experts
 	// or expert weights and the two sides route that token differently: the divergence is a routing flip.
 	Routing *Flip
+	// Located: the op was compared through fingerprints (OpStat.Located): A, B, ULP and Class say nothing.
+	Located bool
 }
 
 // MissingTensor is a run of positions of one (op, role, step, seq) present on one side only, or a tensor that
@@ -176,6 +178,10 @@ type OpStat struct {
 	Cause        Cause
 	CauseDetail  string
 	Map          *Map
+	// Located: a side holds this op only as fingerprints (docs/capture-format.md), so it was compared row by
+	// row through fingerprints: Elements and Mismatched count token rows, FirstAt has no element, and there
+	// are no values, ULPs, histogram buckets above 0 or map.
+	Located bool
 
 	first       hit   // the earliest mismatch, for the report's first divergence (ulp in ULPDType)
 	firstCoord  Coord // its coordinates
@@ -209,7 +215,16 @@ type Report struct {
 	Check    *Check // WithTolerance's result, nil without one
 	// Routing compares the sides' expert selection per MoE layer; nil when neither capture has MoE layers.
 	Routing *Routing
+	// Located counts the ops compared through fingerprints (OpStat.Located); LocatedOnly names those of them
+	// that diverge, in execution order: the ops whose differing rows are known but not their values, which
+	// RecordLine(LocatedOnly) records in full next time.
+	Located     int
+	LocatedOnly []string
 }
+
+// RecordFull is the bitalign_capture.record line that records the report's located-only ops in full next to
+// every op's fingerprints, or "" when no divergent op was located only.
+func (r *Report) RecordFull() string { return RecordLine(r.LocatedOnly) }
 
 // Passed reports whether the diff passes: identical, or within its tolerance (Check). bitalign diff exits 0
 // exactly then (and 2 when nothing was compared).
