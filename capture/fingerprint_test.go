@@ -252,3 +252,57 @@ func BenchmarkFingerprintRows(b *testing.B) {
 		})
 	}
 }
+
+// TestFingerprintCaptureSize: a fingerprint capture of every op of a Qwen2-1.5B-shaped model (hidden 1536,
+// 28 layers, 12/2 heads of 128, intermediate 8960, V 151936, f32 logits) over 4 × 256 tokens, written by this
+// package's writer, against the tensor bytes of the full capture (which its file exceeds): the goal is
+// at most 1/500.
+func TestFingerprintCaptureSize(t *testing.T) {
+	const hidden, kv, inter, vocab, layers, seqs, T = 1536, 256, 8960, 151936, 28, 4, 256
+	feat := map[string]int64{LayerKProj: kv, LayerVProj: kv, LayerKRope: kv, LayerGateProj: inter, LayerUpProj: inter, LayerAct: inter}
+	type op struct {
+		name string
+		dt   DType
+		n    int64
+	}
+	ops := []op{{OpTokens, I64, 1}, {OpEmbed, BF16, hidden}}
+	for l := 0; l < layers; l++ {
+		for _, s := range LayerOps(false) {
+			n := feat[s]
+			if n == 0 {
+				n = hidden
+			}
+			ops = append(ops, op{LayerOp(l, s), BF16, n})
+		}
+	}
+	ops = append(ops, op{OpFinalNorm, BF16, hidden}, op{OpLogits, F32, vocab})
+	path := filepath.Join(t.TempDir(), "fp.arrow")
+	w, err := Create(path, fpMeta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full int64
+	for seq := int64(0); seq < seqs; seq++ {
+		for i, o := range ops {
+			full += T * o.n * int64(o.dt.Size())
+			fp := Tensor{Seq: seq, NTok: T, Op: o.name, Index: int32(i), Role: "fp.out", DType: I64, Shape: []int64{T},
+				Shard: NoShard, Data: make([]byte, 8*T)}
+			if err := w.Write(fp); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ratio := float64(full) / float64(st.Size())
+	t.Logf("1.5B-shaped, %d ops × %d sequences × %d tokens: full tensors %d bytes, fingerprint capture %d bytes: 1/%.0f",
+		len(ops), seqs, T, full, st.Size(), ratio)
+	if ratio < 500 {
+		t.Errorf("the fingerprint capture is 1/%.0f of the full one (goal: at most 1/500)", ratio)
+	}
+}

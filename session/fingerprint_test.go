@@ -118,9 +118,11 @@ func TestFingerprintDemoFaults(t *testing.T) {
 			if f := mixed.First; f.A != full.First.A || f.B != full.First.B || f.ULP != full.First.ULP {
 				t.Errorf("with %s in full: first divergence %v/%v %d ULP, full diff %v/%v %d ULP", op, f.A, f.B, f.ULP, full.First.A, full.First.B, full.First.ULP)
 			}
-			// the size of the fingerprint capture against the full one
-			sa, _ := os.Stat(filepath.Join(dir, "sampler.fp.arrow"))
-			t.Logf("%s: sampler capture %d bytes of tensors, fingerprint capture file %d bytes", cmpName(fault), full.B.Bytes, sa.Size())
+			// the size of the fingerprint captures against the full ones (files)
+			for _, side := range []string{"trainer", "sampler"} {
+				t.Logf("%s: %s capture %d bytes, its fingerprint capture %d bytes", cmpName(fault), side,
+					pathSize(t, filepath.Join(dir, side)), pathSize(t, filepath.Join(dir, side+".fp.arrow")))
+			}
 		})
 	}
 }
@@ -275,4 +277,19 @@ func TestFingerprintShapesAndMissing(t *testing.T) {
 		!strings.Contains(err.Error(), "matches no op") {
 		t.Errorf("a full-ops pattern matching nothing: %v", err)
 	}
+}
+
+// pathSize is the size of a file, or of the files of a directory.
+func pathSize(t *testing.T, path string) int64 {
+	var n int64
+	err := filepath.Walk(path, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
