@@ -173,3 +173,15 @@ func locatedLines(r *Report) []string {
 	}
 	return out
 }
+
+// locatedError is why an (op, role) compared through fingerprints has no values to show (Session.Pair).
+func locatedError(ia, ib *sideIndex, k opKey) error {
+	var sides []string
+	for i, s := range []*sideIndex{ia, ib} {
+		if len(s.byOp[k]) == 0 && len(s.fps[k]) > 0 {
+			sides = append(sides, [...]string{"A", "B"}[i])
+		}
+	}
+	return fmt.Errorf("%s [%s]: located only: %s holds fingerprints, not values (to record it in full: %s)",
+		k.op, k.role, strings.Join(sides, " and "), RecordLine([]string{k.op}))
+}
