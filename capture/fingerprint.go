@@ -24,6 +24,11 @@ import (
 // FingerprintPrefix starts the role of a fingerprint tensor: "fp.out" holds the fingerprints of role "out".
 const FingerprintPrefix = "fp."
 
+// FullAlways are the ops a fingerprint capture holds in full, never as fingerprints: one value per token, as
+// small as a fingerprint, and what replay (tokens) and the logprob comparison (logprobs, sample) read. The
+// Python recorder's list (bitalign_capture/fingerprints.py ALWAYS_FULL) is checked against the test vectors.
+var FullAlways = []string{OpTokens, OpLogprobs, OpSample}
+
 // FingerprintGamma is splitmix64's increment (γ above).
 const FingerprintGamma = 0x9E3779B97F4A7C15
 

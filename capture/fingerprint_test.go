@@ -114,7 +114,8 @@ func TestFingerprintVectors(t *testing.T) {
 	add("f32 × 8, one sign bit", F32, row)
 	b, err := json.MarshalIndent(map[string]any{
 		"about":   "bitalign fingerprint test vectors (docs/capture-format.md); written by go test ./capture -run TestFingerprintVectors -update",
-		"vectors": vs,
+		"vectors":     vs,
+		"always_full": FullAlways,
 	}, "", " ")
 	if err != nil {
 		t.Fatal(err)

@@ -169,7 +169,7 @@ func locatedLines(r *Report) []string {
 	out := []string{plural(r.Located, "op") + " compared through fingerprints (which rows differ, not their values)"}
 	if len(r.LocatedOnly) > 0 {
 		out = append(out, "located only (no values, no ULPs): "+strings.Join(r.LocatedOnly, ", "),
-			"to record them in full next time: "+r.RecordFull())
+			"to record in full next time where they start (the ops not called propagated): "+r.RecordFull())
 	}
 	return out
 }

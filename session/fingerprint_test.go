@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,7 +52,7 @@ func sameVerdicts(t *testing.T, name string, want, got *Report, fullOps map[stri
 		if w.Op != g.Op || w.Role != g.Role || w.At.Step != g.At.Step || w.At.Seq != g.At.Seq || w.At.Pos != g.At.Pos {
 			t.Errorf("%s: first divergence %s [%s] at %s, full diff %s [%s] at %s", name, g.Op, g.Role, where(g.At), w.Op, w.Role, where(w.At))
 		}
-		if g.Located == fullOps[g.Op] {
+		if g.Located != wantLocated(g.Op, fullOps) {
 			t.Errorf("%s: first divergence located %v with full ops %v", name, g.Located, fullOps)
 		}
 	}
@@ -65,7 +66,7 @@ func sameVerdicts(t *testing.T, name string, want, got *Report, fullOps map[stri
 			t.Errorf("%s: op %d: %s [%s] %s (%s), full diff %s [%s] %s (%s)", name, i, g.Op, g.Role, g.Status, g.Cause, w.Op, w.Role, w.Status, w.Cause)
 			continue
 		}
-		if g.Located == fullOps[g.Op] {
+		if g.Located != wantLocated(g.Op, fullOps) {
 			t.Errorf("%s: %s located %v", name, g.Op, g.Located)
 		}
 		if w.Divergent() && (w.FirstAt.Pos != g.FirstAt.Pos || w.FirstAt.Seq != g.FirstAt.Seq) {
@@ -78,6 +79,11 @@ func sameVerdicts(t *testing.T, name string, want, got *Report, fullOps map[stri
 	if strings.Join(divergent, ",") != strings.Join(got.LocatedOnly, ",") {
 		t.Errorf("%s: located only %v, want %v", name, got.LocatedOnly, divergent)
 	}
+}
+
+// wantLocated: an op is compared through fingerprints unless it is in full on both sides.
+func wantLocated(op string, fullOps map[string]bool) bool {
+	return !fullOps[op] && !slices.Contains(capture.FullAlways, op)
 }
 
 // TestFingerprintDemoFaults: on the engine's demo with each of its faults (and none), a diff of fingerprint
@@ -103,7 +109,17 @@ func TestFingerprintDemoFaults(t *testing.T) {
 			fa := writeFP(t, ta, filepath.Join(dir, "trainer.fp.arrow"))
 			fb := writeFP(t, sb, filepath.Join(dir, "sampler.fp.arrow"))
 			none := map[string]bool{}
-			sameVerdicts(t, "fp/fp", full, fpDiff(t, fa, fb), none)
+			ff := fpDiff(t, fa, fb)
+			sameVerdicts(t, "fp/fp", full, ff, none)
+			// the record line names where divergences start (the first among them), never a propagated op
+			if f := ff.First; f != nil && f.Located && !strings.Contains(ff.RecordFull(), `"`+f.Op+`"`) {
+				t.Errorf("record line %q lacks the first divergence %s", ff.RecordFull(), f.Op)
+			}
+			for _, o := range ff.Ops {
+				if o.Cause == CausePropagated && strings.Contains(ff.RecordFull(), `"`+o.Op+`"`) && (ff.First == nil || o.Op != ff.First.Op) {
+					t.Errorf("record line %q names the propagated %s", ff.RecordFull(), o.Op)
+				}
+			}
 			sameVerdicts(t, "fp/full", full, fpDiff(t, fa, sb), none)
 			sameVerdicts(t, "full/fp", full, fpDiff(t, ta, fb), none)
 			if full.First == nil {

@@ -17,7 +17,7 @@ type FingerprintOptions struct {
 }
 
 // WriteFingerprints writes c as a fingerprint capture at path (one Arrow file, written atomically): every
-// (op, role) as fingerprint tensors of its full rows (shards reassembled, so a TP capture's fingerprints are
+// (op, role) but capture.FullAlways's ops (written in full) as fingerprint tensors of its full rows (shards reassembled, so a TP capture's fingerprints are
 // those of the unsharded tensors), and the ops matching opts.FullOps in full too, unsharded. Fingerprint
 // tensors c already holds for an (op, role) it lacks in full are copied. It returns the number of tensors written.
 func WriteFingerprints(ctx context.Context, c *capture.Capture, path string, opts FingerprintOptions) (int, error) {
@@ -57,6 +57,7 @@ func WriteFingerprints(ctx context.Context, c *capture.Capture, path string, opt
 			return fail(err)
 		}
 		index := ix.index[k]
+		always := slices.Contains(capture.FullAlways, k.op)
 		if len(ix.byOp[k]) == 0 { // fingerprints only: copy them
 			for _, i := range ix.fps[k] {
 				t, err := c.Tensor(i)
@@ -87,11 +88,14 @@ func WriteFingerprints(ctx context.Context, c *capture.Capture, path string, opt
 			}
 			t := capture.Tensor{Step: u.step, Seq: u.seq, Pos: u.pos, NTok: ntok, Op: k.op, Index: index, Role: k.role,
 				DType: u.dt, Shape: shape, Shard: capture.NoShard, Data: u.data}
-			if full[k.op] {
+			if full[k.op] || always {
 				if err := w.Write(t); err != nil {
 					return fail(err)
 				}
 				n++
+			}
+			if always {
+				continue
 			}
 			ft, err := capture.FingerprintTensor(t)
 			if err != nil {
@@ -107,4 +111,15 @@ func WriteFingerprints(ctx context.Context, c *capture.Capture, path string, opt
 		return 0, err
 	}
 	return n, nil
+}
+
+// Fingerprint opens the capture at src (a file or a complete per-rank directory) and writes it as a
+// fingerprint capture at dst (WriteFingerprints). Every error names the file.
+func Fingerprint(ctx context.Context, src, dst string, opts FingerprintOptions) (int, error) {
+	c, err := openCapture(src)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return WriteFingerprints(ctx, c, dst, opts)
 }

@@ -54,7 +54,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	if ls := locatedLines(r); len(ls) > 0 {
 		fmt.Fprintf(&b, "\n%s.\n", upper(ls[0]))
 		if len(ls) > 1 {
-			fmt.Fprintf(&b, "\n**Located only** (no values, no ULPs): %s. To record them in full next time:\n\n```python\n%s\n```\n",
+			fmt.Fprintf(&b, "\n**Located only** (no values, no ULPs): %s. To record in full next time where they start (the ops not called propagated):\n\n```python\n%s\n```\n",
 				mdEscape(strings.Join(r.LocatedOnly, ", ")), r.RecordFull())
 		}
 	}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 
 	"bitalign/capture"
@@ -216,15 +217,28 @@ type Report struct {
 	// Routing compares the sides' expert selection per MoE layer; nil when neither capture has MoE layers.
 	Routing *Routing
 	// Located counts the ops compared through fingerprints (OpStat.Located); LocatedOnly names those of them
-	// that diverge, in execution order: the ops whose differing rows are known but not their values, which
-	// RecordLine(LocatedOnly) records in full next time.
+	// that diverge, in execution order: the ops whose differing rows are known but not their values.
 	Located     int
 	LocatedOnly []string
 }
 
-// RecordFull is the bitalign_capture.record line that records the report's located-only ops in full next to
-// every op's fingerprints, or "" when no divergent op was located only.
-func (r *Report) RecordFull() string { return RecordLine(r.LocatedOnly) }
+// RecordFull is the bitalign_capture.record line that records in full, next to every op's fingerprints, the
+// located-only ops where a divergence starts: those not called propagated (their inputs or producers
+// identical, or unknown), the first divergence among them; "" when no divergent op was located only. The
+// propagated ones only carry a difference on.
+func (r *Report) RecordFull() string {
+	var ops []string
+	for i := range r.Ops {
+		o := &r.Ops[i]
+		if o.Located && o.Divergent() && o.Cause != CausePropagated && !slices.Contains(ops, o.Op) {
+			ops = append(ops, o.Op)
+		}
+	}
+	if f := r.First; f != nil && f.Located && !slices.Contains(ops, f.Op) {
+		ops = append([]string{f.Op}, ops...)
+	}
+	return RecordLine(ops)
+}
 
 // Passed reports whether the diff passes: identical, or within its tolerance (Check). bitalign diff exits 0
 // exactly then (and 2 when nothing was compared).

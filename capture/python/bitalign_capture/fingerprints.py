@@ -18,6 +18,8 @@ import numpy as np
 GAMMA = 0x9E3779B97F4A7C15
 M1 = 0xBF58476D1CE4E5B9
 M2 = 0x94D049BB133111EB
+# ops a fingerprint capture holds in full (one value a token; Go's capture.FullAlways, checked by the tests)
+ALWAYS_FULL = ("tokens", "logprobs", "sample")
 ROLE_PREFIX = "fp."  # the role of the fingerprints of role r is "fp." + r
 _MASK = (1 << 64) - 1
 

@@ -25,6 +25,11 @@ def test_go_vectors():
         assert int(v["fp_int64"]) == F._signed(int(v["fp"])), v["name"]
 
 
+def test_always_full_is_go_s():
+    with open(VECTORS) as f:
+        assert tuple(json.load(f)["always_full"]) == F.ALWAYS_FULL
+
+
 def test_constants_are_splitmix64():
     # the first outputs of splitmix64 seeded with 0, made odd
     assert int(F.constants(1)[0]) == 0xE220A8397B1DCDAF
