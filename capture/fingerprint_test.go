@@ -113,7 +113,7 @@ func TestFingerprintVectors(t *testing.T) {
 	binary.LittleEndian.PutUint32(row[12:], 1<<31)
 	add("f32 × 8, one sign bit", F32, row)
 	b, err := json.MarshalIndent(map[string]any{
-		"about":   "bitalign fingerprint test vectors (docs/capture-format.md); written by go test ./capture -run TestFingerprintVectors -update",
+		"about":       "bitalign fingerprint test vectors (docs/capture-format.md); written by go test ./capture -run TestFingerprintVectors -update",
 		"vectors":     vs,
 		"always_full": FullAlways,
 	}, "", " ")
