@@ -199,3 +199,37 @@ func TestCLIFingerprint(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIBadFingerprint: a fingerprint tensor whose role names no tensor role (bytes patched in a file
+// bitalign wrote) is exit 2 in diff and in open, naming the file and the problem, and open starts no TUI.
+func TestCLIBadFingerprint(t *testing.T) {
+	demo := fusionDemo(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.fp.arrow")
+	if code, _, errs := run(t, "fingerprint", filepath.Join(demo, "sampler"), "--out", good); code != 0 {
+		t.Fatal(errs)
+	}
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(b), "fp.out")
+	if i < 0 {
+		t.Fatal("no fp.out role in the file")
+	}
+	copy(b[i:], "fp.fp.")
+	bad := filepath.Join(dir, "bad.fp.arrow")
+	if err := os.WriteFile(bad, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"diff", "open"} {
+		before := tuiStarts
+		code, _, errs := run(t, cmd, filepath.Join(demo, "trainer"), bad)
+		if code != 2 || !strings.Contains(errs, "bad.fp.arrow") || !strings.Contains(errs, `fingerprint role "fp.fp." names no tensor role`) {
+			t.Errorf("%s: exit %d, stderr %q", cmd, code, errs)
+		}
+		if tuiStarts != before {
+			t.Errorf("%s started the TUI", cmd)
+		}
+	}
+}
