@@ -168,3 +168,68 @@ func TestCLIOpenStartsTUI(t *testing.T) {
 		t.Fatalf("open of good captures: exit %d, %q, TUI starts %d", code, errs, tuiStarts-before)
 	}
 }
+
+// TestCLIFingerprint: bitalign fingerprint writes a capture that diff compares with the full one (the same
+// first divergence, located only, with the record line); an existing --out, a missing capture and a
+// --full-ops pattern that matches nothing are exit 2 naming the problem.
+func TestCLIFingerprint(t *testing.T) {
+	demo := fusionDemo(t)
+	out := filepath.Join(t.TempDir(), "sampler.fp.arrow")
+	code, stdout, errs := run(t, "fingerprint", filepath.Join(demo, "sampler"), "--out", out)
+	if code != 0 || !strings.Contains(stdout, "wrote "+out) {
+		t.Fatalf("fingerprint: exit %d\n%s%s", code, stdout, errs)
+	}
+	code, stdout, errs = run(t, "diff", filepath.Join(demo, "trainer"), out)
+	if code != 1 || !strings.Contains(stdout, "first divergence: layers.2.mlp_norm, step 1 seq 0 pos 0 (the whole row)") ||
+		!strings.Contains(stdout, `full_ops=["layers.2.mlp_norm"`) {
+		t.Errorf("diff against the fingerprints: exit %d\n%s%s", code, stdout, errs)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{filepath.Join(demo, "sampler"), "--out", out}, "file exists"},
+		{[]string{filepath.Join(demo, "nope"), "--out", out + "2"}, "nope"},
+		{[]string{filepath.Join(demo, "sampler"), "--out", out + "3", "--full-ops", "zzz*"}, `"zzz*" matches no op`},
+		{[]string{filepath.Join(demo, "sampler")}, "--out FILE is required"},
+	} {
+		code, _, errs := run(t, append([]string{"fingerprint"}, tc.args...)...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("fingerprint %v: exit %d, stderr %q (want 2 and %q)", tc.args, code, errs, tc.want)
+		}
+	}
+}
+
+// TestCLIBadFingerprint: a fingerprint tensor whose role names no tensor role (bytes patched in a file
+// bitalign wrote) is exit 2 in diff and in open, naming the file and the problem, and open starts no TUI.
+func TestCLIBadFingerprint(t *testing.T) {
+	demo := fusionDemo(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.fp.arrow")
+	if code, _, errs := run(t, "fingerprint", filepath.Join(demo, "sampler"), "--out", good); code != 0 {
+		t.Fatal(errs)
+	}
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(b), "fp.out")
+	if i < 0 {
+		t.Fatal("no fp.out role in the file")
+	}
+	copy(b[i:], "fp.fp.")
+	bad := filepath.Join(dir, "bad.fp.arrow")
+	if err := os.WriteFile(bad, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"diff", "open"} {
+		before := tuiStarts
+		code, _, errs := run(t, cmd, filepath.Join(demo, "trainer"), bad)
+		if code != 2 || !strings.Contains(errs, "bad.fp.arrow") || !strings.Contains(errs, `fingerprint role "fp.fp." names no tensor role`) {
+			t.Errorf("%s: exit %d, stderr %q", cmd, code, errs)
+		}
+		if tuiStarts != before {
+			t.Errorf("%s started the TUI", cmd)
+		}
+	}
+}

@@ -86,6 +86,6 @@ With no arguments it opens the interactive debugger on the built-in demo.`,
 	var demo tuiArgs
 	root.RunE = func(cmd *cobra.Command, args []string) error { return runDemoTUI(cmd, demo) }
 	addDemoFlags(root, &demo)
-	root.AddCommand(newOpenCmd(), newDiffCmd(), newDemoCmd(), newReplayCmd(), newAuditCmd(), newDevicesCmd(), newVersionCmd())
+	root.AddCommand(newOpenCmd(), newDiffCmd(), newDemoCmd(), newReplayCmd(), newAuditCmd(), newFingerprintCmd(), newDevicesCmd(), newVersionCmd())
 	return root
 }

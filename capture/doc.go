@@ -7,6 +7,9 @@
 //   - Schema metadata: bitalign.format = "bitalign-capture", bitalign.version = "1", bitalign.meta = Meta as
 //     JSON. Columns: data (large_binary, first), step, seq, pos, ntok, op, index, role, dtype, shape, rank,
 //     shard_dim, shard_start, full_shape.
+//   - A fingerprint tensor (role FingerprintPrefix + a role, "fp.out"; i64 [rows]) holds one 64-bit hash per
+//     token row of the tensor it stands for (Fingerprint, FingerprintRows, FingerprintTensor), beside it or
+//     instead of it; the reader and the writer check its layout.
 //   - Files this package writes place every tensor's bytes at a file offset that is a multiple of Alignment
 //     (64), using the record batch metadata key KeyPad.
 //

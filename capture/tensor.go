@@ -174,15 +174,15 @@ func checkShard(shape []int64, s Shard) error {
 }
 
 func (t Tensor) check() error {
-	return checkRecord(t.Op, t.NTok, t.DType, t.Shape, int64(len(t.Data)), t.Rank, t.Shard)
+	return checkRecord(t.Op, t.Role, t.NTok, t.DType, t.Shape, int64(len(t.Data)), t.Rank, t.Shard)
 }
 
 func (e Entry) check() error {
-	return checkRecord(e.Op, e.NTok, e.DType, e.Shape, e.NBytes, e.Rank, e.Shard)
+	return checkRecord(e.Op, e.Role, e.NTok, e.DType, e.Shape, e.NBytes, e.Rank, e.Shard)
 }
 
 // checkRecord checks one record's header (a Tensor's or an Entry's) against its nbytes of data.
-func checkRecord(op string, ntok int64, dt DType, shape []int64, nbytes int64, rank int32, s Shard) error {
+func checkRecord(op, role string, ntok int64, dt DType, shape []int64, nbytes int64, rank int32, s Shard) error {
 	if op == "" {
 		return errors.New("tensor without an op name")
 	}
@@ -190,6 +190,9 @@ func checkRecord(op string, ntok int64, dt DType, shape []int64, nbytes int64, r
 		return fmt.Errorf("%s: negative ntok %d", op, ntok)
 	}
 	if err := checkLayout(dt, shape, nbytes, rank, s); err != nil {
+		return fmt.Errorf("%s: %v", op, err)
+	}
+	if err := checkFingerprint(role, ntok, dt, shape, s); err != nil {
 		return fmt.Errorf("%s: %v", op, err)
 	}
 	return nil

@@ -29,27 +29,43 @@ func opOrder(ia, ib int32, a, b opKey) int {
 		cmp.Compare(a.op, b.op), cmp.Compare(a.role, b.role))
 }
 
-// sideIndex groups one capture's entries by (op, role).
+// sideIndex groups one capture's entries by (op, role). Fingerprint tensors (role fp.<role>) are grouped
+// under the role they fingerprint, apart from the full tensors (fps).
 type sideIndex struct {
 	c     *capture.Capture
 	byOp  map[opKey][]int
+	fps   map[opKey][]int
 	index map[opKey]int32
 }
 
 func indexSide(c *capture.Capture) *sideIndex {
-	s := &sideIndex{c: c, byOp: map[opKey][]int{}, index: map[opKey]int32{}}
+	s := &sideIndex{c: c, byOp: map[opKey][]int{}, fps: map[opKey][]int{}, index: map[opKey]int32{}}
 	if c == nil {
 		return s
 	}
 	for i := 0; i < c.Len(); i++ {
 		e := c.Entry(i)
-		k := opKey{e.Op, e.Role}
-		if _, ok := s.byOp[k]; !ok {
+		k, m := opKey{e.Op, e.Role}, s.byOp
+		if base, ok := capture.FingerprintRole(e.Role); ok {
+			k, m = opKey{e.Op, base}, s.fps
+		}
+		if _, ok := s.index[k]; !ok {
 			s.index[k] = e.Index
 		}
-		s.byOp[k] = append(s.byOp[k], i)
+		m[k] = append(m[k], i)
 	}
 	return s
+}
+
+// bytes is the size of k's tensors and fingerprints on this side.
+func (s *sideIndex) bytes(k opKey) int64 {
+	var n int64
+	for _, m := range []map[opKey][]int{s.byOp, s.fps} {
+		for _, i := range m[k] {
+			n += s.c.Entry(i).NBytes
+		}
+	}
+	return n
 }
 
 // unit is one full tensor of one side after shard reassembly, seen as rows (token positions) of rowLen
@@ -60,6 +76,7 @@ type unit struct {
 	dt             capture.DType
 	feat           []int64 // per-row feature shape
 	data           []byte
+	whole          bool // the tensor is not per token (NTok 0): one row, feat its whole shape
 }
 
 // problem is a tensor that could not be turned into a unit.
@@ -145,7 +162,7 @@ func assemble(c *capture.Capture, es []capture.Entry, idxs []int, group []int) (
 	}
 	switch {
 	case e0.NTok == 0:
-		u.rows, u.rowLen, u.feat = 1, n, shape
+		u.rows, u.rowLen, u.feat, u.whole = 1, n, shape, true
 	case len(shape) > 0 && shape[0] == e0.NTok:
 		u.rows, u.rowLen, u.feat = e0.NTok, n/max(e0.NTok, 1), shape[1:]
 	case n%e0.NTok == 0:

@@ -134,12 +134,7 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 	}
 	var total int64
 	for _, kk := range keys {
-		for _, i := range ia.byOp[kk.k] {
-			total += a.Entry(i).NBytes
-		}
-		for _, i := range ib.byOp[kk.k] {
-			total += b.Entry(i).NBytes
-		}
+		total += ia.bytes(kk.k) + ib.bytes(kk.k)
 	}
 	var done int64
 	report := func() {
@@ -159,13 +154,7 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 		}
 		k := kk.k
 		st := OpStat{Op: k.op, Index: kk.index, Role: k.role}
-		var opBytes int64
-		for _, i := range ia.byOp[k] {
-			opBytes += a.Entry(i).NBytes
-		}
-		for _, i := range ib.byOp[k] {
-			opBytes += b.Entry(i).NBytes
-		}
+		opBytes := ia.bytes(k) + ib.bytes(k)
 		rs, err := diffOp(ctx, &cfg, ia, ib, k, &st, rep, accs, func(n int64) {
 			if cfg.progress != nil {
 				cfg.progress(done+min(n, opBytes), total)
@@ -184,6 +173,14 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 		rep.Mismatched += st.Mismatched
 	}
 	causes(rep, rows, cfg.producers, filtered)
+	for i := range rep.Ops {
+		if o := &rep.Ops[i]; o.Located {
+			rep.Located++
+			if o.Divergent() && !slices.Contains(rep.LocatedOnly, o.Op) {
+				rep.LocatedOnly = append(rep.LocatedOnly, o.Op)
+			}
+		}
+	}
 	routing, err := compareRouting(rep, ia, ib, rows, cfg.producers, filtered)
 	if err != nil {
 		return nil, err
@@ -214,6 +211,13 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 // divergence) to rep.
 func diffOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *OpStat, rep *Report, accs []*acc,
 	progress func(int64)) (*rowSets, error) {
+	addMissing := func(m MissingTensor) {
+		m.Op, m.Index, m.Role = k.op, st.Index, k.role
+		rep.Missing = append(rep.Missing, m)
+	}
+	if fingerprintMode(ia, ib, k) {
+		return diffFingerprints(ctx, cfg, ia, ib, k, st, accs, addMissing, progress)
+	}
 	ua, pa, err := buildUnits(ia.c, ia.byOp[k])
 	if err != nil {
 		return nil, err
@@ -221,10 +225,6 @@ func diffOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *Op
 	ub, pb, err := buildUnits(ib.c, ib.byOp[k])
 	if err != nil {
 		return nil, err
-	}
-	addMissing := func(m MissingTensor) {
-		m.Op, m.Index, m.Role = k.op, st.Index, k.role
-		rep.Missing = append(rep.Missing, m)
 	}
 	// tensors of a side that could not be assembled are missing on the other
 	for _, p := range pa {
@@ -597,6 +597,11 @@ func causes(rep *Report, rows map[opKey]*rowSets, producers func(string) []strin
 		return
 	}
 	o := &rep.Ops[first]
+	if o.Located { // fingerprints: where, not what
+		rep.First = &Divergence{Op: o.Op, Index: o.Index, Role: o.Role, DType: o.DType, At: o.firstCoord,
+			Cause: o.Cause, Detail: o.CauseDetail, Located: true}
+		return
+	}
 	f, _ := formatOf(mustDType(o.DType))
 	rep.First = &Divergence{Op: o.Op, Index: o.Index, Role: o.Role, DType: o.DType, ULPDType: o.ULPDType,
 		At: o.firstCoord, A: valueOf(f, o.first.a), B: valueOf(f, o.first.b), Class: o.first.class,

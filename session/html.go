@@ -87,11 +87,11 @@ figure { margin: 1em 0; } figure img { image-rendering: pixelated; border: 1px s
 {{range .Notes}}<p>{{.}}</p>
 {{end}}{{with .First}}<h2>First divergence</h2>
 <p><code>{{.Op}}</code> [{{.Role}}] (index {{.Index}}, {{.DType}}) at {{$.FirstAt}}</p>
-<table>
+{{if not .Located}}<table>
 <tr><th></th><th>hex</th><th>value</th></tr>
 <tr><th>A</th><td><code>{{.A.Hex}}</code></td><td>{{.A.Decimal}}</td></tr>
 <tr><th>B</th><td><code>{{.B.Hex}}</code></td><td>{{.B.Decimal}}</td></tr>
-</table>
+</table>{{end}}
 <p>Distance: {{$.Distance}}{{if .Cause}}; cause: <b>{{.Cause}}</b> ({{.Detail}}){{end}}.</p>
 {{with $.Flip}}<p>Routing flip: {{.}}.</p>
 {{end}}{{end}}{{with .Routing}}<h2>Routing</h2>
@@ -153,6 +153,9 @@ func WriteHTML(w io.Writer, r *Report) error {
 	}
 	for _, w := range r.Warnings {
 		d.Notes = append(d.Notes, "Warning: "+w)
+	}
+	for _, l := range locatedLines(r) {
+		d.Notes = append(d.Notes, upper(l)+".")
 	}
 	if r.First != nil {
 		d.FirstAt = where(r.First.At)

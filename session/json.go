@@ -26,8 +26,11 @@ type jsonReport struct {
 	Ops             []jsonOp        `json:"ops"`
 	Missing         []MissingTensor `json:"missing"`
 	Routing         []jsonRouting   `json:"routing"`
-	Logprobs        *jsonLogprobs   `json:"logprobs"`  // version 3: null unless both sides hold logprobs
-	Sequences       []jsonSeq       `json:"sequences"` // version 3: every compared sequence, worst first
+	Logprobs        *jsonLogprobs   `json:"logprobs"`     // version 3: null unless both sides hold logprobs
+	Sequences       []jsonSeq       `json:"sequences"`    // version 3: every compared sequence, worst first
+	Located         int             `json:"located"`      // version 4: ops compared through fingerprints
+	LocatedOnly     []string        `json:"located_only"` // version 4: the divergent ones among them
+	RecordFull      *string         `json:"record_full"`  // version 4: the record line for located_only, or null
 }
 
 type jsonRouting struct {
@@ -151,6 +154,7 @@ type jsonDivergence struct {
 	Cause       string    `json:"cause"`
 	CauseDetail string    `json:"cause_detail"`
 	RoutingFlip *jsonFlip `json:"routing_flip"`
+	Located     bool      `json:"located"` // version 4: a fingerprint divergence (a, b, ulp, class say nothing)
 }
 
 type jsonBucket struct {
@@ -191,6 +195,7 @@ type jsonOp struct {
 	MissingRowsB int64        `json:"missing_rows_b"`
 	Cause        string       `json:"cause,omitempty"`
 	CauseDetail  string       `json:"cause_detail,omitempty"`
+	Located      bool         `json:"located"` // version 4: compared through fingerprints (elements are rows)
 }
 
 func jcoord(c *Coord) *jsonCoord {
@@ -226,7 +231,7 @@ func nonNil[T any](s []T) []T {
 func WriteJSON(w io.Writer, r *Report) error {
 	out := jsonReport{Schema: "bitalign.diff", Version: SchemaVersion, Identical: r.Identical, A: r.A, B: r.B,
 		Compared: r.Compared, Mismatched: r.Mismatched, OpsFilter: nonNil(r.Filter), IgnoreMissing: r.IgnoreMissing, Warnings: r.Warnings,
-		Ops: []jsonOp{}, Missing: nonNil(r.Missing)}
+		Ops: []jsonOp{}, Missing: nonNil(r.Missing), Located: r.Located, LocatedOnly: nonNil(r.LocatedOnly), RecordFull: orNull(r.RecordFull())}
 	out.Logprobs, out.Sequences = jsonRL(r.RL)
 	if c := r.Check; c != nil {
 		t := &jsonTolerance{Within: c.Within, WorstULP: c.WorstULP, WorstULPOp: c.WorstULPOp, WorstRel: c.WorstRel,
@@ -242,7 +247,7 @@ func WriteJSON(w io.Writer, r *Report) error {
 	if f := r.First; f != nil {
 		out.FirstDivergence = &jsonDivergence{Op: f.Op, Index: f.Index, Role: f.Role, DType: f.DType, ULPDType: orNull(f.ULPDType),
 			jsonCoord: *jcoord(&f.At), A: jsonValue{f.A.Hex, f.A.Decimal}, B: jsonValue{f.B.Hex, f.B.Decimal},
-			RMSRel: f.RMSRel, Class: f.Class.String(), Cause: string(f.Cause), CauseDetail: f.Detail}
+			RMSRel: f.RMSRel, Class: f.Class.String(), Cause: string(f.Cause), CauseDetail: f.Detail, Located: f.Located}
 		if f.ULPDType != "" {
 			out.FirstDivergence.ULP = &f.ULP
 		}
@@ -269,7 +274,8 @@ func WriteJSON(w io.Writer, r *Report) error {
 			MaxAt: jcoord(o.MaxAt), MaxA: jvalue(o.MaxA), MaxB: jvalue(o.MaxB), FirstAt: jcoord(o.FirstAt),
 			Hist: []jsonBucket{}, MaxAbs: o.MaxAbs, MeanAbs: o.MeanAbs, MaxRel: o.MaxRel, NaNA: o.NaNA, NaNB: o.NaNB,
 			InfA: o.InfA, InfB: o.InfB, NaNNumber: o.NaNNumber, NaNPayload: o.NaNPayload,
-			MissingRowsA: o.MissingRowsA, MissingRowsB: o.MissingRowsB, Cause: string(o.Cause), CauseDetail: o.CauseDetail}
+			MissingRowsA: o.MissingRowsA, MissingRowsB: o.MissingRowsB, Cause: string(o.Cause), CauseDetail: o.CauseDetail,
+			Located: o.Located}
 		for b, n := range o.Hist {
 			if n > 0 {
 				jo.Hist = append(jo.Hist, jsonBucket{b, n})

@@ -51,9 +51,18 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	for _, w := range r.Warnings {
 		fmt.Fprintf(&b, "\n**Warning:** %s\n", mdEscape(w))
 	}
+	if ls := locatedLines(r); len(ls) > 0 {
+		fmt.Fprintf(&b, "\n%s.\n", upper(ls[0]))
+		if len(ls) > 1 {
+			fmt.Fprintf(&b, "\n**Located only** (no values, no ULPs): %s. To record in full next time where they start (the ops not called propagated):\n\n```python\n%s\n```\n",
+				mdEscape(strings.Join(r.LocatedOnly, ", ")), r.RecordFull())
+		}
+	}
 	if f := r.First; f != nil {
 		fmt.Fprintf(&b, "\n**First divergence:** `%s` [%s] (index %d, %s) at %s\n\n", mdEscape(f.Op), mdEscape(f.Role), f.Index, f.DType, where(f.At))
-		fmt.Fprintf(&b, "| | hex | value |\n|---|---|---|\n| A | `%s` | %s |\n| B | `%s` | %s |\n\n", f.A.Hex, f.A.Decimal, f.B.Hex, f.B.Decimal)
+		if !f.Located {
+			fmt.Fprintf(&b, "| | hex | value |\n|---|---|---|\n| A | `%s` | %s |\n| B | `%s` | %s |\n\n", f.A.Hex, f.A.Decimal, f.B.Hex, f.B.Decimal)
+		}
 		fmt.Fprintf(&b, "Distance: %s", mdEscape(firstDistance(f)))
 		if f.Cause != CauseNone {
 			fmt.Fprintf(&b, "; cause: **%s** (%s)", f.Cause, mdEscape(f.Detail))

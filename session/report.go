@@ -2,6 +2,7 @@ package session
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 
 	"bitalign/capture"
@@ -9,7 +10,7 @@ import (
 
 // SchemaVersion is the version of the JSON report (docs/report-schema.md). Adding fields keeps the version;
 // renaming, removing or changing the meaning of one bumps it.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Status is an aligned op's verdict.
 type Status string
@@ -106,6 +107,8 @@ type Divergence struct {
 	// Routing is the routing difference at the divergence's token when the op is a MoE layer's router, experts
 	// or expert weights and the two sides route that token differently: the divergence is a routing flip.
 	Routing *Flip
+	// Located: the op was compared through fingerprints (OpStat.Located): A, B, ULP and Class say nothing.
+	Located bool
 }
 
 // MissingTensor is a run of positions of one (op, role, step, seq) present on one side only, or a tensor that
@@ -176,6 +179,10 @@ type OpStat struct {
 	Cause        Cause
 	CauseDetail  string
 	Map          *Map
+	// Located: a side holds this op only as fingerprints (docs/capture-format.md), so it was compared row by
+	// row through fingerprints: Elements and Mismatched count token rows, FirstAt has no element, and there
+	// are no values, ULPs, histogram buckets above 0 or map.
+	Located bool
 
 	first       hit   // the earliest mismatch, for the report's first divergence (ulp in ULPDType)
 	firstCoord  Coord // its coordinates
@@ -209,6 +216,28 @@ type Report struct {
 	Check    *Check // WithTolerance's result, nil without one
 	// Routing compares the sides' expert selection per MoE layer; nil when neither capture has MoE layers.
 	Routing *Routing
+	// Located counts the ops compared through fingerprints (OpStat.Located); LocatedOnly names those of them
+	// that diverge, in execution order: the ops whose differing rows are known but not their values.
+	Located     int
+	LocatedOnly []string
+}
+
+// RecordFull is the bitalign_capture.record line that records in full, next to every op's fingerprints, the
+// located-only ops where a divergence starts: those not called propagated (their inputs or producers
+// identical, or unknown), the first divergence among them; "" when no divergent op was located only. The
+// propagated ones only carry a difference on.
+func (r *Report) RecordFull() string {
+	var ops []string
+	for i := range r.Ops {
+		o := &r.Ops[i]
+		if o.Located && o.Divergent() && o.Cause != CausePropagated && !slices.Contains(ops, o.Op) {
+			ops = append(ops, o.Op)
+		}
+	}
+	if f := r.First; f != nil && f.Located && !slices.Contains(ops, f.Op) {
+		ops = append([]string{f.Op}, ops...)
+	}
+	return RecordLine(ops)
 }
 
 // Passed reports whether the diff passes: identical, or within its tolerance (Check). bitalign diff exits 0

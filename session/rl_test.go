@@ -139,7 +139,7 @@ func TestLogprobJSONReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	seqs := generic["sequences"].([]any)
-	if generic["version"] != float64(3) || generic["logprobs"] == nil || len(seqs) != 12 {
+	if generic["version"] != float64(SchemaVersion) || generic["logprobs"] == nil || len(seqs) != 12 {
 		t.Fatalf("version %v, logprobs %v, %d sequences", generic["version"], generic["logprobs"] != nil, len(seqs))
 	}
 	_ = doc

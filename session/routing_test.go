@@ -334,7 +334,7 @@ func TestRoutingIdentical(t *testing.T) {
 		Version int               `json:"version"`
 		Routing []json.RawMessage `json:"routing"`
 	}
-	if err := json.Unmarshal(b.Bytes(), &j); err != nil || j.Version != 3 || j.Routing == nil || len(j.Routing) != 0 {
+	if err := json.Unmarshal(b.Bytes(), &j); err != nil || j.Version != SchemaVersion || j.Routing == nil || len(j.Routing) != 0 {
 		t.Errorf("dense JSON: version %d routing %v (%v)", j.Version, j.Routing, err)
 	}
 }

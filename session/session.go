@@ -54,7 +54,7 @@ func (s *Session) Seqs(op, role string) []SeqID {
 	seen := map[SeqID]bool{}
 	var out []SeqID
 	for _, side := range []*sideIndex{s.ia, s.ib} {
-		for _, i := range side.byOp[k] {
+		for _, i := range slices.Concat(side.byOp[k], side.fps[k]) {
 			e := side.c.Entry(i)
 			id := SeqID{e.Step, e.Seq}
 			if !seen[id] {
@@ -96,6 +96,9 @@ func (s *Session) Pair(op, role string, step, seq int64) (*Pair, error) {
 
 func (s *Session) buildPair(op, role string, step, seq int64) (*Pair, error) {
 	k := opKey{op, role}
+	if fingerprintMode(s.ia, s.ib, k) {
+		return nil, locatedError(s.ia, s.ib, k)
+	}
 	pick := func(side *sideIndex) ([]unit, error) {
 		var idxs []int
 		for _, i := range side.byOp[k] {

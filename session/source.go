@@ -76,7 +76,7 @@ func convertReport(s *Session) view.Report {
 		st := view.OpStat{Op: o.Op, Index: o.Index, Role: o.Role, Layer: layerOf(o.Op), DType: o.DType, Shape: o.Shape,
 			Status: convertStatus(o.Status), Elements: o.Elements, Mismatched: o.Mismatched, MaxULP: o.MaxULP,
 			MaxAt: convertCoord(o.MaxAt), Hist: o.Hist, MaxAbs: o.MaxAbs, MeanAbs: o.MeanAbs, MaxRel: o.MaxRel,
-			NaNA: o.NaNA, NaNB: o.NaNB, InfA: o.InfA, InfB: o.InfB, Cause: string(o.Cause)}
+			NaNA: o.NaNA, NaNB: o.NaNB, InfA: o.InfA, InfB: o.InfB, Cause: string(o.Cause), Located: o.Located}
 		for _, q := range s.Seqs(o.Op, o.Role) {
 			st.Seqs = append(st.Seqs, view.SeqKey{Step: q.Step, Seq: q.Seq})
 		}

@@ -79,6 +79,13 @@ func (r *Report) Verdict() string {
 // distance sums up a divergent op's differences: "max 8 ULP, max |a−b|/RMS 0.0312", "max 3 bf16 ULP, ...",
 // "1 NaN against a number", "3 values differ" (integers).
 func distance(o *OpStat) string {
+	if o.Located {
+		verb := " differ"
+		if o.Mismatched == 1 {
+			verb = " differs"
+		}
+		return plural(int(o.Mismatched), "row") + verb + " (located by fingerprints: no values)"
+	}
 	if o.ULPDType == "" {
 		return differing(o.Mismatched)
 	}
@@ -179,6 +186,9 @@ func checkLines(c *Check) []string {
 
 // firstDistance is the first divergence's distance line: "8 ULP (numeric)", "3 bf16 ULP (numeric; ...)".
 func firstDistance(f *Divergence) string {
+	if f.Located {
+		return "the row's fingerprints differ (its values were not recorded: no ULP distance)"
+	}
 	if f.ULPDType == "" {
 		return "integer values differ (no ULP distance)"
 	}
@@ -281,6 +291,9 @@ func upper(s string) string {
 func summary(r *Report) string {
 	s := fmt.Sprintf("compared %d elements in %s; %d mismatched in %s", r.Compared, plural(len(r.Ops), "op"),
 		r.Mismatched, plural(len(r.Divergent()), "op"))
+	if r.Located > 0 {
+		s += " (an op compared through fingerprints counts token rows)"
+	}
 	if n := len(r.MissingProblems()); n > 0 || !r.IgnoreMissing {
 		s += "; " + plural(n, "missing tensor")
 	}
@@ -305,6 +318,9 @@ func plural(n int, what string) string {
 }
 
 func where(c Coord) string {
+	if c.Element == nil { // a row located by fingerprints
+		return fmt.Sprintf("step %d seq %d pos %d (the whole row)", c.Step, c.Seq, c.Pos)
+	}
 	return fmt.Sprintf("step %d seq %d pos %d element %s", c.Step, c.Seq, c.Pos, elemString(c.Element))
 }
 
@@ -457,11 +473,16 @@ func WriteText(w io.Writer, r *Report) error {
 	for _, w := range r.Warnings {
 		fmt.Fprintln(&b, "warning: "+w)
 	}
+	for _, l := range locatedLines(r) {
+		fmt.Fprintln(&b, l)
+	}
 	if f := r.First; f != nil {
 		fmt.Fprintf(&b, "\nFirst divergence: %s [%s] (index %d, %s)\n", f.Op, f.Role, f.Index, f.DType)
 		fmt.Fprintf(&b, "  at   %s\n", where(f.At))
-		fmt.Fprintf(&b, "  A    %s  %s\n", f.A.Hex, f.A.Decimal)
-		fmt.Fprintf(&b, "  B    %s  %s\n", f.B.Hex, f.B.Decimal)
+		if !f.Located {
+			fmt.Fprintf(&b, "  A    %s  %s\n", f.A.Hex, f.A.Decimal)
+			fmt.Fprintf(&b, "  B    %s  %s\n", f.B.Hex, f.B.Decimal)
+		}
 		fmt.Fprintf(&b, "  diff %s\n", firstDistance(f))
 		if f.Cause != CauseNone {
 			fmt.Fprintf(&b, "  cause %s (%s)\n", f.Cause, f.Detail)

@@ -162,6 +162,9 @@ type OpStat struct {
 	InfA, InfB int64
 	Cause      string   // "", "local", "propagated" (from the diff, when known)
 	Seqs       []SeqKey // the (step, seq) slices captured for this op, in order
+	// Located: compared through fingerprints (a side holds no values): Elements and Mismatched count token
+	// rows, and Source.Pair says why there is no heatmap.
+	Located bool
 }
 
 // MismatchFrac is the fraction of elements that differ.

@@ -4,6 +4,7 @@ record() hooks a model (torch is imported only there); Writer, the name maps and
 numpy arrays alone.
 """
 
+from .fingerprints import fingerprint, fingerprint_rows, fingerprint_rows_torch
 from .layout import Layout, Segment, build as build_layout
 from .names import (
     ARCHITECTURES,
@@ -45,6 +46,9 @@ __all__ = [
     "build_layout",
     "canonical_ops",
     "feature_size",
+    "fingerprint",
+    "fingerprint_rows",
+    "fingerprint_rows_torch",
     "make_meta",
     "rank_path",
     "read",

@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from . import dtypes, names
+from . import fingerprints as fingerprint_mod
 from . import layout as layout_mod
 from . import writer as writer_mod
 from .logprobs import Pending
@@ -42,6 +43,10 @@ class Recorder(writer_mod.Closing):
         does not know (it replaces the built-in rules); rules: a full list of names.Rule instead.
     config: a names.ModelConfig (default: from model.config). It sizes ops for TP shards and fused splits.
     ops: glob patterns of op names to record (default all), e.g. ["tokens", "layers.0.*", "logits", "logprobs"].
+    mode: "full" (default) records each op's rows; "fingerprint" records each op as one 64-bit fingerprint per
+        token row (role "fp.out", computed on the tensor's device: fingerprints.py), and full_ops (glob patterns)
+        names the ops also recorded in full beside their fingerprints. tokens, logprobs and sample, one value
+        per token, stay full. Fingerprints are of full rows: tp > 1 is refused in fingerprint mode.
     record_inputs: also record each mapped module's first input (role "in").
     logprobs: compute and record next-token log-probabilities from the logits.
     log_softmax: the function (float32 logits rows (T, V) → their log-softmax) the log-probabilities come from;
@@ -74,6 +79,8 @@ class Recorder(writer_mod.Closing):
         rules=None,
         config=None,
         ops=None,
+        mode="full",
+        full_ops=None,
         record_inputs=False,
         logprobs=True,
         log_softmax=None,
@@ -95,6 +102,9 @@ class Recorder(writer_mod.Closing):
         self.side = side
         self.step = int(step)
         self.ops = list(ops) if ops else None
+        if mode not in ("full", "fingerprint") or (full_ops and mode != "fingerprint"):
+            raise ValueError(f"bitalign_capture: mode {mode!r} (want 'full' or 'fingerprint'; full_ops needs 'fingerprint')")
+        self.mode, self.full_ops = mode, list(full_ops or [])
         self.record_inputs = record_inputs
         self.logprobs = logprobs
         self.log_softmax = log_softmax
@@ -125,6 +135,8 @@ class Recorder(writer_mod.Closing):
 
         self.tp, self.rank = _parallel(tp, rank, group)
         self.file = writer_mod.rank_path(self.path, self.rank) if self.tp > 1 else self.path
+        if self.mode == "fingerprint" and self.tp > 1:
+            raise ValueError(f"bitalign_capture: {self.path}: fingerprint mode needs full rows, not TP shards (tp {self.tp})")
 
         self._index = {}  # op -> execution index, from the module tree when the hooks are attached
         self._w = None
@@ -544,7 +556,12 @@ class Recorder(writer_mod.Closing):
     def _rows(self, name, role, x2, lay, rows=None):
         if not lay.segments:
             return
-        arr, dt = dtypes.torch_to_numpy(self._select(x2, lay) if rows is None else rows)
+        rows = self._select(x2, lay) if rows is None else rows
+        if self.mode == "fingerprint":
+            self._put_fingerprints(name, role, rows, lay)
+            if not any(fnmatch.fnmatchcase(name, p) for p in self.full_ops):
+                return
+        arr, dt = dtypes.torch_to_numpy(rows)
         F = arr.shape[1]
         try:
             sdim, start, full = names.shard_of(self.cfg, name, F, self.tp, self.rank)
@@ -555,6 +572,13 @@ class Recorder(writer_mod.Closing):
         for s in lay.segments:
             shard = (1, start, [s.n, full]) if sdim == 1 else None
             self._put(name, arr[off : off + s.n], dt, s.seq, s.pos, role, shard)
+            off += s.n
+
+    def _put_fingerprints(self, name, role, rows, lay):
+        fps = fingerprint_mod.fingerprint_rows_torch(rows).cpu().numpy()  # 8 bytes a row leave the device
+        off = 0
+        for s in lay.segments:
+            self._put(name, fps[off : off + s.n], "i64", s.seq, s.pos, fingerprint_mod.ROLE_PREFIX + role)
             off += s.n
 
     def _logits(self, x2, lay):

@@ -78,7 +78,7 @@ def test_bitalign_diff_matches_numpy(tmp_path, sampler_ext):
     a = {int(s): (np.arange(L), tok[i], lp[i]) for i, s in enumerate(ids)}
     b = {int(s): (np.arange(L)[mask2[i]], tok2[i][mask2[i]], lp2[i][mask2[i]]) for i, s in enumerate(ids)}
     overall, seqs = ref.compare(a, b)
-    assert doc["version"] == 3
+    assert doc["version"] == 4
     for k, v in overall.items():
         assert doc["logprobs"][k] == pytest.approx(v, rel=1e-12, abs=1e-15), k
     assert len(doc["sequences"]) == len(seqs)

@@ -204,7 +204,7 @@ def test_moe_proof_script_reports_the_flips_the_captures_hold(tmp_path):
                     "--layers", "2", "--hidden", "128", "--experts", "16", "--k", "4", "--tokens", "24",
                     "--sampler-attn", "sdpa", "--bin", binary], check=True, capture_output=True)
     rep = json.load(open(tmp_path / "report.json"))
-    assert rep["version"] == 3 and [r["layer"] for r in rep["routing"]] == [0, 1]
+    assert rep["version"] == 4 and [r["layer"] for r in rep["routing"]] == [0, 1]
     sides = [{(t["seq"], t["pos"] + i, t["op"]): t["array"][i] for t in bc.read(tmp_path / f)[1]
               if t["op"].endswith(("mlp.experts", "mlp.expert_weights")) for i in range(t["ntok"])}
              for f in ("batch8.arrow", "batch1.arrow")]

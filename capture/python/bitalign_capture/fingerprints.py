@@ -1,0 +1,116 @@
+"""Row fingerprints (docs/capture-format.md, "Fingerprint tensors"): the 64-bit hash of each token row's raw
+little-endian bytes that a fingerprint capture stores instead of the row, the same as Go's
+capture.Fingerprint. For a row of L bytes:
+
+    w_i = the row's bytes as little-endian uint32 words, the last one zero-padded
+    K_i = splitmix64(i) | 1      (the i-th splitmix64 output, from 0, of seed 0)
+    h   = sum_i w_i * K_i  mod 2^64
+    fp  = mix64(h + L * GAMMA  mod 2^64)
+
+fingerprint_rows works on numpy arrays (uint64 arithmetic wraps); fingerprint_rows_torch computes the same on
+the tensor's device with integer ops only: an int64 multiply and an int64 sum, which wrap modulo 2^64 on the
+CPU and on CUDA (two's complement; torch does not check integer overflow), and shifts made logical with a mask.
+The result is the fingerprint's bits as int64, the dtype a capture stores them in.
+"""
+
+import numpy as np
+
+GAMMA = 0x9E3779B97F4A7C15
+M1 = 0xBF58476D1CE4E5B9
+M2 = 0x94D049BB133111EB
+# ops a fingerprint capture holds in full (one value a token; Go's capture.FullAlways, checked by the tests)
+ALWAYS_FULL = ("tokens", "logprobs", "sample")
+ROLE_PREFIX = "fp."  # the role of the fingerprints of role r is "fp." + r
+_MASK = (1 << 64) - 1
+
+
+def mix64(z):
+    """splitmix64's finaliser of one Python int (a bijection of 64-bit integers)."""
+    z &= _MASK
+    z = ((z ^ (z >> 30)) * M1) & _MASK
+    z = ((z ^ (z >> 27)) * M2) & _MASK
+    return z ^ (z >> 31)
+
+
+_consts = np.zeros(0, dtype=np.uint64)
+
+
+def constants(n):
+    """K_0 .. K_{n-1} as uint64."""
+    global _consts
+    if len(_consts) < n:
+        i = np.arange(1, n + 1, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            z = i * np.uint64(GAMMA)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(M1)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(M2)
+            _consts = (z ^ (z >> np.uint64(31))) | np.uint64(1)
+    return _consts[:n]
+
+
+def _mix64_np(z):
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(M1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(M2)
+    return z ^ (z >> np.uint64(31))
+
+
+def fingerprint_rows(data, rows):
+    """The fingerprints (uint64 [rows]) of data (a numpy array or bytes) split into rows equal rows."""
+    b = np.frombuffer(np.ascontiguousarray(data).tobytes() if isinstance(data, np.ndarray) else bytes(data), dtype=np.uint8)
+    if rows < 1 or len(b) % rows:
+        raise ValueError(f"bitalign_capture: {len(b)} bytes do not split into {rows} rows")
+    L = len(b) // rows
+    W = (L + 3) // 4
+    m = np.zeros((rows, 4 * W), dtype=np.uint8)
+    m[:, :L] = b.reshape(rows, L)
+    w = m.view("<u4").astype(np.uint64)
+    with np.errstate(over="ignore"):
+        h = (w * constants(W)).sum(axis=1, dtype=np.uint64) + np.uint64((L * GAMMA) & _MASK)
+    return _mix64_np(h)
+
+
+def fingerprint(row):
+    """The fingerprint (a Python int) of one row's bytes."""
+    return int(fingerprint_rows(row, 1)[0])
+
+
+def _signed(u):
+    return u - (1 << 64) if u >= 1 << 63 else u
+
+
+def _lshr(torch, z, s):
+    # a logical right shift of int64: torch's >> is arithmetic, so the sign bits it brings in are masked off
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def _mix64_torch(torch, z):
+    z = (z ^ _lshr(torch, z, 30)) * _signed(M1)
+    z = (z ^ _lshr(torch, z, 27)) * _signed(M2)
+    return z ^ _lshr(torch, z, 31)
+
+
+_kcache = {}
+
+
+def fingerprint_rows_torch(x):
+    """The fingerprints of the rows of x (a torch tensor [N, ...]: row r is x[r]) as int64 [N] on x's device:
+    integer tensor ops only, no float reduction, no copy of the rows to the host."""
+    import torch
+
+    n = x.shape[0]
+    b = x.contiguous().reshape(n, -1)
+    b = b.view(torch.uint8) if b.dtype != torch.bool else b.to(torch.uint8)
+    L = b.shape[1]
+    W = (L + 3) // 4
+    if 4 * W != L:
+        b = torch.nn.functional.pad(b, (0, 4 * W - L))
+    w = b.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF  # the words as unsigned 32-bit values
+    key = (W, w.device)
+    k = _kcache.get(key)
+    if k is None:
+        if len(_kcache) > 64:
+            _kcache.clear()
+        k = _kcache[key] = torch.from_numpy(constants(W).view(np.int64).copy()).to(w.device)
+    h = (w * k).sum(dim=1, dtype=torch.int64) + _signed((L * GAMMA) & _MASK)  # wraps modulo 2^64
+    return _mix64_torch(torch, h)
