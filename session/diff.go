@@ -226,34 +226,14 @@ func diffOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *Op
 	if err != nil {
 		return nil, err
 	}
-	// tensors of a side that could not be assembled are missing on the other
-	for _, p := range pa {
-		addMissing(MissingTensor{MissingIn: "B", Step: p.step, Seq: p.seq, Pos: p.pos, NTok: p.ntok, Reason: "A: " + p.reason})
-	}
-	for _, p := range pb {
-		addMissing(MissingTensor{MissingIn: "A", Step: p.step, Seq: p.seq, Pos: p.pos, NTok: p.ntok, Reason: "B: " + p.reason})
-	}
+	unassembled(pa, pb, addMissing)
 	if len(ua) == 0 || len(ub) == 0 {
-		in, us := "A", ub
-		st.Status = StatusMissingA
-		if len(ua) > 0 {
-			in, us, st.Status = "B", ua, StatusMissingB
-		}
-		if len(us) > 0 {
-			st.DType, st.Shape = us[0].dt.String(), us[0].feat
-		}
-		for _, u := range us {
-			addMissing(MissingTensor{MissingIn: in, Step: u.step, Seq: u.seq, Pos: u.pos, NTok: u.rows})
-			if in == "A" {
-				st.MissingRowsA += u.rows
-			} else {
-				st.MissingRowsB += u.rows
+		for _, us := range [][]unit{ua, ub} {
+			if len(us) > 0 {
+				st.DType, st.Shape = us[0].dt.String(), us[0].feat
 			}
 		}
-		if len(ua) == 0 && len(ub) == 0 {
-			st.Status = StatusShapeMismatch
-			st.Detail = "no tensor of this op could be aligned on either side"
-		}
+		oneSided(st, ua, ub, addMissing)
 		return nil, nil
 	}
 	st.DType, st.Shape = ua[0].dt.String(), ua[0].feat
@@ -657,4 +637,36 @@ func (b *bitset) all(lo, hi int64) bool {
 		}
 	}
 	return true
+}
+
+// unassembled records the tensors a side could not assemble (pa: A's, pb: B's) as missing on the other side.
+func unassembled(pa, pb []problem, addMissing func(MissingTensor)) {
+	for _, p := range pa {
+		addMissing(MissingTensor{MissingIn: "B", Step: p.step, Seq: p.seq, Pos: p.pos, NTok: p.ntok, Reason: "A: " + p.reason})
+	}
+	for _, p := range pb {
+		addMissing(MissingTensor{MissingIn: "A", Step: p.step, Seq: p.seq, Pos: p.pos, NTok: p.ntok, Reason: "B: " + p.reason})
+	}
+}
+
+// oneSided sets the status of an op that at most one side holds (ua or ub is empty): the other side's rows are
+// missing, and an op neither side could align is a shape mismatch.
+func oneSided(st *OpStat, ua, ub []unit, addMissing func(MissingTensor)) {
+	in, us := "A", ub
+	st.Status = StatusMissingA
+	if len(ua) > 0 {
+		in, us, st.Status = "B", ua, StatusMissingB
+	}
+	for _, u := range us {
+		addMissing(MissingTensor{MissingIn: in, Step: u.step, Seq: u.seq, Pos: u.pos, NTok: u.rows})
+		if in == "A" {
+			st.MissingRowsA += u.rows
+		} else {
+			st.MissingRowsB += u.rows
+		}
+	}
+	if len(ua) == 0 && len(ub) == 0 {
+		st.Status = StatusShapeMismatch
+		st.Detail = "no tensor of this op could be aligned on either side"
+	}
 }

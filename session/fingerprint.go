@@ -79,12 +79,7 @@ func diffFingerprints(ctx context.Context, cfg *config, ia, ib *sideIndex, k opK
 		return nil, err
 	}
 	st.Located = true
-	for _, p := range pa {
-		addMissing(MissingTensor{MissingIn: "B", Step: p.step, Seq: p.seq, Pos: p.pos, NTok: p.ntok, Reason: "A: " + p.reason})
-	}
-	for _, p := range pb {
-		addMissing(MissingTensor{MissingIn: "A", Step: p.step, Seq: p.seq, Pos: p.pos, NTok: p.ntok, Reason: "B: " + p.reason})
-	}
+	unassembled(pa, pb, addMissing)
 	switch {
 	case oka:
 		st.DType, st.Shape = dta.String(), feata
@@ -92,23 +87,7 @@ func diffFingerprints(ctx context.Context, cfg *config, ia, ib *sideIndex, k opK
 		st.DType, st.Shape = dtb.String(), featb
 	}
 	if len(ua) == 0 || len(ub) == 0 {
-		in, us := "A", ub
-		st.Status = StatusMissingA
-		if len(ua) > 0 {
-			in, us, st.Status = "B", ua, StatusMissingB
-		}
-		for _, u := range us {
-			addMissing(MissingTensor{MissingIn: in, Step: u.step, Seq: u.seq, Pos: u.pos, NTok: u.rows})
-			if in == "A" {
-				st.MissingRowsA += u.rows
-			} else {
-				st.MissingRowsB += u.rows
-			}
-		}
-		if len(ua) == 0 && len(ub) == 0 {
-			st.Status = StatusShapeMismatch
-			st.Detail = "no tensor of this op could be aligned on either side"
-		}
+		oneSided(st, ua, ub, addMissing)
 		return nil, nil
 	}
 	f, err := formatOf(capture.I64)
