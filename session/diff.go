@@ -269,14 +269,7 @@ func diffOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *Op
 			st.firstRMSRel = o.hitRMSRel(w.first)
 		}
 	}
-	switch {
-	case st.Mismatched > 0:
-		st.Status = StatusDivergent
-	case st.MissingRowsA+st.MissingRowsB > 0:
-		st.Status = StatusIncomplete
-	default:
-		st.Status = StatusIdentical
-	}
+	st.Status = compared(st)
 	return o.rowSets(), nil
 }
 
@@ -669,4 +662,15 @@ func oneSided(st *OpStat, ua, ub []unit, addMissing func(MissingTensor)) {
 		st.Status = StatusShapeMismatch
 		st.Detail = "no tensor of this op could be aligned on either side"
 	}
+}
+
+// compared is the status of an op both sides hold, once its elements are compared.
+func compared(st *OpStat) Status {
+	switch {
+	case st.Mismatched > 0:
+		return StatusDivergent
+	case st.MissingRowsA+st.MissingRowsB > 0:
+		return StatusIncomplete
+	}
+	return StatusIdentical
 }

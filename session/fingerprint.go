@@ -115,14 +115,7 @@ func diffFingerprints(ctx context.Context, cfg *config, ia, ib *sideIndex, k opK
 		st.FirstAt.Element, st.FirstAt.Col = nil, 0
 		st.firstCoord = *st.FirstAt
 	}
-	switch {
-	case st.Mismatched > 0:
-		st.Status = StatusDivergent
-	case st.MissingRowsA+st.MissingRowsB > 0:
-		st.Status = StatusIncomplete
-	default:
-		st.Status = StatusIdentical
-	}
+	st.Status = compared(st)
 	return o.rowSets(), nil
 }
 
