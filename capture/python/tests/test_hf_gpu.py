@@ -17,7 +17,7 @@ pytestmark = [
 ]
 
 import bitalign.hf as bh  # noqa: E402
-from tinymodels import hf_model  # noqa: E402
+from tinymodels import hf_model, padded as _padded  # noqa: E402
 
 ARCHS = ["llama", "qwen2", "qwen3"]
 SEQS = [[(5 + 7 * i + j * (i + 3)) % 120 + 1 for j in range(4 + (5 * i) % 13)] for i in range(8)]  # 8 lengths, 4…16
@@ -32,12 +32,8 @@ def model(arch, profile="canonical", **kw):
 
 
 def padded(seqs, left):
-    S = max(map(len, seqs))
-    ids = torch.zeros(len(seqs), S, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for b, s in enumerate(seqs):
-        cols = slice(S - len(s), S) if left else slice(0, len(s))
-        ids[b, cols], mask[b, cols] = torch.tensor(s), 1
+    """(input_ids, attention_mask) of a padded batch (tinymodels.padded)."""
+    ids, mask, _ = _padded(seqs, "left" if left else "right")
     return ids.cuda(), mask.cuda()
 
 

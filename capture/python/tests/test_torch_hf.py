@@ -24,7 +24,7 @@ pytestmark = pytest.mark.torch
 
 import bitalign.hf as bh  # noqa: E402
 from bitalign import ops, sampling  # noqa: E402
-from tinymodels import hf_model  # noqa: E402
+from tinymodels import hf_model, padded as _padded  # noqa: E402
 
 ARCHS = ["llama", "qwen2", "qwen3"]
 _DT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
@@ -87,12 +87,8 @@ def model(arch, dtype=torch.float32, **kw):
 
 
 def padded(seqs, left):
-    S = max(map(len, seqs))
-    ids = torch.zeros(len(seqs), S, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for b, s in enumerate(seqs):
-        cols = slice(S - len(s), S) if left else slice(0, len(s))
-        ids[b, cols], mask[b, cols] = torch.tensor(s), 1
+    """(input_ids, attention_mask) of a padded batch (tinymodels.padded)."""
+    ids, mask, _ = _padded(seqs, "left" if left else "right")
     return ids, mask
 
 

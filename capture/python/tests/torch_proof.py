@@ -44,7 +44,7 @@ sys.path.insert(0, HERE)
 
 import bitalign.hf as bh  # noqa: E402
 import bitalign_capture as bc  # noqa: E402
-from tinymodels import hf_model  # noqa: E402
+from tinymodels import hf_model, padded as _padded  # noqa: E402
 
 CREATED = "2026-12-01T00:00:00Z"
 SEED = 1234
@@ -68,12 +68,8 @@ def prompts(n, base, vocab, seed=1):
 
 
 def padded(seqs, left, dev):
-    S = max(map(len, seqs))
-    ids = torch.zeros(len(seqs), S, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for b, s in enumerate(seqs):
-        cols = slice(S - len(s), S) if left else slice(0, len(s))
-        ids[b, cols], mask[b, cols] = torch.tensor(s), 1
+    """(input_ids, attention_mask) of a padded batch (tinymodels.padded)."""
+    ids, mask, _ = _padded(seqs, "left" if left else "right")
     return ids.to(dev), mask.to(dev)
 
 
