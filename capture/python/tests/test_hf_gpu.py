@@ -141,3 +141,25 @@ def test_replay_reproduces_the_patched_trainer(tmp_path, arch):
         p = subprocess.run([BIN, "replay", "--checkpoint", str(ckpt), "--capture", str(cap), "--device", dev],
                            capture_output=True, text=True)
         assert p.returncode == 0, f"{arch}: replay --device {dev}: exit {p.returncode}\n{p.stdout[-3000:]}{p.stderr}"
+
+
+def test_compiled_patched_forward_equals_eager():
+    """torch.compile on a patched model on the GPU (inductor with emulate_precision_casts, docs/kernels-torch.md:
+    without it inductor keeps RoPE's float32 intermediates) gives the eager logits' bits, padded batch included."""
+    import torch._inductor.config as ic
+
+    m = model("qwen3")
+    ids, mask = padded(SEQS, False)
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        want = m(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        old = ic.emulate_precision_casts
+        ic.emulate_precision_casts = True
+        try:
+            fwd = torch.compile(m.forward)
+            got = fwd(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        finally:
+            ic.emulate_precision_casts = old
+    d = first_difference(got.float(), want.float())
+    assert not d, f"compiled patched forward: {d}"
+

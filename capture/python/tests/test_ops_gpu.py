@@ -70,3 +70,50 @@ def test_op_matches_the_go_reference(row):
     got = _run(op, kv)
     torch.cuda.synchronize()
     assert digest(got.cpu().numpy()) == want, f"{op} {params}: the GPU's bits differ from the Go reference's"
+
+
+def _chain(x, w_norm, w1, w2, targets, profile="canonical"):
+    """A forward's op chain on bitalign.ops: norm, two linears, SwiGLU, residual, log-softmax, logprobs."""
+    from bitalign import ops
+
+    h = ops.rms_norm(x, w_norm, float(torch.tensor(1e-6, dtype=torch.float32)), profile, "bf16")
+    g = ops.linear(h, w1, None, profile, "bf16")
+    u = ops.linear(h, w2, None, profile, "bf16")
+    a = ops.swiglu(g, u, "bf16")
+    r = ops.residual(x, a, "bf16")
+    return ops.log_softmax(r, profile), ops.logprobs(r, targets, profile)
+
+
+def _chain_inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    M, C = 24, 256
+    bf = lambda *s: torch.randn(*s, generator=g).to(torch.bfloat16).float().cuda()  # noqa: E731
+    return bf(M, C), bf(C), bf(C, C) / 16, bf(C, C) / 16, torch.randint(0, C, (M,), generator=g, dtype=torch.int32).cuda()
+
+
+def test_ops_replay_bitwise_inside_a_cuda_graph():
+    """The ops launch on the current stream with PyTorch's allocator, so a captured CUDA graph replays them: new
+    inputs copied into the captured buffers give the eager bits."""
+    static = [t.clone() for t in _chain_inputs(1)]
+    _chain(*static)  # loads the PTX and warms the allocator outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = _chain(*static)
+    for seed in (2, 3):
+        fresh = _chain_inputs(seed)
+        for s, f in zip(static, fresh):
+            s.copy_(f)
+        graph.replay()
+        torch.cuda.synchronize()
+        for name, got, want in zip(("log_softmax", "logprobs"), outs, _chain(*fresh)):
+            assert torch.equal(got.view(torch.int32), want.view(torch.int32)), f"{name} after graph replay (seed {seed})"
+
+
+def test_ops_compiled_equal_eager():
+    """torch.compile(fullgraph=True) on the GPU: the custom ops are opaque to inductor, so the compiled chain gives
+    the eager bits."""
+    inputs = _chain_inputs(4)
+    compiled = torch.compile(_chain, fullgraph=True)
+    for got, want in zip(compiled(*inputs), _chain(*inputs)):
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
