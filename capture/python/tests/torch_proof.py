@@ -4,7 +4,7 @@ its trainer forward, its generate (batch 1 and batch 8) and `bitalign replay` th
 not. Runs on the GPU machine; --device cpu (with --tiny) runs the parts that need no GPU here.
 
     python3 capture/python/tests/torch_proof.py OUT [--device auto|cpu|cuda] [--tiny] [--models qwen3,qwen2-1.5b]
-        [--seqs 8] [--prompt 6] [--new 24] [--no-speed] [--bin bin/bitalign]
+        [--seqs 8] [--prompt 6] [--new 24] [--no-speed | --speed-only [--profile]] [--bin bin/bitalign]
 
 For each model (random bf16 weights; "qwen3": hidden 256, 4 layers, head_dim 64; "qwen2-1.5b": Qwen2-1.5B's
 shapes, hidden 1536, 28 layers, 12/2 heads, intermediate 8960, vocabulary 151936, tied; --tiny shrinks both) it
@@ -135,9 +135,30 @@ def first_div(path):
     return {k: fd.get(k) for k in ("op", "seq", "pos", "index", "ulp") if k in fd}
 
 
+# What a trainer/sampler pair lacks by nature: the sampler draws (`sample`), the trainer does not; generate computes
+# the logits of a prompt's last position only (transformers' logits_to_keep), so the trainer alone holds the
+# logits and logprobs of the other prompt positions. --ignore-missing lets those through; expected_gaps checks
+# that nothing else is missing.
+EXPECTED_GAPS = {("sample", "A"), ("logits", "B"), ("logprobs", "B")}
+
+
+def expected_gaps(path):
+    """'' when every tensor one side lacks is one of EXPECTED_GAPS, else what else is missing."""
+    try:
+        rep = json.load(open(path))
+    except (OSError, ValueError) as e:
+        return f"no report: {e}"
+    other = sorted({(m["op"], m["missing_in"]) for m in rep.get("missing") or []} - EXPECTED_GAPS)
+    return ", ".join(f"{op} missing in {side}" for op, side in other)
+
+
 def diff(binary, a, b, out):
-    rc, err = run([binary, "diff", a, b, "-o", out, "--overwrite"])
-    return {"exit": rc, "first_divergence": first_div(out) if rc == 1 else None, **({"error": err} if rc == 2 else {})}
+    rc, err = run([binary, "diff", a, b, "-o", out, "--overwrite", "--ignore-missing"])
+    res = {"exit": rc, "first_divergence": first_div(out) if rc == 1 else None, **({"error": err} if rc == 2 else {})}
+    if rc != 2:
+        rep = json.load(open(out))
+        res.update(compared=rep.get("compared"), mismatched=rep.get("mismatched"), unexpected_gaps=expected_gaps(out))
+    return res
 
 
 def replay(binary, ckpt, cap, out, device):
@@ -166,7 +187,22 @@ def timed(f, iters, cuda):
         return (time.perf_counter() - t) * 1e3 / iters
 
 
-def speed(m, shapes, iters, cuda):
+def profile(f, path, title):
+    """torch.profiler's per-kernel table of two calls of f (CUDA kernels, the PTX's included: CUPTI sees every
+    launch), appended to path."""
+    from torch.profiler import ProfilerActivity, profile as prof
+
+    with torch.no_grad(), prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(2):
+            f()
+        torch.cuda.synchronize()
+    with open(path, "a") as fp:
+        fp.write(f"== {title} (2 calls)\n")
+        fp.write(p.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=60))
+        fp.write("\n")
+
+
+def speed(m, shapes, iters, cuda, prof_path=None):
     """The patched forward (when there is CUDA) against the unpatched model in bf16 (SDPA) and fp32 (SDPA), same
     tokens. m comes unpatched (a deep copy of a patched model would share its patched forwards' closures)."""
     import copy
@@ -190,6 +226,9 @@ def speed(m, shapes, iters, cuda):
             row["bitalign_ms"] = timed(lambda: m(input_ids=ids, use_cache=False), iters, cuda)
             row["vs_bf16"] = row["bitalign_ms"] / row["hf_bf16_ms"]
             row["vs_fp32"] = row["bitalign_ms"] / row["hf_fp32_ms"]
+            if prof_path and cuda:
+                profile(lambda: m(input_ids=ids, use_cache=False), prof_path, f"bitalign {B}x{T}")
+                profile(lambda: ref32(input_ids=ids, use_cache=False), prof_path, f"hf fp32 {B}x{T}")
         res.append(row)
         print("  speed", json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}))
     if bh.is_patched(m):
@@ -203,6 +242,13 @@ def proof(name, a, dev, binary):
     os.makedirs(out, exist_ok=True)
     f = lambda s: os.path.join(out, s)  # noqa: E731
     m = build(name, a.tiny)
+    if a.speed_only:
+        m = m.to(dev)
+        res = {"model": name, "tiny": a.tiny, "device": dev, "speed": speed(
+            m, [(2, 16), (2, 32)] if a.tiny else [(4, 256), (8, 1024)], a.iters, dev == "cuda",
+            os.path.join(a.out, "profile.txt") if a.profile else None)}
+        del m
+        return res
     ckpt = f("checkpoint")
     m.save_pretrained(ckpt, safe_serialization=True)
     m = m.to(dev)
@@ -243,15 +289,21 @@ def proof(name, a, dev, binary):
                                                           0.0) == g
         for d in (["cpu"] if dev == "cpu" else ["cuda", "cpu"] if small else ["cuda"]):
             p[f"replay_{d}"] = replay(binary, ckpt, f("patched-greedy-trainer.arrow"), f(f"patched-replay-{d}.json"), d)
-        ok = (p["greedy_diff"]["exit"] == 0 and p["sampled_diff"]["exit"] == 0 and p["sampled_batch1_equals_batch8"]
+        ok = (p["greedy_diff"]["exit"] == 0 and p["sampled_diff"]["exit"] == 0
+              and not p["greedy_diff"].get("unexpected_gaps") and not p["sampled_diff"].get("unexpected_gaps")
+              and p["sampled_batch1_equals_batch8"]
               and p["greedy_batch8_equals_batch1"] and all(p[k]["exit"] == 0 for k in p if k.startswith("replay_")))
         p["ok"] = ok
         replays = ", ".join(f"{k} exit {p[k]['exit']} {p[k]['first_divergence'] or ''}" for k in p
                             if k.startswith("replay_"))
         verdict = " (stand-in CPU ops: plumbing only, no verdict)" if a.cpu_reference_ops else \
             f" → {'OK' if ok else 'FAILED'}"
-        print(f"{name}: patched: greedy diff exit {p['greedy_diff']['exit']}, sampled (batch 8) diff exit "
-              f"{p['sampled_diff']['exit']}, sampled batch 1 = batch 8: {p['sampled_batch1_equals_batch8']}, "
+        gd, sd = p["greedy_diff"], p["sampled_diff"]
+        print(f"{name}: patched: greedy diff exit {gd['exit']} ({gd.get('compared')} elements, {gd.get('mismatched')} "
+              f"differ{', also missing: ' + gd['unexpected_gaps'] if gd.get('unexpected_gaps') else ''}), sampled "
+              f"(batch 8) diff exit {sd['exit']} ({sd.get('compared')} elements, {sd.get('mismatched')} differ"
+              f"{', also missing: ' + sd['unexpected_gaps'] if sd.get('unexpected_gaps') else ''}), "
+              f"sampled batch 1 = batch 8: {p['sampled_batch1_equals_batch8']}, "
               f"{replays}{verdict}")
     if bh.is_patched(m):
         bh.unpatch(m)
@@ -276,6 +328,9 @@ def main():
     ap.add_argument("--new", type=int, default=24)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--no-speed", dest="speed", action="store_false")
+    ap.add_argument("--speed-only", action="store_true", help="only the speed figures (no captures, diffs, replays)")
+    ap.add_argument("--profile", action="store_true", help="with the speed figures: torch.profiler's kernel tables of "
+                    "the patched and the fp32 forward, into OUT/profile.txt")
     ap.add_argument("--cpu-reference-ops", action="store_true",
                     help="with --device cpu: run the patched parts with test_torch_hf.py's float64 CPU stand-ins for "
                          "bitalign.ops (checks this script's plumbing; its verdicts say nothing about the kernels)")
