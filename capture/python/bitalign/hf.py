@@ -33,6 +33,7 @@ the mask→segment step (segments()) is Hugging Face's way of saying which keys 
 """
 
 import math
+import collections
 import weakref
 from typing import Optional
 
@@ -108,9 +109,11 @@ def causal_mask(Tq, S):
 _last_mask = [None, None]  # [weakref to the last mask tensor, its segments per batch row]
 
 
-def _row_segments(mask, B, Tq, S):
+def _row_segments(mask, B, Tq, S, device):
+    """Every batch row's runs (_on_device) of mask, found once per mask (one forward's layers share it)."""
     ref = _last_mask[0]
-    if mask is not None and ref is not None and ref() is mask and _last_mask[1][0] == (B, Tq, S, mask._version):
+    if mask is not None and ref is not None and ref() is mask and \
+            _last_mask[1][0] == (B, Tq, S, mask._version, device):
         return _last_mask[1][1]
     given = mask
     if mask is None:
@@ -127,13 +130,36 @@ def _row_segments(mask, B, Tq, S):
             mb = mb.expand(B, -1, -1)
         if tuple(mb.shape) != (B, Tq, S):
             raise _err(f"attention mask {tuple(mask.shape)} for {B} rows of {Tq} queries over {S} keys")
+        mb = mb.to(torch.bool).cpu()  # one device-to-host copy for the whole batch
         segs = [segments(mb[b]) for b in range(B)]
+    segs = _on_device(segs, device)
     if given is not None:  # the mask transformers passes every layer of one forward: its runs once
         try:
-            _last_mask[0], _last_mask[1] = weakref.ref(given), ((B, Tq, S, given._version), segs)
+            _last_mask[0], _last_mask[1] = weakref.ref(given), ((B, Tq, S, given._version, device), segs)
         except TypeError:
             pass
     return segs
+
+
+def _on_device(rows, device):
+    """rows' runs as (r0, r1, k0, n, pos) with n the keys the run's last query sees and pos on device: one
+    copy of every run's positions (a pinned buffer, asynchronous; each run's slice 16-byte aligned, as the
+    kernels load it), not one pageable copy per attention call (each of which waits for the stream)."""
+    flat = [(b, run) for b, runs in enumerate(rows) for run in runs]
+    if not flat:
+        return [[] for _ in rows]
+    parts, offs, o = [], [], 0
+    for _, (_, _, _, pos) in flat:
+        pad = -len(pos) % 4
+        parts += [pos, torch.zeros(pad, dtype=torch.int32)] if pad else [pos]
+        offs.append(o)
+        o += len(pos) + pad
+    host = torch.cat(parts)
+    dev = host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host.to(device)
+    out = [[] for _ in rows]
+    for (b, (r0, r1, k0, pos)), off in zip(flat, offs):
+        out[b].append((r0, r1, k0, int(pos.max()) + 1, dev[off:off + len(pos)]))
+    return out
 
 
 def _f32(x):
@@ -153,20 +179,19 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optio
     B, H, Tq, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
     out = torch.zeros((B, Tq, H, hd), dtype=q.dtype, device=q.device)
-    rows = _row_segments(mask, B, Tq, S)
-    top = max((k0 + int(pos.max()) for runs in rows for _, _, k0, pos in runs), default=S - 1)
+    rows = _row_segments(mask, B, Tq, S, q.device)
+    top = max((k0 + n - 1 for runs in rows for _, _, k0, n, _ in runs), default=S - 1)
     if S > Tq and top != S - 1:  # with a cache (more keys than queries) the forward's own keys must come last
         raise _err(f"no query sees the last {S - 1 - top} of {S} keys (a static or preallocated cache?): bitalign.hf "
                    "needs the keys of a sequence to end at its last query (transformers' DynamicCache, or no cache)")
     for b, runs in enumerate(rows):
-        for r0, r1, k0, pos in runs:
-            n = int(pos.max()) + 1
+        for r0, r1, k0, n, pos in runs:
             if k0 + n > S:
                 raise _err(f"row {b}: queries {r0}…{r1 - 1} see keys up to {k0 + n - 1} of {S}")
             qs = _f32(q[b, :, r0:r1].transpose(0, 1).reshape(r1 - r0, H * hd))
             ks = _f32(k[b, :, k0:k0 + n].transpose(0, 1).reshape(n, KV * hd))
             vs = _f32(v[b, :, k0:k0 + n].transpose(0, 1).reshape(n, KV * hd))
-            o = ops.attention(qs, ks, vs, pos.to(q.device), H, KV, hd, scale, profile, out_dtype)
+            o = ops.eager("attention", qs, ks, vs, pos, H, KV, hd, scale, profile, out_dtype)
             out[b, r0:r1] = o.view(r1 - r0, H, hd).to(q.dtype)
     return out
 
@@ -248,6 +273,30 @@ class _Patch:
         self.attn = None  # the config's previous attention implementation
         self.tables = None
         self.children = []  # attention modules given a RotaryOut child
+        self.wides = collections.OrderedDict()  # id(narrowed tensor) → (weakref, its float32 source, _version)
+
+    def narrow(self, y32):
+        """y32 (float32 holding model-dtype values, an op's output) in the model dtype, remembered so that
+        wide() of the result gives y32 back instead of widening it again (the bits are the same: both
+        conversions are exact)."""
+        y = y32 if self.dtype == torch.float32 else y32.to(self.dtype)
+        if y is not y32 and not torch.compiler.is_compiling() and type(y) is torch.Tensor:
+            self.wides[id(y)] = (weakref.ref(y), y32, y._version)
+            self.wides.move_to_end(id(y))
+            while len(self.wides) > self.WIDES:
+                self.wides.popitem(last=False)
+        return y
+
+    def wide(self, x):
+        """x in float32 (exact), contiguous: narrow()'s float32 source when x is what it returned, unchanged."""
+        if torch.compiler.is_compiling():  # traced: a plain conversion (the ops check alignment at run time)
+            return x.to(torch.float32).contiguous()
+        e = self.wides.get(id(x))
+        if e is not None and e[0]() is x and x._version == e[2]:
+            return e[1]
+        return _f32(x)
+
+    WIDES = 6  # outputs remembered: a layer's fan-out (a norm's output to q, k, v; gate and up to the SwiGLU)
 
     def w32(self, p):
         if p is None:
@@ -397,8 +446,8 @@ def _install(model, st, cfg):
 
         def forward(x):
             _dtype_of(x, st, "RMSNorm input")
-            y = ops.rms_norm(x.reshape(-1, C).to(torch.float32).contiguous(), w, eps, st.profile, st.dt)
-            return y.to(st.dtype).view(x.shape)
+            y = ops.eager("rms_norm", st.wide(x).reshape(-1, C), w, eps, st.profile, st.dt)
+            return st.narrow(y.view(x.shape))
 
         st.replace(m, forward)
 
@@ -408,17 +457,17 @@ def _install(model, st, cfg):
 
         def forward(x):
             _dtype_of(x, st, "Linear input")
-            y = ops.linear(x.reshape(-1, K).to(torch.float32).contiguous(), w, b, st.profile, out_dt)
+            y = ops.eager("linear", st.wide(x).reshape(-1, K), w, b, st.profile, out_dt)
             y = y.view(*x.shape[:-1], N)
-            return y if out_dt == "f32" else y.to(st.dtype)
+            return y if out_dt == "f32" else st.narrow(y)
 
         st.replace(m, forward)
 
     def mlp(m):
         def forward(x):
             g, u = m.gate_proj(x), m.up_proj(x)
-            a = ops.swiglu(g.to(torch.float32).contiguous(), u.to(torch.float32).contiguous(), st.dt)
-            return m.down_proj(a.to(st.dtype))
+            a = ops.eager("swiglu", st.wide(g), st.wide(u), st.dt)
+            return m.down_proj(st.narrow(a))
 
         st.replace(m, forward)
 
@@ -469,7 +518,7 @@ def _install(model, st, cfg):
     def log_softmax(rows):
         """The engine's log-softmax (docs/arithmetic.md §9) of float32 logits rows (T, V): what bitalign_capture's
         recorder takes for the log-probabilities of a patched model (its bitalign_log_softmax)."""
-        return ops.log_softmax(_f32(rows), st.profile)
+        return ops.eager("log_softmax", _f32(rows), st.profile)
 
     model.bitalign_log_softmax = log_softmax
     st.attn = cfg._attn_implementation_internal if hasattr(cfg, "_attn_implementation_internal") else None
@@ -483,7 +532,7 @@ def _dtype_of(x, st, what):
 
 
 def _residual(a, b, st):
-    return ops.residual(a.to(torch.float32).contiguous(), b.to(torch.float32).contiguous(), st.dt).to(st.dtype)
+    return st.narrow(ops.eager("residual", st.wide(a), st.wide(b), st.dt))
 
 
 def _restore(model, st):
@@ -502,6 +551,7 @@ def _restore(model, st):
     if st.attn is not None or getattr(model.config, "_attn_implementation_internal", None) == ATTN:
         model.config._attn_implementation_internal = st.attn
     st.weights.clear()
+    st.wides.clear()
     st.tables = None
 
 

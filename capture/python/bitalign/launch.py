@@ -10,6 +10,7 @@ The chains' K-bounds of a matmul (docs/arithmetic.md §3 and §13, kernels/segme
 chosen from M.
 """
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,19 @@ SEGMENTS = 8  # kernels.Segments: the canonical reduction's fixed segment count
 
 
 def load_rules(path=None):
-    """launch.json as a dict, from the kernels' directory (bitalign.ptx.find_dir) unless path is given."""
-    p = Path(path) if path is not None else find_dir() / "launch.json"
+    """launch.json as a dict, from the kernels' directory (bitalign.ptx.find_dir) unless path is given; the
+    default file is read once per process (the ops consult it on every call). Do not modify the dict."""
+    if path is None:
+        return _default_rules()
+    return _read_rules(Path(path))
+
+
+@functools.lru_cache(maxsize=1)
+def _default_rules():
+    return _read_rules(find_dir() / "launch.json")
+
+
+def _read_rules(p):
     try:
         r = json.loads(p.read_text(encoding="utf-8"))
     except OSError as e:

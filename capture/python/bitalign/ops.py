@@ -12,6 +12,7 @@ shapes, non-contiguous or misaligned inputs are a ValueError naming the op and t
 """
 
 import struct
+import sys
 from typing import Optional
 
 import torch
@@ -88,6 +89,34 @@ def _planner(device):
     return driver.device(device.index if device.index is not None else torch.cuda.current_device()).planner
 
 
+_THIS = sys.modules[__name__]
+_IMPL = {}  # op name → its implementation (the function the custom op wraps)
+_OPS = {}  # op name → the custom op
+
+
+def _custom(name):
+    """torch.library.custom_op("bitalign::name") around fn, keeping fn for eager() calls."""
+
+    def wrap(fn):
+        op = torch.library.custom_op(f"bitalign::{name}", mutates_args=())(fn)
+        _IMPL[name], _OPS[name] = fn, op
+        return op
+
+    return wrap
+
+
+def eager(name, *args):
+    """Op `name` on args: in plain eager mode on real CUDA tensors its implementation directly (the same code and
+    launches, without the dispatcher's ~0.1 ms a call), else the custom op (tracing, torch.compile, fake and
+    meta tensors, or an op this module's attribute no longer names: a test's stand-in is called as it is)."""
+    op = getattr(_THIS, name)
+    x = args[0]
+    if op is _OPS.get(name) and type(x) is torch.Tensor and x.device.type == "cuda" and \
+            not torch.compiler.is_compiling():
+        return _IMPL[name](*args)
+    return op(*args)
+
+
 def segs(bounds):
     """The kernels' Segs struct (int n; int b[9]) by value: the chains' bounds (kernels/cuda segs)."""
     if not 2 <= len(bounds) <= 9:
@@ -112,7 +141,7 @@ def _linear_args(x, w, bias, profile, out_dtype):
     return dev, M, K, N, dt
 
 
-@torch.library.custom_op("bitalign::linear", mutates_args=())
+@_custom("linear")
 def linear(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], profile: str, out_dtype: str) -> torch.Tensor:
     """out (M, N) = round_out_dtype(x·wᵀ + bias): x (M, K), w (N, K) as PyTorch stores a Linear, bias (N) or None;
     the K order is the profile's (canonical: 8 fixed segments added by the tree, whatever M)."""
@@ -158,7 +187,7 @@ def _rms_args(x, w, eps, profile, out_dtype):
     return dev, dt
 
 
-@torch.library.custom_op("bitalign::rms_norm", mutates_args=())
+@_custom("rms_norm")
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, profile: str, out_dtype: str) -> torch.Tensor:
     """out (rows, C) = RMSNorm of each row of x times w (docs/arithmetic.md: 8 segments of the sum of squares)."""
     dev, dt = _rms_args(x, w, eps, profile, out_dtype)
@@ -200,7 +229,7 @@ def _rope_args(x, pos, cos, sin, heads, head_dim, out_dtype):
     return dev, dt
 
 
-@torch.library.custom_op("bitalign::rope", mutates_args=())
+@_custom("rope")
 def rope(x: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, head_dim: int,
          out_dtype: str) -> torch.Tensor:
     """Rotary embeddings in the rotate_half convention: x (T, heads·head_dim), pos (T) int32, cos and sin the
@@ -244,7 +273,7 @@ def _att_args(q, k_cache, v_cache, pos, heads, kv_heads, head_dim, profile, out_
     return dev, dt
 
 
-@torch.library.custom_op("bitalign::attention", mutates_args=())
+@_custom("attention")
 def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, heads: int,
               kv_heads: int, head_dim: int, scale: float, profile: str, out_dtype: str) -> torch.Tensor:
     """Causal attention of one sequence: q (T, heads·head_dim) at positions pos (T) int32 over that sequence's
@@ -283,7 +312,7 @@ def _pair_args(op, a, b, out_dtype):
     return dev, _dt(op, out_dtype)
 
 
-@torch.library.custom_op("bitalign::residual", mutates_args=())
+@_custom("residual")
 def residual(a: torch.Tensor, b: torch.Tensor, out_dtype: str) -> torch.Tensor:
     """out = round_out_dtype(a ⊕ b), element-wise."""
     dev, dt = _pair_args("residual", a, b, out_dtype)
@@ -300,7 +329,7 @@ def _(a, b, out_dtype):
     return torch.empty_like(a)
 
 
-@torch.library.custom_op("bitalign::swiglu", mutates_args=())
+@_custom("swiglu")
 def swiglu(gate: torch.Tensor, up: torch.Tensor, out_dtype: str) -> torch.Tensor:
     """out = round(round(SiLU(gate)) · up), element-wise, with the engine's SiLU (its own exp)."""
     dev, dt = _pair_args("swiglu", gate, up, out_dtype)
@@ -325,7 +354,7 @@ def _emb_args(table, tokens, out_dtype):
     return dev, _dt("embedding", out_dtype)
 
 
-@torch.library.custom_op("bitalign::embedding", mutates_args=())
+@_custom("embedding")
 def embedding(table: torch.Tensor, tokens: torch.Tensor, out_dtype: str) -> torch.Tensor:
     """out (T, C) = the rows of table (V, C) at tokens (T) int32; a token outside [0, V) gives a NaN row (the
     caller checks them: bitalign.hf keeps transformers' embedding, which refuses them)."""
@@ -372,7 +401,7 @@ def _stats(dev, logits, profile):
     return tmp, m, S
 
 
-@torch.library.custom_op("bitalign::log_softmax", mutates_args=())
+@_custom("log_softmax")
 def log_softmax(logits: torch.Tensor, profile: str) -> torch.Tensor:
     """out (T, V) = log-softmax of each row of logits (T, V) float32 (docs/arithmetic.md §9)."""
     dev = _ls_args("log_softmax", logits, profile)
@@ -399,7 +428,7 @@ def _lp_args(logits, targets, profile):
     return dev
 
 
-@torch.library.custom_op("bitalign::logprobs", mutates_args=())
+@_custom("logprobs")
 def logprobs(logits: torch.Tensor, targets: torch.Tensor, profile: str) -> torch.Tensor:
     """out (T) = log p(targets[t]) under the log-softmax of row t of logits (T, V); targets (T) int32."""
     dev = _lp_args(logits, targets, profile)
@@ -429,7 +458,7 @@ def _sample_args(logits, seqs, pos, temperature, seed):
     return dev
 
 
-@torch.library.custom_op("bitalign::sample", mutates_args=())
+@_custom("sample")
 def sample(logits: torch.Tensor, seqs: torch.Tensor, pos: torch.Tensor, temperature: float, seed: int) -> torch.Tensor:
     """The token (T) int32 the canonical rule draws after position pos[t] of sequence seqs[t] (both int64) from
     row t of logits (T, V): greedy argmax when temperature <= 0, else Gumbel-max of logits/temperature with
