@@ -119,6 +119,7 @@ def _row_segments(mask, B, Tq, S, device):
     if mask is None:
         segs = [segments(causal_mask(Tq, S))] * B
     else:
+        mask = _host_mask(mask)
         if mask.dim() == 4:
             if mask.shape[1] != 1:
                 raise _err(f"per-head attention masks {tuple(mask.shape)} are not supported")
@@ -130,7 +131,7 @@ def _row_segments(mask, B, Tq, S, device):
             mb = mb.expand(B, -1, -1)
         if tuple(mb.shape) != (B, Tq, S):
             raise _err(f"attention mask {tuple(mask.shape)} for {B} rows of {Tq} queries over {S} keys")
-        mb = mb.to(torch.bool).cpu()  # one device-to-host copy for the whole batch
+        mb = mb.to(torch.bool)
         segs = [segments(mb[b]) for b in range(B)]
     segs = _on_device(segs, device)
     if given is not None:  # the mask transformers passes every layer of one forward: its runs once
@@ -192,7 +193,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optio
             ks = _f32(k[b, :, k0:k0 + n].transpose(0, 1).reshape(n, KV * hd))
             vs = _f32(v[b, :, k0:k0 + n].transpose(0, 1).reshape(n, KV * hd))
             o = ops.eager("attention", qs, ks, vs, pos, H, KV, hd, scale, profile, out_dtype)
-            out[b, r0:r1] = o.view(r1 - r0, H, hd).to(q.dtype)
+            out[b, r0:r1].copy_(o.view(r1 - r0, H, hd))  # exact: o holds model-dtype values
     return out
 
 
@@ -240,7 +241,30 @@ def _bitalign_mask(*args, **kwargs):
     kwargs["allow_is_causal_skip"] = False
     kwargs.pop("dtype", None)
     kwargs.pop("config", None)
-    return sdpa_mask(*args, **kwargs)
+    m = sdpa_mask(*args, **kwargs)
+    if isinstance(m, torch.Tensor) and type(m) is torch.Tensor and m.device.type == "cuda" and \
+            not torch.compiler.is_compiling():
+        # start the mask's copy to the host now, before the first layer's launches: the first attention then
+        # waits for this copy only, while the GPU already has that layer's norm and projections queued
+        host = torch.empty(m.shape, dtype=m.dtype, pin_memory=True)
+        host.copy_(m, non_blocking=True)
+        ev = torch.cuda.Event()
+        ev.record()
+        _pending_mask[:] = [weakref.ref(m), m._version, host, ev]
+    return m
+
+
+_pending_mask = [None, None, None, None]  # [weakref to the mask, its _version, its pinned host copy, copy done]
+
+
+def _host_mask(mask):
+    """mask on the host: the copy _bitalign_mask started when it is that mask, else a copy now."""
+    ref, version, host, ev = _pending_mask
+    if ref is not None and ref() is mask and mask._version == version:
+        ev.synchronize()
+        _pending_mask[:] = [None, None, None, None]
+        return host
+    return mask.cpu()
 
 
 def register():
@@ -463,6 +487,53 @@ def _install(model, st, cfg):
 
         st.replace(m, forward)
 
+    def fused(mods, out_dt):
+        """Linears that read one input (q/k/v_proj) as one matmul over their stacked weights: each output
+        column's K order is the profile's whatever N, so the bits are each linear's own (docs/arithmetic.md §4).
+        The first module called on an input computes all outputs; its siblings called on the same input return
+        theirs (each module is still called, so capture hooks see every output). Traced (torch.compile), each
+        module computes its own rows."""
+        if len({m.in_features for m in mods}) != 1 or len({m.bias is None for m in mods}) != 1:
+            for m in mods:
+                linear(m, out_dt)
+            return
+        W = torch.cat([m.weight.detach().to(torch.float32) for m in mods]).contiguous()
+        B = None if mods[0].bias is None else torch.cat([m.bias.detach().to(torch.float32) for m in mods])
+        st.weights[id(W)] = W  # held (and freed by unpatch) with the other float32 weights
+        if B is not None:
+            st.weights[id(B)] = B
+        K = W.shape[1]
+        cols, o = [], 0
+        for m in mods:
+            cols.append((o, m.out_features))
+            o += m.out_features
+        last = [None, None, None]  # [weakref to the input, its _version, the outputs]
+
+        def one(i):
+            o, N = cols[i]
+            w = W[o:o + N]
+            b = None if B is None else B[o:o + N]
+
+            def forward(x):
+                _dtype_of(x, st, "Linear input")
+                if torch.compiler.is_compiling():
+                    y = ops.eager("linear", st.wide(x).reshape(-1, K), w, b, st.profile, out_dt)
+                    return st.narrow(y.view(*x.shape[:-1], N))
+                ref, version, outs = last
+                if ref is None or ref() is not x or x._version != version:
+                    y = ops.eager("linear", st.wide(x).reshape(-1, K), W, B, st.profile, out_dt)
+                    outs = []
+                    for o2, N2 in cols:
+                        t = torch.empty((y.shape[0], N2), dtype=st.dtype, device=y.device)
+                        outs.append(t.copy_(y[:, o2:o2 + N2]).view(*x.shape[:-1], N2))  # exact narrowing
+                    last[:] = [weakref.ref(x), x._version, outs]
+                return outs[i]
+
+            return forward
+
+        for i, m in enumerate(mods):
+            st.replace(m, one(i))
+
     def mlp(m):
         def forward(x):
             g, u = m.gate_proj(x), m.up_proj(x)
@@ -503,8 +574,8 @@ def _install(model, st, cfg):
         if hasattr(at, "q_norm"):
             norm(at.q_norm)
             norm(at.k_norm)
-        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            linear(getattr(at, p), st.dt)
+        fused([at.q_proj, at.k_proj, at.v_proj], st.dt)
+        linear(at.o_proj, st.dt)
         for p in ("gate_proj", "up_proj", "down_proj"):
             linear(getattr(L.mlp, p), st.dt)
         mlp(L.mlp)

@@ -189,13 +189,15 @@ def test_patch_replaces_and_unpatch_restores(arch):
 
 
 def test_tied_weights_widened_once():
-    """Every parameter but the embedding (a gather, left to transformers) is widened once; a tied LM head is
-    the embedding's one copy."""
+    """Every parameter but the embedding (a gather, left to transformers) is widened once — q/k/v's weights
+    and biases as one stacked copy per layer — and a tied LM head is the embedding's one copy."""
     for tied in (False, True):
         m = model("qwen2", torch.bfloat16, tied=tied)
         bh.patch(m)
         params = list(m.parameters())  # tied: one parameter
-        assert len(m._bitalign.weights) == len(params) - (0 if tied else 1)
+        widened = sum(p.numel() for p in params) - (0 if tied else m.model.embed_tokens.weight.numel())
+        assert sum(w.numel() for w in m._bitalign.weights.values()) == widened
+        assert len(m._bitalign.weights) == len(params) - (0 if tied else 1) - 4 * len(m.model.layers)
         w = m._bitalign.weights[id(m.lm_head.weight)]
         assert torch.equal(w, m.lm_head.weight.float())
 
