@@ -148,5 +148,8 @@ def draw(logits, temperature, top_k, top_p, seed, seq, pos):
             keep = keep[:top_k]
         if top_p < 1:
             keep = keep[: int(nucleus(z[keep][None, :], [keep.size], top_p)[0])]
-    s = z[keep] + gumbel(seed, seq, pos, keep)
-    return int(keep[s == s.max()].min())  # the largest score, ties to the smallest index
+    live = keep[z[keep] > -np.inf]  # z = −Inf scores −Inf whatever the (finite) noise: no noise needed
+    if live.size == 0:
+        return int(keep.min())  # every score −Inf: the smallest index
+    s = z[live] + gumbel(seed, seq, pos, live)
+    return int(live[s == s.max()].min())  # the largest score, ties to the smallest index
