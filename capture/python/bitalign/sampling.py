@@ -129,25 +129,38 @@ def nucleus(zs, kept, top_p):
     return np.where(hit.any(1), hit.argmax(1) + 1, kept)
 
 
-def draw(logits, temperature, top_k, top_p, seed, seq, pos):
-    """The token the canonical rule (§10, kernels.Sample) draws after position pos of sequence seq from one
-    logits row (V) float32: greedy when temperature <= 0, else temperature, top-k, top-p and Gumbel-max over the
-    kept set; -1 when every logit is NaN. numpy only (the CPU reference of bitalign.ops.sample)."""
+def kept(logits, temperature, top_k=0, top_p=1.0):
+    """(z, keep) of one logits row (V) for a temperature > 0 (kernels.sampleKeep): z = logits ⊘ temperature and
+    the tokens top-k and top-p keep (every non-NaN token in index order when neither applies, else in the
+    order (z desc, index asc))."""
     x = np.asarray(logits, dtype=np.float32).reshape(-1)
     t, top_k, top_p = params(temperature, top_k, top_p)
-    keep = np.flatnonzero(x == x)
-    if keep.size == 0:
-        return -1
     if not t > 0:
-        return int(keep[np.argmax(x[keep])])  # the first largest
+        raise ValueError("bitalign: sampling: kept() needs a temperature > 0 (greedy keeps no set)")
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         z = x / t
+    keep = np.flatnonzero(z == z)
     if 0 < top_k < keep.size or top_p < 1:
         keep = keep[np.lexsort((keep, -z[keep]))]  # (z desc, index asc); -0 and +0 compare equal
         if 0 < top_k < keep.size:
             keep = keep[:top_k]
-        if top_p < 1:
+        if top_p < 1 and keep.size:
             keep = keep[: int(nucleus(z[keep][None, :], [keep.size], top_p)[0])]
+    return z, keep
+
+
+def draw(logits, temperature, top_k, top_p, seed, seq, pos):
+    """The token the canonical rule (§10, kernels.Sample) draws after position pos of sequence seq from one
+    logits row (V) float32: greedy when temperature <= 0, else temperature, top-k, top-p and Gumbel-max over the
+    kept set (kept()); -1 when every logit is NaN. numpy only (the CPU reference of bitalign.ops.sample)."""
+    x = np.asarray(logits, dtype=np.float32).reshape(-1)
+    t, top_k, top_p = params(temperature, top_k, top_p)
+    if not t > 0:
+        keep = np.flatnonzero(x == x)
+        return int(keep[np.argmax(x[keep])]) if keep.size else -1  # the first largest
+    z, keep = kept(x, t, top_k, top_p)
+    if keep.size == 0:
+        return -1
     live = keep[z[keep] > -np.inf]  # z = −Inf scores −Inf whatever the (finite) noise: no noise needed
     if live.size == 0:
         return int(keep.min())  # every score −Inf: the smallest index

@@ -84,19 +84,22 @@ from topkpvectors import keys as _keys, logits as _logits, rows as _topkp_rows  
 
 
 def test_draw_reproduces_every_go_token():
-    """sampling.draw, the numpy reference of §10, draws every token kernels.Sample drew: Qwen2-sized rows (ties
-    at the top, NaN, ±Inf), small rows of NaN, ±Inf, signed zeros and ties, greedy, subnormal temperatures."""
+    """sampling.draw, the numpy reference of §10, draws every token kernels.Sample drew and keeps as many tokens:
+    Qwen2-sized rows (ties at the top, NaN, ±Inf), small rows of NaN, ±Inf, signed zeros and ties, greedy,
+    subnormal temperatures, and tight top-p thresholds where another Exp or another order of the sum would keep
+    another number of tokens (kernels.TestTightTopPDiscriminates)."""
     rows = _topkp_rows()
     assert len(rows) > 600
     cache, bad = {}, []
-    for spec, V, T, temp, k, p, seed, want in rows:
+    for spec, V, T, temp, k, p, seed, want, want_kept in rows:
         if (spec, T, V) not in cache:
             cache = {(spec, T, V): _logits(spec, T, V)}  # consecutive lines share their logits
         x = cache[(spec, T, V)]
         seqs, poss = _keys(T)
         got = [sampling.draw(x[r], temp, k, p, seed, seqs[r], poss[r]) for r in range(T)]
-        if got != want:
-            bad.append((spec[:40], V, temp, k, p, got, want))
+        kept = [None if not temp > 0 else sampling.kept(x[r], temp, k, p)[1].size for r in range(T)]
+        if got != want or kept != want_kept:
+            bad.append((spec[:40], V, temp, k, p, got, want, kept, want_kept))
     assert not bad, f"{len(bad)} of {len(rows)} lines differ from the Go reference, first {bad[0]}"
 
 

@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from bitalign import sampling
 from opvectors import stream
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -35,15 +36,16 @@ def f32(bits):
 
 
 def rows():
-    """(spec, V, T, temperature, top_k, top_p, seed, tokens) per line; temperature and top_p are the float32 values
-    (as Python floats: exact), tokens a list of T ints."""
+    """(spec, V, T, temperature, top_k, top_p, seed, tokens, kept) per line; temperature and top_p are the float32
+    values (as Python floats: exact), tokens a list of T ints, kept how many tokens each row keeps (None: greedy)."""
     out = []
     with open(FILE) as f:
         for line in f:
             if line.startswith("#") or not line.strip():
                 continue
-            spec, V, T, temp, k, p, seed, tok = line.rstrip("\n").split("\t")
-            out.append((spec, int(V), int(T), f32(temp), int(k), f32(p), int(seed), [int(t) for t in tok.split(",")]))
+            spec, V, T, temp, k, p, seed, tok, kept = line.rstrip("\n").split("\t")
+            out.append((spec, int(V), int(T), f32(temp), int(k), f32(p), int(seed), [int(t) for t in tok.split(",")],
+                        [None if n == "-" else int(n) for n in kept.split(",")]))
     return out
 
 
@@ -51,3 +53,11 @@ def keys(T):
     """(seq, pos) of rows 0…T-1: (1000 + r, 5r)."""
     r = np.arange(T, dtype=np.int64)
     return 1000 + r, 5 * r
+
+
+def expected(x, temp, k, p):
+    """The row bitalign.ops.restrict must make of row x: x where sampling.kept keeps the token or x is NaN, −Inf
+    elsewhere."""
+    keep = np.zeros(x.size, dtype=bool)
+    keep[sampling.kept(x, temp, k, p)[1]] = True
+    return np.where(keep | np.isnan(x), x, np.float32(-np.inf))
