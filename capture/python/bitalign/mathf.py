@@ -33,18 +33,16 @@ LO_X = _LO_X  # Exp(x) = +0 for every x < LO_X (−104)
 
 def fma32(a, b, c):
     """a·b + c rounded once to float32 (IEEE fusedMultiplyAdd, CUDA __fmaf_rn, kernels.FMA32); broadcasts."""
-    a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=np.float32) for v in (a, b, c)))
-    shape = a.shape
-    a64, b64, c64 = (v.astype(np.float64).ravel() for v in (a, b, c))
+    a64, b64, c64 = (np.asarray(v, dtype=np.float32).astype(np.float64) for v in (a, b, c))
     with np.errstate(invalid="ignore", over="ignore"):
         p = a64 * b64  # exact
-        s = p + c64
+        s = np.asarray(p + c64)
         u = s.view(np.uint64)
         out = s.astype(np.float32)
         slow = ((u & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)) | (
             (u & np.uint64(0x7FF0000000000000)) < np.uint64(0x3810000000000000))
         if slow.any():
-            ss, pp, cc = s[slow], p[slow], c64[slow]
+            ss, pp, cc = s[slow], np.broadcast_to(p, s.shape)[slow], np.broadcast_to(c64, s.shape)[slow]
             bp = ss - cc  # TwoSum: ss + e == pp + cc exactly
             bc = ss - bp
             e = (pp - bp) + (cc - bc)
@@ -54,7 +52,7 @@ def fma32(a, b, c):
             us[odd & away] += np.uint64(1)
             us[odd & ~away] -= np.uint64(1)
             out[slow] = us.view(np.float64).astype(np.float32)
-    return out.reshape(shape)
+    return out
 
 
 def exp(x):
