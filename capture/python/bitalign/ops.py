@@ -469,13 +469,13 @@ def restrict(logits, temperature, top_k=0, top_p=1.0):
     cut_k = 0 < top_k < V
     if not t > 0 or not (cut_k or top_p < 1) or T == 0 or V == 0:
         return logits
+    if top_p < 1 and logits.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise ValueError("bitalign.sample: top_p < 1 walks the kept set on the host, which CUDA graph capture "
+                         "cannot contain (top_k alone can)")
     z = _scaled(logits, t)
     order = _order(z)
     ranks = torch.arange(V, dtype=torch.int64, device=logits.device)
     if top_p < 1:
-        if logits.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise ValueError("bitalign.sample: top_p < 1 walks the kept set on the host, which CUDA graph capture "
-                             "cannot contain (top_k alone can)")
         L = (~torch.isnan(z)).sum(1)
         if cut_k:
             L = L.clamp(max=top_k)
