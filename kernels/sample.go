@@ -18,7 +18,6 @@ type SampleParams struct {
 // and the vocabulary index, so the draw never depends on the batch slot. It returns -1 when every logit is NaN.
 // The rule is the same in both profiles.
 func Sample(logits []float32, sp SampleParams, seq, pos int64) int32 {
-	V := len(logits)
 	if sp.Temperature <= 0 {
 		best := -1
 		for i, v := range logits {
@@ -28,11 +27,27 @@ func Sample(logits []float32, sp SampleParams, seq, pos int64) int32 {
 		}
 		return int32(best)
 	}
-	z := make([]float32, V)
+	z, keep := sampleKeep(logits, sp)
+	best := int32(-1)
+	bestScore := float32(math.Inf(-1))
+	for _, i := range keep {
+		s := float32(z[i] + Gumbel(sp.Seed, seq, pos, int(i)))
+		if best < 0 || s > bestScore || (s == bestScore && i < best) {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// sampleKeep is Sample's kept set for a temperature > 0: z = logits ⊘ Temperature and the tokens that top-k and
+// top-p keep (every non-NaN token in index order when neither applies, else in the order (z desc, index asc)).
+func sampleKeep(logits []float32, sp SampleParams) (z []float32, keep []int32) {
+	V := len(logits)
+	z = make([]float32, V)
 	for i, v := range logits {
 		z[i] = v / sp.Temperature
 	}
-	keep := make([]int32, 0, V)
+	keep = make([]int32, 0, V)
 	for i, v := range z {
 		if v == v {
 			keep = append(keep, int32(i))
@@ -41,15 +56,7 @@ func Sample(logits []float32, sp SampleParams, seq, pos int64) int32 {
 	topK := sp.TopK > 0 && sp.TopK < len(keep)
 	topP := sp.TopP > 0 && sp.TopP < 1
 	if topK || topP {
-		slices.SortFunc(keep, func(a, b int32) int { // (value desc, index asc)
-			switch {
-			case z[a] > z[b]:
-				return -1
-			case z[a] < z[b]:
-				return 1
-			}
-			return int(a - b)
-		})
+		sortOrder(z, keep)
 		if topK {
 			keep = keep[:sp.TopK]
 		}
@@ -72,13 +79,18 @@ func Sample(logits []float32, sp SampleParams, seq, pos int64) int32 {
 			}
 		}
 	}
-	best := int32(-1)
-	bestScore := float32(math.Inf(-1))
-	for _, i := range keep {
-		s := float32(z[i] + Gumbel(sp.Seed, seq, pos, int(i)))
-		if best < 0 || s > bestScore || (s == bestScore && i < best) {
-			best, bestScore = i, s
+	return z, keep
+}
+
+// sortOrder sorts the (non-NaN) tokens keep into §10's order: z descending, then index ascending.
+func sortOrder(z []float32, keep []int32) {
+	slices.SortFunc(keep, func(a, b int32) int {
+		switch {
+		case z[a] > z[b]:
+			return -1
+		case z[a] < z[b]:
+			return 1
 		}
-	}
-	return best
+		return int(a - b)
+	})
 }

@@ -12,7 +12,8 @@ stream. What is here so far works without a GPU:
 - bitalign.rope: the engine's RoPE tables, bit for bit (kernels/testdata/rope_vectors.tsv pins them);
 - bitalign.sampling: the sampling noise's key derivation (docs/arithmetic.md §10: Philox4x32-10 keyed by
   (seed, sequence, position), never by batch slot), pinned by kernels/testdata/sampling_vectors.tsv, the table
-  the Go reference writes.
+  the Go reference writes; top-p's walk and the whole rule (draw), pinned by kernels/testdata/topkp_vectors.tsv;
+- bitalign.mathf: the engine's float32 FMA, Exp and Log in numpy (kernels/testdata/mathf_vectors.tsv).
 
 On a CUDA GPU, bitalign.ops runs the kernels as torch.library custom ops, and bitalign.hf patches a Hugging Face
 Llama, Qwen2 or Qwen3 so that it computes the engine's op sequence with them (docs/kernels-torch.md); neither is
@@ -21,6 +22,6 @@ imported here (they need torch, and bitalign.hf transformers).
 It ships in the same distribution as bitalign_capture (capture/python/pyproject.toml): one pip install.
 """
 
-from . import launch, ptx, rope, sampling
+from . import launch, mathf, ptx, rope, sampling
 
-__all__ = ["launch", "ptx", "rope", "sampling"]
+__all__ = ["launch", "mathf", "ptx", "rope", "sampling"]

@@ -40,7 +40,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import ops, rope as _rope
+from . import ops, rope as _rope, sampling
 
 ATTN = "bitalign"
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -679,13 +679,19 @@ class Sampler(_LogitsProcessor):
     greedy step (do_sample=False) takes it. temperature <= 0 is greedy (argmax, ties to the smallest index).
 
     seq_ids: the sequences' ids (default 0..B-1); prompt_mask: the prompt's attention mask (default: no padding).
-    Top-k and top-p are not offered: the GPU sample kernel has neither (the Go engine applies them on the host).
-    `drawn` collects the tokens of every step ((B,) int32 tensors)."""
+    top_k (0: off) and top_p (1: off) cut the vocabulary first, in the order (logit/temperature desc, index
+    asc) of docs/arithmetic.md §10, as the engine's SampleParams; top_p < 1 takes a host step per generated
+    token (ops.restrict). `drawn` collects the tokens of every step ((B,) int32 tensors)."""
 
-    def __init__(self, seed, temperature=0.0, seq_ids=None, prompt_mask=None):
+    def __init__(self, seed, temperature=0.0, seq_ids=None, prompt_mask=None, top_k=0, top_p=1.0):
         if not 0 <= int(seed) < 1 << 64:
             raise _err(f"seed {seed} is not an unsigned 64-bit integer")
+        try:
+            sampling.params(temperature, top_k, top_p)
+        except ValueError as e:
+            raise _err(str(e).replace("bitalign: sampling: ", "")) from None
         self.seed, self.temperature = int(seed), float(temperature)
+        self.top_k, self.top_p = int(top_k), float(top_p)
         self.seq_ids = None if seq_ids is None else torch.as_tensor(list(seq_ids), dtype=torch.int64)
         self.prompt_mask = None if prompt_mask is None else torch.as_tensor(prompt_mask).cpu()
         self.drawn = []
@@ -705,23 +711,25 @@ class Sampler(_LogitsProcessor):
     def __call__(self, input_ids, scores):
         seqs, pos = self.keys(input_ids)
         dev = scores.device
-        tok = ops.sample(_f32(scores), seqs.to(dev), pos.to(dev), self.temperature, self.seed)
+        tok = ops.sample(_f32(scores), seqs.to(dev), pos.to(dev), self.temperature, self.seed, self.top_k, self.top_p)
         self.drawn.append(tok)
         out = torch.full_like(scores, float("-inf"))
         out.scatter_(1, tok.to(torch.int64)[:, None], 0.0)
         return out
 
 
-def generate(model, input_ids, attention_mask=None, *, seed=0, temperature=0.0, seq_ids=None, **kwargs):
-    """model.generate with Sampler: greedy (temperature <= 0) or seeded Gumbel-max keyed by (seed, seq, pos).
-    input_ids must be left-padded; kwargs go to generate (max_new_tokens, eos_token_id, …). Sampling arguments
-    of generate's own (do_sample, top_k, top_p, num_beams, num_return_sequences, logits_processor) are errors."""
-    for k in ("do_sample", "top_k", "top_p", "num_beams", "num_return_sequences", "logits_processor", "temperature"):
+def generate(model, input_ids, attention_mask=None, *, seed=0, temperature=0.0, seq_ids=None, top_k=0, top_p=1.0,
+             **kwargs):
+    """model.generate with Sampler: greedy (temperature <= 0) or seeded Gumbel-max keyed by (seed, seq, pos), after
+    top_k (0: off) and top_p (1: off) in the engine's order (§10). input_ids must be left-padded; kwargs go to
+    generate (max_new_tokens, eos_token_id, …). Sampling arguments of generate's own (do_sample, num_beams,
+    num_return_sequences, logits_processor) are errors."""
+    for k in ("do_sample", "num_beams", "num_return_sequences", "logits_processor"):
         if k in kwargs:
-            raise _err(f"generate(..., {k}=…): bitalign.hf.generate samples itself (top-k and top-p are not offered)")
+            raise _err(f"generate(..., {k}=…): bitalign.hf.generate samples itself (seed, temperature, top_k, top_p)")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
-    s = Sampler(seed, temperature, seq_ids, attention_mask)
+    s = Sampler(seed, temperature, seq_ids, attention_mask, top_k, top_p)
     from transformers import LogitsProcessorList
 
     out = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=False, top_k=None,

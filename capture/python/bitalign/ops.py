@@ -18,6 +18,8 @@ from typing import Optional
 import torch
 
 from . import launch as _launch
+from . import mathf as _mathf
+from . import sampling as _sampling
 
 _DT = {"f32": 0, "bf16": 1, "f16": 2}
 _PROFILES = ("canonical", "standard")
@@ -448,32 +450,96 @@ def _(logits, targets, profile):
     return logits.new_empty((logits.shape[0],))
 
 
-def _sample_args(logits, seqs, pos, temperature, seed):
+def _sample_args(logits, seqs, pos, temperature, seed, top_k, top_p):
     dev = _ls_args("sample", logits, "canonical")
     _check("sample", dtype=torch.int64, device=dev, seqs=seqs, pos=pos)
     _shape("sample", "seqs", seqs, logits.shape[0])
     _shape("sample", "pos", pos, logits.shape[0])
     if not 0 <= seed < 1 << 64:
         raise ValueError(f"bitalign.sample: seed {seed} is not an unsigned 64-bit integer")
+    try:
+        _sampling.params(temperature, top_k, top_p)
+    except ValueError as e:
+        raise ValueError(str(e).replace("bitalign: sampling:", "bitalign.sample:")) from None
     return dev
 
 
+def _scaled(logits, temperature):
+    """z = x ⊘ T (float32, IEEE division). The divisor is a device tensor: PyTorch's CUDA division by a CPU
+    scalar multiplies by its reciprocal, which is not x ⊘ T."""
+    return logits / torch.full((1,), float(temperature), dtype=torch.float32, device=logits.device)
+
+
+def _order(z):
+    """Each row's tokens in the order (z desc, index asc) of §10, NaN last: (T, V) int64. One int64 key per token,
+    unique, so any sort gives this permutation: z's float32 bits mapped to an integer monotone in z (−0 as +0:
+    they compare equal; NaN below −Inf), complemented, then the index in the low 31 bits."""
+    T, V = z.shape
+    b = torch.where(z == 0, torch.zeros_like(z), z).view(torch.int32)
+    k = b ^ ((b >> 31) & 0x7FFFFFFF)
+    k = torch.where(torch.isnan(z), torch.full_like(k, -(1 << 31)), k)
+    desc = 0x7FFFFFFF - k.to(torch.int64)  # in [0, 2^32): smaller comes first
+    idx = torch.arange(V, dtype=torch.int64, device=z.device)
+    return torch.sort((desc << 31) | idx[None, :], dim=1).values & 0x7FFFFFFF
+
+
+def restrict(logits, temperature, top_k=0, top_p=1.0):
+    """logits (T, V) float32 with every token outside top-k's and top-p's kept set (docs/arithmetic.md §10) set
+    to −Inf, NaN logits left NaN: Gumbel-max over the result (the sample kernel) draws the token kernels.Sample
+    draws with top_k and top_p. Returns logits itself when nothing is cut (greedy, top_k 0 or >= V, top_p 1).
+
+    On the device: z = x ⊘ T (IEEE), the order (z desc, index asc) by a sort of unique integer keys, top-k's
+    first k (no host step: this part also runs inside CUDA graph capture). Top-p's walk sums Exp(z_j ⊖ mx) in
+    order, which needs the engine's Exp and a sequential float32 sum: the sorted z of each row's tokens with
+    z ⊖ mx >= −104 (Exp gives +0 below, which no sum sees) go to the host, where bitalign.sampling.nucleus walks
+    them (two small device-to-host copies and one host-to-device copy per call)."""
+    t, top_k, top_p = _sampling.params(temperature, top_k, top_p)
+    T, V = logits.shape
+    cut_k = 0 < top_k < V
+    if not t > 0 or not (cut_k or top_p < 1) or T == 0 or V == 0:
+        return logits
+    if top_p < 1 and logits.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise ValueError("bitalign.sample: top_p < 1 walks the kept set on the host, which CUDA graph capture "
+                         "cannot contain (top_k alone can)")
+    z = _scaled(logits, t)
+    order = _order(z)
+    ranks = torch.arange(V, dtype=torch.int64, device=logits.device)
+    if top_p < 1:
+        L = (~torch.isnan(z)).sum(1)
+        if cut_k:
+            L = L.clamp(max=top_k)
+        zs = z.gather(1, order)
+        live = ((zs - zs[:, :1]) >= float(_mathf.LO_X)) & (ranks[None, :] < L[:, None])  # the rest: Exp = +0
+        n = int(live.sum(1).max())
+        host = zs[:, : max(n, 1)].cpu().numpy()
+        cut = torch.from_numpy(_sampling.nucleus(host, L.cpu().numpy(), top_p)).to(logits.device)
+    else:
+        cut = torch.full((T,), top_k, dtype=torch.int64, device=logits.device)
+    keep = torch.zeros((T, V), dtype=torch.bool, device=logits.device)
+    keep.scatter_(1, order, ranks[None, :] < cut[:, None])
+    return torch.where(keep | torch.isnan(logits), logits, torch.full_like(logits, float("-inf")))
+
+
 @_custom("sample")
-def sample(logits: torch.Tensor, seqs: torch.Tensor, pos: torch.Tensor, temperature: float, seed: int) -> torch.Tensor:
+def sample(logits: torch.Tensor, seqs: torch.Tensor, pos: torch.Tensor, temperature: float, seed: int,
+           top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """The token (T) int32 the canonical rule draws after position pos[t] of sequence seqs[t] (both int64) from
-    row t of logits (T, V): greedy argmax when temperature <= 0, else Gumbel-max of logits/temperature with
-    Philox noise keyed by (seed, sequence, position, vocabulary index), never by batch slot (docs/arithmetic.md
-    §10; bitalign.sampling). Top-k and top-p run in the Go engine on the host and are not offered here yet."""
-    dev = _sample_args(logits, seqs, pos, temperature, seed)
+    row t of logits (T, V): greedy argmax when temperature <= 0, else z = logits ⊘ temperature, top-k (0: off)
+    and top-p (1: off) in the order (z desc, index asc), and Gumbel-max over the kept set with Philox noise
+    keyed by (seed, sequence, position, vocabulary index), never by batch slot (docs/arithmetic.md §10;
+    bitalign.sampling). temperature and top_p are rounded to float32, as the engine holds them. The kept set
+    comes from restrict(); top_p < 1 takes a host step (not inside CUDA graph capture)."""
+    dev = _sample_args(logits, seqs, pos, temperature, seed, top_k, top_p)
     _aligned("sample", logits=logits, seqs=seqs, pos=pos)
     T, V = logits.shape
     out = torch.empty((T,), dtype=torch.int32, device=dev)
     if T:
-        _run(dev, [(_planner(dev).sample(T), (_ptr(out), _ptr(logits), T, V, temperature, seed, _ptr(seqs), _ptr(pos)))])
+        x = restrict(logits, temperature, top_k, top_p)
+        _run(dev, [(_planner(dev).sample(T), (_ptr(out), _ptr(x), T, V, temperature, seed, _ptr(seqs), _ptr(pos)))])
     return out
 
 
 @sample.register_fake
-def _(logits, seqs, pos, temperature, seed):
-    _sample_args(logits, seqs, pos, temperature, seed)
+def _(logits, seqs, pos, temperature, seed, top_k=0, top_p=1.0):
+    _sample_args(logits, seqs, pos, temperature, seed, top_k, top_p)
     return torch.empty((logits.shape[0],), dtype=torch.int32, device=logits.device)

@@ -99,15 +99,16 @@ def test_decode_steps_equal_the_prefill(arch):
         assert not d, f"{arch}: decode step {i} (position {3 + i}): {d}"
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_generate_batch1_equals_batch8(temperature):
+@pytest.mark.parametrize("temperature,top_k,top_p", [(0.0, 0, 1.0), (1.0, 0, 1.0), (1.0, 50, 1.0), (0.8, 0, 0.9),
+                                                     (1.2, 40, 0.95)])
+def test_generate_batch1_equals_batch8(temperature, top_k, top_p):
     m = model("qwen3")
     ids, mask = padded(SEQS, True)
+    kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=12, min_new_tokens=12)
     with torch.no_grad():
-        batch = bh.generate(m, ids, mask, seed=11, temperature=temperature, max_new_tokens=12, min_new_tokens=12)
+        batch = bh.generate(m, ids, mask, seed=11, **kw)
         for b, s in enumerate(SEQS):
-            one = bh.generate(m, torch.tensor([s], device="cuda"), seed=11, temperature=temperature, seq_ids=[b],
-                              max_new_tokens=12, min_new_tokens=12)
+            one = bh.generate(m, torch.tensor([s], device="cuda"), seed=11, seq_ids=[b], **kw)
             assert one[0, len(s):].tolist() == batch[b, ids.shape[1]:].tolist(), f"sequence {b}"
 
 

@@ -117,3 +117,67 @@ def test_ops_compiled_equal_eager():
     compiled = torch.compile(_chain, fullgraph=True)
     for got, want in zip(compiled(*inputs), _chain(*inputs)):
         assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+# --- top-k and top-p (kernels/testdata/topkp_vectors.tsv) -------------------------------------------------------
+
+
+def test_sample_top_k_top_p_matches_the_go_reference():
+    """ops.sample with top_k and top_p on the GPU (ops.restrict on the device and the host, then the sample kernel)
+    draws every token kernels.Sample drew: Qwen2-sized rows with ties at the top, NaN and ±Inf, small rows of NaN,
+    ±Inf, signed zeros and ties, greedy, a subnormal temperature."""
+    from bitalign import ops
+    from topkpvectors import expected, keys, logits, rows
+
+    table = rows()
+    cache, bad = {}, []
+    for spec, V, T, temp, k, p, seed, want, kept in table:
+        if (spec, T, V) not in cache:
+            cache = {(spec, T, V): _t(logits(spec, T, V))}
+        seqs, poss = keys(T)
+        got = ops.sample(cache[(spec, T, V)], _t(seqs), _t(poss), temp, seed, k, p).cpu().tolist()
+        same = True
+        if temp > 0 and (k or p < 1):  # restrict()'s row on the GPU: bit for bit the kept set of sampling.kept
+            cut = ops.restrict(cache[(spec, T, V)], temp, k, p).cpu().numpy()
+            x = cache[(spec, T, V)].cpu().numpy()
+            same = all(np.array_equal(cut[r].view(np.uint32), expected(x[r], temp, k, p).view(np.uint32)) for r in range(T))
+        if got != want or not same:
+            bad.append((spec[:40], V, temp, k, p, got, want, same))
+    assert not bad, f"{len(bad)} of {len(table)} lines differ from the Go reference, first {bad[0]}"
+
+
+def test_temperature_division_is_ieee_on_the_gpu():
+    """z = x ⊘ T on CUDA is numpy's float32 division bit for bit (PyTorch divides by a CPU scalar through its
+    reciprocal; ops._scaled divides by a device tensor)."""
+    from bitalign import ops
+
+    x = np.random.default_rng(3).normal(0, 30, 1 << 20).astype(np.float32)
+    for t in (0.7, 0.3, 1.3, 3.0, 1e-40):
+        got = ops._scaled(_t(x)[None, :], float(np.float32(t))).cpu().numpy()[0]
+        with np.errstate(over="ignore"):
+            want = x / np.float32(t)
+        d = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+        assert d.size == 0, f"T = {t}: {d.size} differ, first at {d[0]}: {got[d[0]]!r} vs {want[d[0]]!r}"
+
+
+def test_top_k_inside_a_cuda_graph_top_p_refused():
+    """top-k alone is device work (sort, scatter, the kernel): a captured graph replays it with the eager tokens.
+    top-p's host walk cannot be captured and says so."""
+    from bitalign import ops
+
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(4, 151936, generator=g) * 3).cuda()
+    seqs, pos = torch.arange(4, dtype=torch.int64).cuda(), torch.arange(4, dtype=torch.int64).cuda() * 3
+    ops.sample(x, seqs, pos, 0.8, 11, 50)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ops.sample(x, seqs, pos, 0.8, 11, 50)
+    for s in (6, 7):
+        x.copy_((torch.randn(4, 151936, generator=torch.Generator().manual_seed(s)) * 3).cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, ops.sample(x, seqs, pos, 0.8, 11, 50)), f"top-k after graph replay (seed {s})"
+    with pytest.raises(ValueError, match="CUDA graph capture"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            ops.sample(x, seqs, pos, 0.8, 11, 50, 0.9)

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from bitalign import sampling
+from bitalign import mathf, sampling
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 _VECTORS = os.path.join(_REPO, "kernels", "testdata", "sampling_vectors.tsv")
@@ -76,3 +76,63 @@ def test_key_is_the_sequence_not_the_slot():
 def test_bad_index():
     with pytest.raises(ValueError, match="vocabulary indexes"):
         sampling.uniform(1, 0, 0, -1)
+
+
+# --- the whole rule: temperature, top-k, top-p, Gumbel-max (kernels/testdata/topkp_vectors.tsv) ----------------
+
+from topkpvectors import keys as _keys, logits as _logits, rows as _topkp_rows  # noqa: E402
+
+
+def test_draw_reproduces_every_go_token():
+    """sampling.draw, the numpy reference of §10, draws every token kernels.Sample drew and keeps as many tokens:
+    Qwen2-sized rows (ties at the top, NaN, ±Inf), small rows of NaN, ±Inf, signed zeros and ties, greedy,
+    subnormal temperatures, and tight top-p thresholds where another Exp or another order of the sum would keep
+    another number of tokens (kernels.TestTightTopPDiscriminates)."""
+    rows = _topkp_rows()
+    assert len(rows) > 600
+    cache, bad = {}, []
+    for spec, V, T, temp, k, p, seed, want, want_kept in rows:
+        if (spec, T, V) not in cache:
+            cache = {(spec, T, V): _logits(spec, T, V)}  # consecutive lines share their logits
+        x = cache[(spec, T, V)]
+        seqs, poss = _keys(T)
+        got = [sampling.draw(x[r], temp, k, p, seed, seqs[r], poss[r]) for r in range(T)]
+        kept = [None if not temp > 0 else sampling.kept(x[r], temp, k, p)[1].size for r in range(T)]
+        if got != want or kept != want_kept:
+            bad.append((spec[:40], V, temp, k, p, got, want, kept, want_kept))
+    assert not bad, f"{len(bad)} of {len(rows)} lines differ from the Go reference, first {bad[0]}"
+
+
+def test_nucleus_is_the_sequential_walk():
+    """nucleus() against a plain loop of float32 additions (the walk as §10 writes it) on rows where the order of
+    the sum matters (a pairwise sum would give other bits)."""
+    rng = np.random.default_rng(5)
+    for top_p in (0.1, 0.5, 0.9, 0.999):
+        z = np.sort(rng.normal(0, 3, (6, 3000)).astype(np.float32), axis=1)[:, ::-1].copy()
+        got = sampling.nucleus(z, [3000] * 6, top_p)
+        for r in range(6):
+            e = mathf.exp(z[r] - z[r, 0])
+            s = np.float32(0)
+            for v in e:
+                s = np.float32(s + v)
+            thr, c = np.float32(top_p) * s, np.float32(0)
+            for j, v in enumerate(e):
+                c = np.float32(c + v)
+                if c >= thr:
+                    break
+            assert got[r] == j + 1, (top_p, r)
+    # the kept set after top-k bounds the walk; NaN sums (mx = +Inf) keep it all
+    z = np.array([[np.inf, 1, 0, -1]], dtype=np.float32)
+    assert sampling.nucleus(z, [3], 0.5).tolist() == [3]
+    assert sampling.nucleus(np.array([[2, 1, 0, -50]], dtype=np.float32), [2], 0.999).tolist() == [2]
+    assert sampling.nucleus(np.array([[2, 1, 0, -50]], dtype=np.float32), [4], 0.1).tolist() == [1]
+
+
+def test_params_are_checked():
+    assert sampling.params(0.7, 5, 0.9) == (np.float32(0.7), 5, np.float32(0.9))
+    assert sampling.params(1, 0, 0.99999999)[2] == 1  # rounds to 1 in float32: no top-p, as in the engine
+    for bad, msg in (((float("nan"),), "NaN"), ((1, -1), "top_k"), ((1, 2.5), "top_k"), ((1, 0, 0), "top_p"),
+                     ((1, 0, 1.5), "top_p"), ((1, 0, float("nan")), "top_p")):
+        with pytest.raises(ValueError, match=msg):
+            sampling.params(*bad)
+    assert sampling.draw(np.array([np.nan, np.nan], dtype=np.float32), 1, 0, 1, 0, 0, 0) == -1

@@ -59,13 +59,12 @@ def _ref_attention(q, k, v, pos, heads, kv_heads, hd, scale, profile, dt):
     return _round(o.reshape(T, heads * hd).float(), dt)
 
 
-def _ref_sample(logits, seqs, pos, temperature, seed):
-    T, V = logits.shape
-    if temperature <= 0:
-        return logits.argmax(1).to(torch.int32)
-    u = sampling.uniform(seed, seqs.cpu().numpy()[:, None], pos.cpu().numpy()[:, None], np.arange(V)[None, :])
-    g = -np.log(-np.log(u.astype(np.float64)))
-    return torch.from_numpy((logits.double().numpy() / temperature + g).argmax(1)).to(torch.int32)
+def _ref_sample(logits, seqs, pos, temperature, seed, top_k=0, top_p=1.0):
+    """ops.sample on the CPU: sampling.draw, the numpy reference of §10 (the kernels' own bits are
+    test_ops_gpu.py's; test_torch_sample.py shows that ops.restrict plus the kernel's rule is draw)."""
+    x, s, p = logits.detach().cpu().numpy(), seqs.cpu().numpy(), pos.cpu().numpy()
+    tok = [sampling.draw(x[r], temperature, top_k, top_p, seed, s[r], p[r]) for r in range(x.shape[0])]
+    return torch.tensor(tok, dtype=torch.int32, device=logits.device)
 
 
 @pytest.fixture
@@ -339,25 +338,32 @@ def test_sampler_keys_and_errors():
         s.keys(torch.zeros(6, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="seed -1"):
         bh.Sampler(-1)
-    with pytest.raises(ValueError, match="top_k"):
-        bh.generate(None, torch.zeros(1, 2, dtype=torch.long), top_k=5)
+    with pytest.raises(ValueError, match="do_sample"):
+        bh.generate(None, torch.zeros(1, 2, dtype=torch.long), do_sample=True)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        bh.Sampler(1, 1.0, top_p=0)
+    with pytest.raises(ValueError, match="top_k must be an integer"):
+        bh.generate(None, torch.zeros(1, 2, dtype=torch.long), top_k=-1)
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_sampled_sequences_do_not_depend_on_the_batch(cpu_ops, temperature):
-    """Seeded sampling keyed by (seq, pos): each sequence draws the same tokens alone and in a left-padded batch
-    (the reference ops agree across batch sizes on these tiny shapes; the GPU test makes the same claim bitwise
-    with the kernels)."""
+@pytest.mark.parametrize("temperature,top_k,top_p", [(0.0, 0, 1.0), (1.0, 0, 1.0), (1.0, 5, 1.0), (1.3, 0, 0.9),
+                                                     (1.3, 20, 0.8)])
+def test_sampled_sequences_do_not_depend_on_the_batch(cpu_ops, temperature, top_k, top_p):
+    """Seeded sampling keyed by (seq, pos), with top-k and top-p too: each sequence draws the same tokens alone
+    and in a left-padded batch (the reference ops agree across batch sizes on these tiny shapes; the GPU test
+    makes the same claim bitwise with the kernels)."""
     m = bh.patch(model("qwen3"))
     ids, mask = padded(SEQS, left=True)
+    kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=8)
     with torch.no_grad():
-        batch = bh.generate(m, ids, mask, seed=5, temperature=temperature, seq_ids=[20, 21, 22, 23],
-                            max_new_tokens=8)
+        batch = bh.generate(m, ids, mask, seed=5, seq_ids=[20, 21, 22, 23], **kw)
         for b, s in enumerate(SEQS):
-            one = bh.generate(m, torch.tensor([s]), seed=5, temperature=temperature, seq_ids=[20 + b],
-                              max_new_tokens=8)
+            one = bh.generate(m, torch.tensor([s]), seed=5, seq_ids=[20 + b], **kw)
             assert one[0, len(s):].tolist() == batch[b, ids.shape[1]:].tolist()
-        other = bh.generate(m, ids, mask, seed=6, temperature=1.0, seq_ids=[20, 21, 22, 23], max_new_tokens=8)
+        other = bh.generate(m, ids, mask, seed=6, seq_ids=[20, 21, 22, 23], **{**kw, "temperature": 1.0})
+        if top_k or top_p < 1:  # the cut reaches the draws: without it, other tokens
+            free = bh.generate(m, ids, mask, seed=5, seq_ids=[20, 21, 22, 23], **{**kw, "top_k": 0, "top_p": 1.0})
+            assert not torch.equal(free, batch), "top-k/top-p changed no token: the test cannot see them"
     if temperature > 0:
         assert not torch.equal(other, batch)  # the seed is in the key
 
