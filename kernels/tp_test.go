@@ -240,7 +240,9 @@ func TestMatmulTCTPInvariance(t *testing.T) {
 		if K < 64 {
 			continue
 		}
-		ctl := func(out, x, w []float32, M, kl, N, tp int) error { return kernels.TCOneChainPartial(out, x, w, M, kl, N) }
+		ctl := func(out, x, w []float32, M, kl, N, tp int) error {
+			return kernels.TCOneChainPartial(out, x, w, M, kl, N)
+		}
 		one := rowParallelTC(t, ctl, nvls.Ring, kernels.F32, x, w, b, M, K, N, 1)
 		four := rowParallelTC(t, ctl, nvls.Ring, kernels.F32, x, w, b, M, K, N, 4)
 		i, u, ok := kernels.FirstDiff(four, one)
