@@ -1,0 +1,283 @@
+// tc_matmul.cu: twin of kernels.MatmulTC and kernels.MatmulTCPartial (docs/arithmetic.md §18, tc.2), on Hopper
+// tensor cores through mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (sm_80+; sm_90 here).
+// x is (M, K) bf16, w is (N, K) bf16 (PyTorch layout, k contiguous), bias (N) float32 or null, out (M, N) float32
+// (= round_dt(y), or the unrounded subtree for DT_NONE), part the subtrees of a K-split row-parallel matmul.
+//
+// The order (tc.2): each output's chain over [lo, hi) is acc = +0, then one k-step per 16 consecutive k from lo
+// (positions ≥ hi are +0 in BOTH operands), in ascending order, each k-step one mma (the MMA sums its 16 products
+// and acc as tc.1 says; kernels.MMABF16Dot16 is the same step on the CPU). The chains' ranges are Segs, computed
+// on the host by kernels.TCBounds / kernels.TCPartialBounds: one range [0, K) for a column-parallel matmul,
+// never split; the 8 segments of §3 for a row-parallel one, added by the fixed tree (float32 RN, __fadd_rn).
+// A block owns a BM×BN output tile and G consecutive segments (grid z = nseg/G): it runs their chains one after
+// the other, adds the finished segment partials in the tree's order as they end (the open subtrees in
+// registers: st0, st1, st2), and either finishes (G = nseg: bias, round_dt) or writes its subtree to part[z]
+// for tc_finish (the tree's upper levels). Rows of a tile are independent dot products: the tile shape, the
+// padded rows (zero-filled, their outputs never stored) and G change speed only, never a bit.
+//
+// Built by `make ptx-tc` (kernels/cuda/tc/: not yet in the committed PTX; scripts/gpu.sh tc); the Go launcher
+// (kernels/cuda/tc.go) uses these entries only when the loaded PTX has them. A Blackwell (tcgen05) or a wgmma +
+// TMA path is another file beside this one with the same entry signature and the same Segs.
+#include "common.cuh"
+
+// ---------------------------------------------------------------------------------------------------------
+// PTX wrappers (fragment layouts of the PTX ISA, m16n8k16 .bf16 row.col; g = lane/4, q = lane%4):
+//   A (16×16, row-major): a0 (row g, k 2q..2q+1), a1 (row g+8, k 2q..), a2 (row g, k 2q+8..), a3 (row g+8, k 2q+8..)
+//   B (16×8, k contiguous per column n): b0 (n g, k 2q..2q+1), b1 (n g, k 2q+8..)
+//   C/D: d0, d1 (row g, n 2q, 2q+1), d2, d3 (row g+8, n 2q, 2q+1)
+// (kernels/cuda/experiments/mma_probe.cu, which matched the CPU emulation on the H200, uses the same layouts.)
+// ldmatrix .x4 gives lane T of matrix i the elements (row T/4, cols 2(T%4), +1) of the 8×8 matrix whose row
+// addresses lanes 8i..8i+7 supply: with row-major A tiles and k-contiguous B tiles in shared memory these are
+// exactly the fragments above.
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// cp_async16: 16 bytes global → shared, bypassing L1; src_bytes 0 writes 16 zero bytes (reads nothing).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+}
+
+// mma_bf16: d = step(a, b, d), one k-step of tc.1 for the 16×8 tile.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// tile_load: the ROWS×BK slice [k0, k0+BK) of rows r0… of src (rows × K, bf16) into shared memory s (row stride
+// LD), +0 past the matrix's rows and past the segment's end hi. VEC (K and every bound a multiple of 8, 16-byte
+// aligned base): 16-byte cp.async chunks, each wholly inside or wholly past hi (hi % 8 == 0), zero-filled by
+// src-size 0. Otherwise element by element (synchronous shared stores; the same barriers order them).
+template <int ROWS, int BK, int LD, int NT, bool VEC>
+__device__ __forceinline__ void tile_load(uint16_t* __restrict__ s, const uint16_t* __restrict__ src, int rows, int K,
+                                          int r0, int k0, int hi) {
+    const int tid = threadIdx.x;
+    if (VEC) {
+        constexpr int CH = BK / 8;  // 16-byte chunks per row
+#pragma unroll
+        for (int c = tid; c < ROWS * CH; c += NT) {
+            const int r = c / CH, k = k0 + 8 * (c % CH);
+            const bool ok = r0 + r < rows && k < hi;
+            const uint16_t* p = ok ? src + (size_t)(r0 + r) * K + k : src;
+            cp_async16(s + r * LD + 8 * (c % CH), p, ok ? 16 : 0);
+        }
+    } else {
+        for (int e = tid; e < ROWS * BK; e += NT) {
+            const int r = e / BK, k = k0 + e % BK;
+            s[r * LD + e % BK] = (r0 + r < rows && k < hi) ? src[(size_t)(r0 + r) * K + k] : (uint16_t)0;
+        }
+    }
+}
+
+// add_left: v = l ⊕ v (the earlier subtree on the left); keep: d = v.
+template <int P>
+__device__ __forceinline__ void add_left(float (&v)[P][4], const float (&l)[P][4]) {
+#pragma unroll
+    for (int f = 0; f < P; f++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) v[f][e] = __fadd_rn(l[f][e], v[f][e]);
+}
+template <int P>
+__device__ __forceinline__ void keep(float (&d)[P][4], const float (&v)[P][4]) {
+#pragma unroll
+    for (int f = 0; f < P; f++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) d[f][e] = v[f][e];
+}
+
+// tree_push: segment j's partial v (j counted from the block's first segment) enters the fixed tree
+// ((p0⊕p1)⊕(p2⊕p3))⊕((p4⊕p5)⊕(p6⊕p7)): the subtree of segments j−2^i+1 … j closes at each level i where bit i
+// of j is set (left operand: the earlier subtree, held in st_i); otherwise v waits in st_i. After the block's
+// last segment (j = G−1, all low bits set) v is the subtree of its G segments.
+template <int P>
+__device__ __forceinline__ void tree_push(float (&v)[P][4], float (&st0)[P][4], float (&st1)[P][4], float (&st2)[P][4],
+                                          int j) {
+    if (!(j & 1)) return keep(st0, v);
+    add_left(v, st0);
+    if (!(j & 2)) return keep(st1, v);
+    add_left(v, st1);
+    if (!(j & 4)) return keep(st2, v);
+    add_left(v, st2);
+}
+
+// tc_body: one BM×BN tile, WM×WN warps, each warp (16·MI)×(8·NI) outputs as MI×NI m16n8 fragments; K streamed
+// in BK-wide stages (BK/16 k-steps each) through a STAGES-deep cp.async pipeline. TREE: the block runs G > 1
+// segments and adds them by tree_push; otherwise G = 1 (one chain: column-parallel, or one segment per block).
+template <int WM, int WN, int MI, int NI, int BK, int STAGES, bool TREE, bool VEC>
+__device__ __forceinline__ void tc_body(float* __restrict__ out, float* __restrict__ part, const uint16_t* __restrict__ x,
+                                        const uint16_t* __restrict__ w, const float* __restrict__ bias, int M, int K,
+                                        int N, const Segs& segs, int G, int dt) {
+    constexpr int BM = WM * 16 * MI, BN = WN * 8 * NI, NT = WM * WN * 32;
+    constexpr int LD = BK + 8;  // row stride in shared memory (elements): 16-byte rows, ldmatrix without bank conflicts
+    constexpr int NF = MI * NI;  // m16n8 fragments per warp
+    extern __shared__ __align__(128) uint16_t smem[];
+    uint16_t* const As = smem;                     // [STAGES][BM][LD]
+    uint16_t* const Bs = smem + STAGES * BM * LD;  // [STAGES][BN][LD]
+    __shared__ int sb[9];
+    const int nseg = segs.n;
+    if (threadIdx.x < 9) sb[threadIdx.x] = segs.b[min((int)threadIdx.x, nseg)];
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wm = warp / WN, wn = warp % WN;
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const int s0 = blockIdx.z * G, s1 = s0 + G;
+
+    // the producer's cursor over the block's stages: segment ls, stage start lk (empty segments have none)
+    int ls = s0, lk = sb[s0];
+    auto advance = [&]() {
+        lk += BK;
+        while (ls < s1 && lk >= sb[ls + 1]) {
+            ls++;
+            if (ls < s1) lk = sb[ls];
+        }
+    };
+    while (ls < s1 && lk >= sb[ls + 1]) {  // skip leading empty segments
+        ls++;
+        if (ls < s1) lk = sb[ls];
+    }
+    auto load = [&](int stage) {
+        if (ls < s1) {
+            tile_load<BM, BK, LD, NT, VEC>(As + stage * BM * LD, x, M, K, m0, lk, sb[ls + 1]);
+            tile_load<BN, BK, LD, NT, VEC>(Bs + stage * BN * LD, w, N, K, n0, lk, sb[ls + 1]);
+            advance();
+        }
+        cp_async_commit();  // one group per stage, empty or not, so that wait_group counts stages
+    };
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) load(i);
+
+    float acc[NF][4];
+    float st0[TREE ? NF : 1][4], st1[TREE ? NF : 1][4], st2[TREE ? NF : 1][4];  // the open subtrees (TREE)
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[f][e] = 0.0f;  // every chain starts from +0
+    int stage = 0, lstage = STAGES - 1;
+    for (int s = s0; s < s1; s++) {
+        const int lo = sb[s], hi = sb[s + 1];
+        for (int k0 = lo; k0 < hi; k0 += BK) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();  // stage `stage` is in shared memory; stage `lstage` is no longer read
+            load(lstage);
+            lstage = lstage + 1 == STAGES ? 0 : lstage + 1;
+            const uint16_t* A = As + stage * BM * LD + (wm * 16 * MI) * LD;
+            const uint16_t* B = Bs + stage * BN * LD + (wn * 8 * NI) * LD;
+#pragma unroll
+            for (int j = 0; j < BK / 16; j++) {
+                if (k0 + 16 * j >= hi) break;  // the chain has no step there (block-uniform)
+                uint32_t a[MI][4], b[NI][2];
+#pragma unroll
+                for (int i = 0; i < MI; i++)  // rows 16i + lane%16, k 16j + 8·(lane/16)
+                    ldmatrix_x4(a[i], A + (16 * i + (lane & 15)) * LD + 16 * j + 8 * (lane >> 4));
+#pragma unroll
+                for (int n = 0; n + 1 < NI; n += 2) {  // columns 8n + lane%8 + 8·(lane/16), k 16j + 8·((lane/8)%2)
+                    uint32_t r[4];
+                    ldmatrix_x4(r, B + (8 * n + (lane & 7) + 8 * (lane >> 4)) * LD + 16 * j + 8 * ((lane >> 3) & 1));
+                    b[n][0] = r[0], b[n][1] = r[1], b[n + 1][0] = r[2], b[n + 1][1] = r[3];
+                }
+                if (NI & 1) {  // the last (odd) column fragment: lanes 0..15 give its rows
+                    uint32_t r[2];
+                    ldmatrix_x2(r, B + (8 * (NI - 1) + (lane & 7)) * LD + 16 * j + 8 * ((lane >> 3) & 1));
+                    b[NI - 1][0] = r[0], b[NI - 1][1] = r[1];
+                }
+#pragma unroll
+                for (int i = 0; i < MI; i++)
+#pragma unroll
+                    for (int n = 0; n < NI; n++) mma_bf16(acc[i * NI + n], a[i], b[n]);  // the chain's next k-step
+            }
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+        }
+        if (TREE) {
+            tree_push<NF>(acc, st0, st1, st2, s - s0);
+            if (s + 1 < s1) {
+#pragma unroll
+                for (int f = 0; f < NF; f++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[f][e] = 0.0f;  // the next segment's chain starts from +0
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // epilogue: fragment (i, n) element e is output (row 16i + g + 8·(e/2), column 8n + 2q + e%2) of the warp's tile
+    const int g = lane >> 2, q = lane & 3;
+    const bool finish = G == nseg;
+    float* const dst = finish ? out : part + (size_t)blockIdx.z * M * N;
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int n = 0; n < NI; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = m0 + wm * 16 * MI + 16 * i + g + 8 * (e >> 1);
+                const int col = n0 + wn * 8 * NI + 8 * n + 2 * q + (e & 1);
+                if (row < M && col < N) {
+                    float y = acc[i * NI + n][e];
+                    if (finish) {
+                        if (bias) y = __fadd_rn(y, bias[col]);
+                        y = round_dt(y, dt);
+                    }
+                    dst[(size_t)row * N + col] = y;
+                }
+            }
+}
+
+// The variants (launch.json "tc"; kernels/cuda/tc.go picks one by M and by G, none changes a bit):
+//   dec16  M ≤ 16:  16×32 tiles, 4 warps, BK 128, 6 stages: the weights streamed once, N/32 blocks over the SMs
+//   dec64  M ≤ 64:  64×32 tiles, 4 warps, BK 128, 4 stages
+//   big    M > 64, one chain per block (column-parallel, or G = 1): 128×128 tiles, 8 warps, BK 32, 4 stages
+//   big64  M > 64, G > 1 segments per block (row-parallel): 64×128 tiles (registers for the open subtrees)
+// Entry: tc_mm_<variant>_<chain|tree>[_vec](out, part, x, w, bias, M, K, N, segs, G, dt).
+#define TC_ENTRY(NAME, WM, WN, MI, NI, BK, STAGES, TREE, VEC)                                                       \
+    extern "C" __global__ void __launch_bounds__(WM * WN * 32) NAME(                                                \
+        float* __restrict__ out, float* __restrict__ part, const uint16_t* __restrict__ x,                          \
+        const uint16_t* __restrict__ w, const float* __restrict__ bias, int M, int K, int N, Segs segs, int G,      \
+        int dt) {                                                                                                   \
+        tc_body<WM, WN, MI, NI, BK, STAGES, TREE, VEC>(out, part, x, w, bias, M, K, N, segs, G, dt);                \
+    }
+#define TC_VARIANT(V, WM, WN, MI, NI, BK, STAGES, TREE, KIND)             \
+    TC_ENTRY(tc_mm_##V##_##KIND, WM, WN, MI, NI, BK, STAGES, TREE, false) \
+    TC_ENTRY(tc_mm_##V##_##KIND##_vec, WM, WN, MI, NI, BK, STAGES, TREE, true)
+
+TC_VARIANT(dec16, 1, 4, 1, 1, 128, 6, false, chain)
+TC_VARIANT(dec16, 1, 4, 1, 1, 128, 6, true, tree)
+TC_VARIANT(dec64, 1, 4, 4, 1, 128, 4, false, chain)
+TC_VARIANT(dec64, 1, 4, 4, 1, 128, 4, true, tree)
+TC_VARIANT(big, 2, 4, 4, 4, 32, 4, false, chain)
+TC_VARIANT(big64, 2, 4, 2, 4, 32, 4, true, tree)
+
+// tc_finish: out[m,n] = round_dt(T(part[0..nparts)[m,n]) ⊕ bias[n]), T the fixed pairwise tree over the
+// nparts = nseg/G subtrees (nparts a power of two ≤ 8): the tree's upper levels, as kernels.TreeSum.
+extern "C" __global__ void tc_finish(float* __restrict__ out, const float* __restrict__ part,
+                                     const float* __restrict__ bias, int M, int N, int nparts, int dt) {
+    const long long count = (long long)M * N;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float v[8];
+#pragma unroll
+    for (int s = 0; s < 8; s++) v[s] = s < nparts ? part[s * count + i] : 0.0f;
+    for (int n = nparts; n > 1; n >>= 1)
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            if (s < n / 2) v[s] = __fadd_rn(v[2 * s], v[2 * s + 1]);  // adjacent pairs, level by level
+    float y = v[0];
+    if (bias) y = __fadd_rn(y, bias[(int)(i % N)]);
+    out[i] = round_dt(y, dt);
+}
