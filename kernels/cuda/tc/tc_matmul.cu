@@ -17,8 +17,12 @@
 // Built by `make ptx-tc` (kernels/cuda/tc/: not yet in the committed PTX; scripts/gpu.sh tc); the Go launcher
 // (kernels/cuda/tc.go) uses these entries only when the loaded PTX has them. A Blackwell (tcgen05) or a wgmma +
 // TMA path is another file beside this one with the same entry signature and the same Segs.
+#ifdef BITALIGN_TC_SIM
+#include "sim/tc_sim.h"  // the CPU simulation of the wrappers below (TestTCSimulated): not in the PTX
+#endif
 #include "common.cuh"
 
+#ifndef BITALIGN_TC_SIM
 // ---------------------------------------------------------------------------------------------------------
 // PTX wrappers (fragment layouts of the PTX ISA, m16n8k16 .bf16 row.col; g = lane/4, q = lane%4):
 //   A (16×16, row-major): a0 (row g, k 2q..2q+1), a1 (row g+8, k 2q..), a2 (row g, k 2q+8..), a3 (row g+8, k 2q+8..)
@@ -59,6 +63,10 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// TC_SMEM: the dynamic shared memory of a block.
+#define TC_SMEM(name) extern __shared__ __align__(128) uint16_t name[]
+#endif  // BITALIGN_TC_SIM
+
 // ---------------------------------------------------------------------------------------------------------
 // tile_load: the ROWS×BK slice [k0, k0+BK) of rows r0… of src (rows × K, bf16) into shared memory s (row stride
 // LD), +0 past the matrix's rows and past the segment's end hi. VEC (K and every bound a multiple of 8, 16-byte
@@ -68,7 +76,7 @@ template <int ROWS, int BK, int LD, int NT, bool VEC>
 __device__ __forceinline__ void tile_load(uint16_t* __restrict__ s, const uint16_t* __restrict__ src, int rows, int K,
                                           int r0, int k0, int hi) {
     const int tid = threadIdx.x;
-    if (VEC) {
+    if constexpr (VEC) {
         constexpr int CH = BK / 8;  // 16-byte chunks per row
 #pragma unroll
         for (int c = tid; c < ROWS * CH; c += NT) {
@@ -126,7 +134,7 @@ __device__ __forceinline__ void tc_body(float* __restrict__ out, float* __restri
     constexpr int BM = WM * 16 * MI, BN = WN * 8 * NI, NT = WM * WN * 32;
     constexpr int LD = BK + 8;  // row stride in shared memory (elements): 16-byte rows, ldmatrix without bank conflicts
     constexpr int NF = MI * NI;  // m16n8 fragments per warp
-    extern __shared__ __align__(128) uint16_t smem[];
+    TC_SMEM(smem);
     uint16_t* const As = smem;                     // [STAGES][BM][LD]
     uint16_t* const Bs = smem + STAGES * BM * LD;  // [STAGES][BN][LD]
     __shared__ int sb[9];
@@ -204,7 +212,7 @@ __device__ __forceinline__ void tc_body(float* __restrict__ out, float* __restri
             }
             stage = stage + 1 == STAGES ? 0 : stage + 1;
         }
-        if (TREE) {
+        if constexpr (TREE) {
             tree_push<NF>(acc, st0, st1, st2, s - s0);
             if (s + 1 < s1) {
 #pragma unroll
