@@ -17,8 +17,9 @@
 #         NVCCFLAGS) into the ptx step's fresh tree (or a copy of the committed PTX), prints nvcc's message and
 #         goes on to the next step if that fails; else runs the tc GPU tests (bitwise against the CPU tc matmul,
 #         BITALIGN_REQUIRE_TC=1: a tc module that does not load fails) and BenchmarkMatmulTC, then
-#         scripts/tc_bench.py prints one table beside cuBLAS bf16 (torch.mm) at the same shapes. Leaves
-#         $OUT/tc_matmul.ptx (to commit once kernels/cuda/tc/*.cu moves into kernels/cuda).
+#         scripts/tc_bench.py prints one table beside cuBLAS bf16 (torch.mm) at the same shapes (and, when the
+#         wgmma module compiled, a second one with the mma.sync kernels at every M). Leaves $OUT/tc_*.ptx (to
+#         commit once kernels/cuda/tc/* moves into kernels/cuda).
 #   torch runs the PyTorch library's GPU tests (bitalign.ops against the Go reference's bits, bitalign.hf's patched
 #         models: batch invariance, generate at batch 1 = batch 8, replay exit 0) and capture/python/tests/torch_proof.py
 #         (patched trainer vs patched generate, replay on cuda and cpu, the unpatched control group, speed) into
@@ -137,27 +138,40 @@ if [[ " $steps " == *" tc "* ]]; then
   tcok=1
   if command -v make >/dev/null; then
     make -s ptx-tc NVCC="$NVCC" PTX_OUT="$tcdir" >"$OUT/tc-nvcc.log" 2>&1 || tcok=0
-  else # the same command as make ptx-tc, with NVCCFLAGS read from the Makefile
+  else # the same commands as make ptx-tc, with NVCCFLAGS read from the Makefile (sm_90a for the wgmma file)
     flags=$(sed -n 's/^NVCCFLAGS *:= *//p' Makefile)
     for f in kernels/cuda/tc/*.cu; do
+      fl=$flags; [[ $f == *wgmma* ]] && fl=${flags/-arch=sm_90/-arch=sm_90a}
       # shellcheck disable=SC2086
-      "$NVCC" $flags -I kernels/cuda -o "$tcdir/kernels/cuda/$(basename "$f" .cu).ptx" "$f" >>"$OUT/tc-nvcc.log" 2>&1 || tcok=0
+      "$NVCC" $fl -I kernels/cuda -o "$tcdir/kernels/cuda/$(basename "$f" .cu).ptx" "$f" >>"$OUT/tc-nvcc.log" 2>&1 || tcok=0
     done
   fi
-  if [[ $tcok == 0 ]]; then
-    echo "tc: nvcc FAILED:"; head -80 "$OUT/tc-nvcc.log"; rc=1
+  [[ $tcok == 0 ]] && { echo "tc: nvcc FAILED (the modules that compiled still run):"; grep -v "^ptx-tc: nvcc" "$OUT/tc-nvcc.log" | head -80; rc=1; }
+  if [[ ! -s "$tcdir/kernels/cuda/tc_matmul.ptx" ]]; then
+    echo "tc: no tc_matmul.ptx: the tc tests and benchmark do not run"; rc=1
   else
-    cp "$tcdir/kernels/cuda/tc_matmul.ptx" "$OUT/" 2>/dev/null
-    ptxas -arch=sm_90 -v "$tcdir/kernels/cuda/tc_matmul.ptx" -o /dev/null 2>&1 | grep -E "entry function|spill|Used" |
-      sed -e "s/ptxas info *: //" | paste - - - | sed -e "s/Compiling entry function//" | head -20
+    cp "$tcdir"/kernels/cuda/tc_*.ptx "$OUT/" 2>/dev/null
+    for m in tc_matmul:sm_90 tc_wgmma:sm_90a; do
+      [[ -s "$tcdir/kernels/cuda/${m%%:*}.ptx" ]] || continue
+      ptxas -arch="${m##*:}" -v "$tcdir/kernels/cuda/${m%%:*}.ptx" -o /dev/null 2>&1 | grep -E "entry function|spill|Used" |
+        sed -e "s/ptxas info *: //" | paste - - - | sed -e "s/Compiling entry function//" | grep -v "_vec'" | head -12
+    done
     (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
       -test.run '^(TestTCVariantsMatchSource|TestTCPlan|TestMatmulTCBitwise)$' -test.v -test.count=1 -test.timeout 400s) 2>&1 |
       tee "$OUT/tc-test.log" | grep -E "^(--- |ok|FAIL|PASS)|first difference|bitwise|seed|panic" | head -60
     [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
-    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
+    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
       -test.run '^$' -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -test.timeout 400s) \
       >"$OUT/tc-bench.log" 2>&1 || { echo "tc: benchmark FAILED"; tail -20 "$OUT/tc-bench.log"; rc=1; }
+    echo "-- tc beside cuBLAS (M > 64: the wgmma kernels when they loaded)"
     python3 scripts/tc_bench.py "$OUT/tc-bench.log" 2>&1 | tee "$OUT/tc-table.log" || rc=1
+    if [[ -s "$tcdir/kernels/cuda/tc_wgmma.ptx" ]]; then # the mma.sync kernels at the same shapes, for comparison
+      (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
+        -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/(square|qwen7b-o)' -test.benchtime "${BENCHTIME:-20x}" \
+        -tc-mmasync -test.timeout 300s) >"$OUT/tc-bench-mmasync.log" 2>&1 || rc=1
+      echo "-- the same with the mma.sync kernels at every M"
+      python3 scripts/tc_bench.py "$OUT/tc-bench-mmasync.log" 2>&1 | tee "$OUT/tc-table-mmasync.log" || rc=1
+    fi
   fi
 fi
 

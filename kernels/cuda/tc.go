@@ -16,8 +16,12 @@ import (
 // once it is committed, or $BITALIGN_PTX_DIR/kernels/cuda/tc_matmul.ptx. Without it HasTC says why and the
 // tc launchers return that error; nothing else changes.
 
-// tcModule is the tc kernels' PTX module.
-const tcModule = "tc_matmul"
+// tcModule is the tc kernels' PTX module (mma.sync, every size, and tc_finish); tcWGModule the wgmma kernels for
+// M > 64 (sm_90a), used when loaded as well.
+const (
+	tcModule   = "tc_matmul"
+	tcWGModule = "tc_wgmma"
+)
 
 // tcRules is launch.json's "tc": the tiles of tc_matmul's variants and the split rule's numbers.
 type tcRules struct {
@@ -37,7 +41,7 @@ type tcRules struct {
 }
 
 // tcVariantNames are the variants tc_matmul.cu instantiates, in launch.json's order.
-var tcVariantNames = []string{"dec16", "dec64", "big", "big64"}
+var tcVariantNames = []string{"dec16", "dec64", "big", "big64", "wg128", "wg64t"}
 
 func (r *tcRules) check() error {
 	if r.Dec16MaxM <= 0 || r.Dec64MaxM <= r.Dec16MaxM || r.BlocksPerSM <= 0 || r.FinishBlock <= 0 {
@@ -71,8 +75,14 @@ func (r *tcRules) variant(name string) tcVariant {
 	panic("cudakernels: no tc variant " + name) // check() guarantees every name
 }
 
-// smem is the variant's dynamic shared memory: stages of the x and w tiles, rows of bk+8 bf16.
-func (v tcVariant) smem() int { return v.stages * (v.bm + v.bn) * (v.bk + 8) * 2 }
+// smem is the variant's dynamic shared memory: stages of the x and w tiles, rows of bk+8 bf16 (the wgmma
+// variants' w tiles are in the unpadded core-matrix layout).
+func (v tcVariant) smem() int {
+	if strings.HasPrefix(v.name, "wg") {
+		return v.stages * (v.bm*(v.bk+8) + v.bn*v.bk) * 2
+	}
+	return v.stages * (v.bm + v.bn) * (v.bk + 8) * 2
+}
 
 // TCPlan is a tc matmul's launches: the tile kernel and, when the segments are split over blocks (Parts > 1),
 // tc_finish, which adds the Parts subtrees the tile kernel wrote to scratch.
@@ -83,11 +93,11 @@ type TCPlan struct {
 }
 
 // planTC: M×K times N×K with the chains' bounds b (kernels.TCBounds or TCPartialBounds); vec: K and every bound
-// a multiple of 8 (16-byte cp.async). The variant by M: dec16 (M ≤ dec16_max_m), dec64, then big for one chain
-// per block and big64 for several. G, the segments of a row-parallel matmul one block runs (whole segments
+// a multiple of 8 (16-byte cp.async); wg: the wgmma kernels are loaded. The variant by M: dec16
+// (M ≤ dec16_max_m), dec64, then wg128 / big for one chain per block and wg64t / big64 for several. G, the segments of a row-parallel matmul one block runs (whole segments
 // only: tc.2's split rule), starts at all of them and halves while the grid has fewer than blocks_per_sm
 // blocks per SM; a column-parallel matmul (one range) is never split. forceG > 0 overrides G (tests).
-func planTC(l Limits, M, K, N int, b []int, vec bool, forceG int) TCPlan {
+func planTC(l Limits, M, K, N int, b []int, vec, wg bool, forceG int) TCPlan {
 	r := &rules.TC
 	if M <= 0 || N <= 0 {
 		return TCPlan{}
@@ -99,6 +109,10 @@ func planTC(l Limits, M, K, N int, b []int, vec bool, forceG int) TCPlan {
 		name = "dec16"
 	case M <= r.Dec64MaxM:
 		name = "dec64"
+	case wg && nseg > 1:
+		name = "wg64t"
+	case wg:
+		name = "wg128"
 	case nseg > 1:
 		name = "big64"
 	}
@@ -114,8 +128,11 @@ func planTC(l Limits, M, K, N int, b []int, vec bool, forceG int) TCPlan {
 	kind := "tree"
 	if G == 1 {
 		kind = "chain"
-		if name == "big64" {
+		switch name {
+		case "big64":
 			v = r.variant("big")
+		case "wg64t":
+			v = r.variant("wg128")
 		}
 	}
 	kernel := fmt.Sprintf("tc_mm_%s_%s", v.name, kind)
@@ -144,30 +161,35 @@ func tcSmem(name string) int {
 	return rules.TC.variant(v).smem()
 }
 
-// loadTC loads the tc module when the PTX source has one (PTX(tcModule) finds it); its absence, or a module the
-// driver refuses, leaves tc unavailable with the reason in k.tcErr, and the other kernels as they are.
+// loadTC loads the tc modules when the PTX source has them (PTX finds them): without tc_matmul, or with one the
+// driver refuses, tc is unavailable with the reason in k.tcErr; tc_wgmma is optional (k.tcWG, its reason in
+// k.tcWGErr). The other kernels stay as they are either way.
 func (k *Kernels) loadTC(c *cuda.Ctx) {
-	src, err := PTX(tcModule)
-	if err != nil {
-		k.tcErr = fmt.Errorf("cudakernels: the tc kernels are not in the loaded PTX (make ptx-tc; scripts/gpu.sh tc): %w", err)
+	if k.tcErr = k.loadOptional(c, tcModule); k.tcErr != nil {
 		return
+	}
+	k.tcWGErr = k.loadOptional(c, tcWGModule)
+	k.tcWG = k.tcWGErr == nil
+}
+
+func (k *Kernels) loadOptional(c *cuda.Ctx, mod string) error {
+	src, err := PTX(mod)
+	if err != nil {
+		return fmt.Errorf("cudakernels: %s is not in the loaded PTX (make ptx-tc; scripts/gpu.sh tc): %w", mod, err)
 	}
 	m, err := c.LoadModule(src)
 	if err != nil {
-		k.tcErr = fmt.Errorf("cudakernels: loading %s.ptx: %w", tcModule, err)
-		return
+		return fmt.Errorf("cudakernels: loading %s.ptx: %w", mod, err)
 	}
 	fns := map[string]*cuda.Function{}
 	for _, name := range entryNames(src) {
 		f, err := c.Function(m, name)
 		if err != nil {
-			k.tcErr = err
-			return
+			return err
 		}
 		if b := tcSmem(name); b > 0 {
 			if err := f.SetMaxDynamicSharedMemory(c, b); err != nil {
-				k.tcErr = fmt.Errorf("cudakernels: %s: %w", name, err)
-				return
+				return fmt.Errorf("cudakernels: %s: %w", name, err)
 			}
 		}
 		fns[name] = f
@@ -175,11 +197,20 @@ func (k *Kernels) loadTC(c *cuda.Ctx) {
 	for name, f := range fns {
 		k.fn[name] = f
 	}
-	k.tcErr = nil
+	return nil
 }
 
 // HasTC returns nil when the tc kernels are loaded, else why not.
 func (k *Kernels) HasTC() error { return k.tcErr }
+
+// HasTCWGMMA returns nil when the wgmma kernels (M > 64) are loaded too, else why not (the mma.sync kernels
+// then serve every M).
+func (k *Kernels) HasTCWGMMA() error {
+	if k.tcErr != nil {
+		return k.tcErr
+	}
+	return k.tcWGErr
+}
 
 // MatmulTC: x is (M, K) bf16, w is (N, K) bf16 (device buffers of uint16 bits), bias is (N) float32 or 0, out
 // is (M, N) float32 = round_dt(x·wᵀ + bias) with the chains of layout (kernels.MatmulTC, the same bits).
@@ -209,7 +240,7 @@ func (k *Kernels) matmulTC(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b
 	for _, v := range b {
 		vec = vec && v%8 == 0
 	}
-	pl := planTC(k.lim, M, K, N, b, vec, k.tcG)
+	pl := planTC(k.lim, M, K, N, b, vec, k.tcWG && !k.tcNoWG, k.tcG)
 	part := cuda.Ptr(0)
 	if pl.Parts > 1 {
 		var err error

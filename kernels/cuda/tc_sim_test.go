@@ -47,6 +47,7 @@ func TestTCSimulated(t *testing.T) {
 	}
 	l := Limits{SMs: 132, SmemOptin: 232448}
 	runs := 0
+	var runPlan func(what string, pl TCPlan, b []int, dt int, xs, ws []float32, withBias bool, want []float32, K int)
 	for _, c := range cases {
 		x, w := tcData(r, c.M*c.K, 1, c.specials), tcData(r, c.N*c.K, 0.05, c.specials)
 		bias := tcData(r, c.N, 0.1, false)
@@ -66,7 +67,15 @@ func TestTCSimulated(t *testing.T) {
 		}
 		run := func(what string, b []int, vec bool, G, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
 			t.Helper()
-			pl := planTC(l, c.M, K, c.N, b, vec, G)
+			for _, wg := range []bool{false, true} {
+				if wg && c.M <= rules.TC.Dec64MaxM {
+					continue
+				}
+				runPlan(what, planTC(l, c.M, K, c.N, b, vec, wg, G), b, dt, xs, ws, withBias, want, K)
+			}
+		}
+		runPlan = func(what string, pl TCPlan, b []int, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
+			t.Helper()
 			xf, wf, bf := files("x.bin", bf16Bits(xs)), files("w.bin", bf16Bits(ws)), "-"
 			if withBias {
 				bf = files("bias.bin", bias)

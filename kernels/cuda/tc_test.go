@@ -1,6 +1,7 @@
 package cudakernels
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -8,11 +9,15 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"bitalign/cuda"
 	"bitalign/kernels"
 )
+
+// tcMMASync makes BenchmarkMatmulTC time the mma.sync kernels at every M (scripts/gpu.sh tc runs it both ways).
+var tcMMASync = flag.Bool("tc-mmasync", false, "BenchmarkMatmulTC: the mma.sync kernels even where the wgmma ones are loaded")
 
 // requireTCEnv set to 1 (scripts/gpu.sh tc) makes a missing tc module fail the GPU tests instead of skipping.
 const requireTCEnv = "BITALIGN_REQUIRE_TC"
@@ -45,7 +50,31 @@ func TestTCVariantsMatchSource(t *testing.T) {
 			t.Errorf("tc variant %s needs %d bytes of shared memory, over the 227 KB limit", v.name, v.smem())
 		}
 	}
-	want := map[string][]string{"dec16": {"chain", "tree"}, "dec64": {"chain", "tree"}, "big": {"chain"}, "big64": {"tree"}}
+	wsrc, err := os.ReadFile("tc/tc_wgmma.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re = regexp.MustCompile(`(?m)^TC_WG_VARIANT\((\w+), (\d+), (\d+), (\d+), (\d+), (true|false), (chain|tree)\)$`)
+	for _, m := range re.FindAllStringSubmatch(string(wsrc), -1) {
+		n := make([]int, 4)
+		for i := range n {
+			n[i], _ = strconv.Atoi(m[2+i])
+		}
+		v := rules.TC.variant(m[1])
+		got := tcVariant{m[1], 64 * n[0], n[1], 128 * n[0], n[2], n[3]}
+		if got != v {
+			t.Errorf("tc_wgmma.cu instantiates %+v, launch.json says %+v", got, v)
+		}
+		if (m[6] == "true") != (m[7] == "tree") {
+			t.Errorf("%s: TREE %s for the %s entry", m[1], m[6], m[7])
+		}
+		seen[m[1]] = append(seen[m[1]], m[7])
+		if v.smem() > 232448-1024 {
+			t.Errorf("tc variant %s needs %d bytes of shared memory, over the 227 KB limit", v.name, v.smem())
+		}
+	}
+	want := map[string][]string{"dec16": {"chain", "tree"}, "dec64": {"chain", "tree"}, "big": {"chain"}, "big64": {"tree"},
+		"wg128": {"chain"}, "wg64t": {"tree"}}
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Errorf("tc_matmul.cu's entries %v, the launcher needs %v", seen, want)
 	}
@@ -57,17 +86,21 @@ func TestTCVariantsMatchSource(t *testing.T) {
 func TestTCPlan(t *testing.T) {
 	l := Limits{SMs: 132, SmemOptin: 232448}
 	entries := map[string]bool{"tc_finish": true}
-	for _, v := range []string{"dec16_chain", "dec16_tree", "dec64_chain", "dec64_tree", "big_chain", "big64_tree"} {
+	for _, v := range []string{"dec16_chain", "dec16_tree", "dec64_chain", "dec64_tree", "big_chain", "big64_tree", "wg128_chain", "wg64t_tree"} {
 		entries["tc_mm_"+v], entries["tc_mm_"+v+"_vec"] = true, true
 	}
 	for _, M := range []int{1, 7, 16, 17, 64, 65, 512, 4096, 8192} {
 		for _, K := range []int{16, 1000, 3584, 4096, 18944} {
 			for _, N := range []int{1, 512, 3584, 4096, 152064} {
-				for _, lay := range []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel} {
+				for _, lw := range [][2]int{{0, 0}, {0, 1}, {1, 0}, {1, 1}} {
+					lay, wg := []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel}[lw[0]], lw[1] == 1
 					b, _ := kernels.TCBounds(lay, K)
-					p := planTC(l, M, K, N, b, K%8 == 0, 0)
+					p := planTC(l, M, K, N, b, K%8 == 0, wg, 0)
 					nseg := len(b) - 1
-					what := fmt.Sprintf("%v M=%d K=%d N=%d", lay, M, K, N)
+					what := fmt.Sprintf("%v M=%d K=%d N=%d wgmma=%v", lay, M, K, N, wg)
+					if isWG := strings.HasPrefix(p.Launches[0].Kernel, "tc_mm_wg"); isWG != (wg && M > rules.TC.Dec64MaxM) {
+						t.Fatalf("%s: %s", what, p.Launches[0].Kernel)
+					}
 					if nseg%p.G != 0 || p.Parts != nseg/p.G || int(p.Launches[0].Grid.Z) != p.Parts {
 						t.Fatalf("%s: G %d, parts %d, grid %v", what, p.G, p.Parts, p.Launches[0].Grid)
 					}
@@ -91,6 +124,12 @@ func TestTCPlan(t *testing.T) {
 // tcGPU is the shared GPU with the tc kernels, or a skip (a failure with BITALIGN_REQUIRE_TC=1) without them.
 func tcGPU(t testing.TB) *gpu {
 	g := openGPU(t)
+	if err := g.k.HasTCWGMMA(); err != nil && g.k.HasTC() == nil {
+		t.Logf("tc: mma.sync kernels only: %v", err)
+		if os.Getenv(requireTCEnv) == "1" {
+			t.Errorf("%s=1 but the wgmma kernels did not load: %v", requireTCEnv, err)
+		}
+	}
 	if err := g.k.HasTC(); err != nil {
 		if os.Getenv(requireTCEnv) == "1" {
 			t.Fatalf("%s=1 but: %v", requireTCEnv, err)
@@ -167,17 +206,26 @@ func TestMatmulTCBitwise(t *testing.T) {
 				if lay == kernels.RowParallel && !withBias {
 					gs = []int{0, 1, 2, 4, 8}
 				}
+				paths := []bool{false} // wgmma for M > 64 when loaded; true: mma.sync forced
+				if g.k.HasTCWGMMA() == nil {
+					paths = append(paths, true)
+				}
 				for _, G := range gs {
 					for _, M := range ms {
-						d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
-							k.tcG = G
-							defer func() { k.tcG = 0 }()
-							return k.MatmulTC(cc, lay, DTCode(dt), out, dx, dw, dbp, M, c.K, c.N)
-						})
-						what := fmt.Sprintf("%v K=%d N=%d specials=%v bias=%v G=%d M=%d", lay, c.K, c.N, c.specials, withBias, G, M)
-						if !same(t, what, d.get(t, out, M*c.N), want[:M*c.N]) {
-							d.free()
-							return
+						for _, noWG := range paths {
+							if noWG && M <= rules.TC.Dec64MaxM {
+								continue
+							}
+							d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
+								k.tcG, k.tcNoWG = G, noWG
+								defer func() { k.tcG, k.tcNoWG = 0, false }()
+								return k.MatmulTC(cc, lay, DTCode(dt), out, dx, dw, dbp, M, c.K, c.N)
+							})
+							what := fmt.Sprintf("%v K=%d N=%d specials=%v bias=%v G=%d M=%d mma.sync=%v", lay, c.K, c.N, c.specials, withBias, G, M, noWG)
+							if !same(t, what, d.get(t, out, M*c.N), want[:M*c.N]) {
+								d.free()
+								return
+							}
 						}
 					}
 				}
@@ -320,6 +368,8 @@ func BenchmarkMatmulTC(b *testing.B) {
 		for _, M := range Ms {
 			b.Run(fmt.Sprintf("%s/%v/M=%d/K=%d/N=%d", s.name, s.lay, M, s.K, s.N), func(b *testing.B) {
 				ms := timeGPUMedian(b, g, max(b.N, 20), func(c *cuda.Ctx, i int) error {
+					g.k.tcNoWG = *tcMMASync
+					defer func() { g.k.tcNoWG = false }()
 					return g.k.MatmulTC(c, s.lay, DTCode(kernels.BF16), out, x, ws[i%copies], 0, M, s.K, s.N)
 				})
 				bytes := 2*float64(M)*float64(s.K) + 2*float64(s.N)*float64(s.K) + 4*float64(M)*float64(s.N)

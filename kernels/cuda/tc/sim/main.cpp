@@ -15,13 +15,15 @@
 #include <vector>
 
 #include "../tc_matmul.cu"
+#include "../tc_wgmma.cu"
 
 using MM = void (*)(float*, float*, const uint16_t*, const uint16_t*, const float*, int, int, int, Segs, int, int);
 
 #define E(n) {#n, n}, {#n "_vec", n##_vec}
 static const std::map<std::string, MM> kernels_by_name = {E(tc_mm_dec16_chain), E(tc_mm_dec16_tree),
                                                           E(tc_mm_dec64_chain), E(tc_mm_dec64_tree),
-                                                          E(tc_mm_big_chain),   E(tc_mm_big64_tree)};
+                                                          E(tc_mm_big_chain),   E(tc_mm_big64_tree),
+                                                          E(tc_mm_wg128_chain), E(tc_mm_wg64t_tree)};
 
 template <typename T>
 static std::vector<T> slurp(const std::string& path) {
@@ -63,9 +65,11 @@ static void run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned bx, size_t 
                 std::barrier<> bar((std::ptrdiff_t)bx);
                 const unsigned nw = (bx + 31) / 32;
                 std::vector<SimWarp> warps(nw);
-                std::vector<std::barrier<>*> wb;
                 for (unsigned i = 0; i < nw; i++) warps[i].bar = new std::barrier<>(32);
-                sim_block = {&bar, sm.data(), warps.data()};
+                const unsigned ng = (bx + 127) / 128;
+                std::vector<SimWarpgroup> groups(ng);
+                for (unsigned i = 0; i < ng; i++) groups[i].bar = new std::barrier<>((std::ptrdiff_t)min(128u, bx));
+                sim_block = {&bar, sm.data(), warps.data(), groups.data()};
                 std::vector<std::thread> th;
                 for (unsigned t = 0; t < bx; t++)
                     th.emplace_back([=] {
@@ -75,6 +79,7 @@ static void run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned bx, size_t 
                     });
                 for (auto& t : th) t.join();
                 for (auto& w : warps) delete w.bar;
+                for (auto& g : groups) delete g.bar;
             }
 }
 

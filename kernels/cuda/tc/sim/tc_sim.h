@@ -54,10 +54,16 @@ struct SimWarp {
     uint32_t a[32][4], b[32][2];
     float d[32][4];
 };
+struct SimWarpgroup {  // wgmma's board: the 128 threads' A fragments and accumulators
+    std::barrier<>* bar;
+    uint32_t a[128][4];
+    float d[128][64];
+};
 struct SimBlock {
     std::barrier<>* bar;
     uint16_t* smem;
     SimWarp* warps;
+    SimWarpgroup* groups;
 };
 inline SimBlock sim_block;
 
@@ -204,3 +210,55 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[
     d[2] = mma_dot16(A[g + 8], B[2 * q], C[g + 8][2 * q]);
     d[3] = mma_dot16(A[g + 8], B[2 * q + 1], C[g + 8][2 * q + 1]);
 }
+
+// wgmma: no-op fences and waits (a simulated wgmma completes when it returns); smem_addr is the byte offset in the
+// block's shared memory, which the descriptors carry.
+inline void wgmma_fence() {}
+inline void wgmma_commit() {}
+inline void wgmma_wait0() {}
+inline void fence_proxy_async() {}
+inline uint32_t smem_addr(const void* p) {
+    return (uint32_t)(static_cast<const char*>(p) - reinterpret_cast<const char*>(sim_block.smem));
+}
+
+// wgmma.mma_async m64nNk16 .bf16 → .f32, A from registers (warp w of the warpgroup: rows 16w… in the mma A
+// layout), B through a no-swizzle K-major descriptor: element (n, k) at start + (n/8)·SBO + (k/8)·LBO +
+// (n%8)·16 + (k%8)·2 bytes; accumulator d[j][e] = (row 16w + g + 8·(e/2), column 8j + 2q + e%2).
+template <int N>
+inline void sim_wgmma(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc) {
+    SimWarpgroup& wg = sim_block.groups[threadIdx.x / 128];
+    const int t = threadIdx.x % 128;
+    for (int i = 0; i < 4; i++) wg.a[t][i] = a[i];
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++) wg.d[t][4 * j + e] = d[j][e];
+    wg.bar->arrive_and_wait();
+    uint16_t A[64][16], Bt[N][16];
+    float C[64][N];
+    for (int T = 0; T < 128; T++) {
+        const int w = T / 32, L = T % 32, g = L / 4, q = L % 4, r = 16 * w + g;
+        auto put = [](uint16_t* p, uint32_t v) { p[0] = (uint16_t)v, p[1] = (uint16_t)(v >> 16); };
+        put(&A[r][2 * q], wg.a[T][0]);
+        put(&A[r + 8][2 * q], wg.a[T][1]);
+        put(&A[r][2 * q + 8], wg.a[T][2]);
+        put(&A[r + 8][2 * q + 8], wg.a[T][3]);
+        for (int j = 0; j < N / 8; j++) {
+            C[r][8 * j + 2 * q] = wg.d[T][4 * j], C[r][8 * j + 2 * q + 1] = wg.d[T][4 * j + 1];
+            C[r + 8][8 * j + 2 * q] = wg.d[T][4 * j + 2], C[r + 8][8 * j + 2 * q + 1] = wg.d[T][4 * j + 3];
+        }
+    }
+    const uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, lbo = (uint32_t)(desc >> 16 & 0x3FFF) << 4,
+                   sbo = (uint32_t)(desc >> 32 & 0x3FFF) << 4;
+    const char* base = reinterpret_cast<const char*>(sim_block.smem);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < 16; k++)
+            std::memcpy(&Bt[n][k], base + start + (n / 8) * sbo + (k / 8) * lbo + (n % 8) * 16 + (k % 8) * 2, 2);
+    wg.bar->arrive_and_wait();
+    const int w = t / 32, L = t % 32, g = L / 4, q = L % 4;
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++) {
+            const int row = 16 * w + g + 8 * (e >> 1), col = 8 * j + 2 * q + (e & 1);
+            d[j][e] = mma_dot16(A[row], Bt[col], C[row][col]);
+        }
+}
+inline void wgmma_m64n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc) { sim_wgmma<128>(d, a, desc); }
+inline void wgmma_m64n64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc) { sim_wgmma<64>(d, a, desc); }
