@@ -54,6 +54,15 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// fence_operand: the accumulators pass through an empty asm, so that the compiler neither reads them before
+// wgmma_wait0 nor writes them (zeroing, the tree) after wgmma_fence (CUTLASS's warpgroup_fence_operand).
+template <int P>
+__device__ __forceinline__ void fence_operand(float (&d)[P][4]) {
+#pragma unroll
+    for (int j = 0; j < P; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[j][e])::"memory");
+}
 
 // wgmma m64nNk16 .bf16 → .f32, A from registers (each warp w of the warpgroup holds rows 16w…16w+15 in the
 // mma.sync A layout), B from shared memory through a descriptor (wg_desc). Accumulator layout

@@ -111,6 +111,7 @@ __device__ __forceinline__ void tc_wg_body(float* __restrict__ out, float* __res
 #pragma unroll
             for (int j = 0; j < BK / 16; j++)
                 if (k0 + 16 * j < hi) ldmatrix_x4(a[j], A + (lane & 15) * LDA + 16 * j + 8 * (lane >> 4));
+            fence_operand(acc);
             wgmma_fence();
 #pragma unroll
             for (int j = 0; j < BK / 16; j++)
@@ -118,6 +119,7 @@ __device__ __forceinline__ void tc_wg_body(float* __restrict__ out, float* __res
                     wgmma_step<BN>(acc, a[j], wg_desc(Bs + stage * BN * BK + j * BN * 16));
             wgmma_commit();
             wgmma_wait0();
+            fence_operand(acc);
             stage = stage + 1 == STAGES ? 0 : stage + 1;
         }
         if constexpr (TREE) {

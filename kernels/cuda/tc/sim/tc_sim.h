@@ -217,6 +217,8 @@ inline void wgmma_fence() {}
 inline void wgmma_commit() {}
 inline void wgmma_wait0() {}
 inline void fence_proxy_async() {}
+template <int P>
+inline void fence_operand(float (&)[P][4]) {}
 inline uint32_t smem_addr(const void* p) {
     return (uint32_t)(static_cast<const char*>(p) - reinterpret_cast<const char*>(sim_block.smem));
 }
