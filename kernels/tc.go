@@ -99,25 +99,9 @@ func matmulTC(op string, out, x, w []float32, M, K, N int, b []int, tree bool, p
 		run := func() {
 			wr := newTCOperand(1, K)
 			part := make([]float32, len(b)-1)
-			part4 := make([][]float32, 4)
-			for i := range part4 {
-				part4[i] = make([]float32, len(b)-1)
-			}
 			for n := n0; n < n1; n++ {
 				wr.decodeRow(0, w[n*K:(n+1)*K])
-				m := 0
-				for ; m+4 <= M && !wr.special[0]; m += 4 { // four rows' chains interleaved (independent: ILP)
-					for s := range part {
-						c := tcChain4(&xs, m, &wr, b[s], b[s+1])
-						for i := range part4 {
-							part4[i][s] = c[i]
-						}
-					}
-					for i, p := range part4 {
-						out[(m+i)*N+n] = post.apply(n, combine(p))
-					}
-				}
-				for ; m < M; m++ {
+				for m := 0; m < M; m++ {
 					for s := range part {
 						part[s] = tcChain(&xs, m, &wr, 0, b[s], b[s+1])
 					}
@@ -244,43 +228,6 @@ func tcChain(a *tcOperand, ra int, b *tcOperand, rb, lo, hi int) float32 {
 	return acc
 }
 
-// tcChain4 is tcChain for rows m…m+3 of a against row 0 of b, the four chains' steps interleaved (each keeps
-// its own order: they are independent, so the CPU overlaps them). Rows holding NaN or Inf take tcChain.
-func tcChain4(a *tcOperand, m int, b *tcOperand, lo, hi int) [4]float32 {
-	if a.special[m] || a.special[m+1] || a.special[m+2] || a.special[m+3] {
-		return [4]float32{tcChain(a, m, b, 0, lo, hi), tcChain(a, m+1, b, 0, lo, hi), tcChain(a, m+2, b, 0, lo, hi),
-			tcChain(a, m+3, b, 0, lo, hi)}
-	}
-	st := a.stride
-	be, bm := b.e[:b.stride], b.m[:b.stride]
-	e0, m0 := a.e[m*st:(m+1)*st], a.m[m*st:(m+1)*st]
-	e1, m1 := a.e[(m+1)*st:(m+2)*st], a.m[(m+1)*st:(m+2)*st]
-	e2, m2 := a.e[(m+2)*st:(m+3)*st], a.m[(m+2)*st:(m+3)*st]
-	e3, m3 := a.e[(m+3)*st:(m+4)*st], a.m[(m+3)*st:(m+4)*st]
-	var c0, c1, c2, c3 float32
-	k := lo
-	for ; k+TCStepK <= hi; k += TCStepK {
-		we, wm := be[k:k+TCStepK], bm[k:k+TCStepK]
-		c0 = tcStep(e0[k:k+TCStepK], m0[k:k+TCStepK], we, wm, c0)
-		c1 = tcStep(e1[k:k+TCStepK], m1[k:k+TCStepK], we, wm, c1)
-		c2 = tcStep(e2[k:k+TCStepK], m2[k:k+TCStepK], we, wm, c2)
-		c3 = tcStep(e3[k:k+TCStepK], m3[k:k+TCStepK], we, wm, c3)
-	}
-	if k < hi { // the zero-padded last step, row by row
-		var te, tm [TCStepK]int16
-		c := [4]*float32{&c0, &c1, &c2, &c3}
-		for i, r := range [4][2][]int16{{e0, m0}, {e1, m1}, {e2, m2}, {e3, m3}} {
-			for j := range te {
-				te[j], tm[j] = tcZeroExp, 0
-			}
-			copy(te[:], r[0][k:hi])
-			copy(tm[:], r[1][k:hi])
-			*c[i] = tcStep(te[:], tm[:], be[k:k+TCStepK], bm[k:k+TCStepK], *c[i])
-		}
-	}
-	return [4]float32{c0, c1, c2, c3}
-}
-
 // tcChainGeneric is tcChain through HopperMMA.Dot16, for rows holding NaN or Inf: a and b hold bf16 bits at
 // least up to hi.
 func tcChainGeneric(a, b []uint16, lo, hi int) float32 {
@@ -327,11 +274,9 @@ func tcStep(ae, am, be, bm []int16, c float32) float32 {
 	if E < tcZeroExp/2 {
 		return 0 // every term is zero: +0 (tc.1)
 	}
-	// shift counts are clamped to 63 (every aligned value is below 2^27, so 63 and more give the same 0) and
-	// masked, which spares the compiler's check for counts past 63
 	var sum int64
 	if mc != 0 {
-		v := int64((mc << 2) >> (uint(min(E-xc, 63)) & 63))
+		v := int64((mc << 2) >> uint(E-xc))
 		if u>>31 != 0 {
 			v = -v
 		}
@@ -340,7 +285,7 @@ func tcStep(ae, am, be, bm []int16, c float32) float32 {
 	for j := range x {
 		p := int64(am[j]) * int64(bm[j]) // |p| < 2^16, exact
 		s := p >> 63                     // 0 or −1: the sign, applied after truncating the magnitude
-		v := int64(uint64((p^s)-s) << 11 >> (uint(min(E-x[j], 63)) & 63))
+		v := int64(uint64((p^s)-s) << 11 >> uint(E-x[j]))
 		sum += (v ^ s) - s
 	}
 	return tcRZ(sum, E-25)
