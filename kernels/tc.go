@@ -265,6 +265,20 @@ func tcStep(ae, am, be, bm []int16, c float32) float32 {
 	case mc != 0:
 		xc = -126 // subnormal c
 	}
+	if haveTCAVX2 {
+		E, sum := tcProducts16(&ae[0], &am[0], &be[0], &bm[0], xc)
+		if E < tcZeroExp/2 {
+			return 0 // every term is zero: +0 (tc.1)
+		}
+		if mc != 0 {
+			v := int64((mc << 2) >> uint(E-xc))
+			if u>>31 != 0 {
+				v = -v
+			}
+			sum += v
+		}
+		return tcRZ(sum, E-25)
+	}
 	var x [TCStepK]int32
 	E := xc
 	for j := range x {

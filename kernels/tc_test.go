@@ -75,6 +75,20 @@ func tcCase(r *rand.Rand, regime int) (a, b [16]uint16, c float32) {
 // TestTCStepMatchesDot16: the decoded fast step gives MMABF16Dot16's bits on random and adversarial finite
 // k-steps (alignment, cancellation, subnormals, overflow, signed zeros, raw bits) and on an Inf or NaN c.
 func TestTCStepMatchesDot16(t *testing.T) {
+	for _, avx := range []bool{false, true} {
+		if avx && !haveTCAVX2 {
+			t.Log("no AVX2 here: the scalar step only")
+			continue
+		}
+		t.Run(fmt.Sprintf("avx2=%v", avx), func(t *testing.T) {
+			defer func(v bool) { haveTCAVX2 = v }(haveTCAVX2)
+			haveTCAVX2 = avx
+			testTCStep(t)
+		})
+	}
+}
+
+func testTCStep(t *testing.T) {
 	r := rand.New(rand.NewPCG(140, 141))
 	n := 300000
 	if testing.Short() {
@@ -523,8 +537,22 @@ func BenchmarkMatmulTC(b *testing.B) {
 	}
 }
 
-// BenchmarkTCStep is one decoded k-step (tcStep), a dependent chain on narrow-range data.
+// BenchmarkTCStep is one decoded k-step (tcStep), a dependent chain on narrow-range data, with the AVX2 product
+// half (tc_amd64.s) where there is one and without.
 func BenchmarkTCStep(b *testing.B) {
+	for _, avx := range []bool{false, true} {
+		if avx && !haveTCAVX2 {
+			continue
+		}
+		b.Run(fmt.Sprintf("avx2=%v", avx), func(b *testing.B) {
+			defer func(v bool) { haveTCAVX2 = v }(haveTCAVX2)
+			haveTCAVX2 = avx
+			benchTCStep(b)
+		})
+	}
+}
+
+func benchTCStep(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	var ae, am, be, bm [64][16]int16
 	for i := range ae {
