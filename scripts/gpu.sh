@@ -151,10 +151,14 @@ if [[ " $steps " == *" tc "* ]]; then
     echo "tc: no tc_matmul.ptx: the tc tests and benchmark do not run"; rc=1
   else
     cp "$tcdir"/kernels/cuda/tc_*.ptx "$OUT/" 2>/dev/null
-    for m in tc_matmul:sm_90 tc_wgmma:sm_90a; do
-      [[ -s "$tcdir/kernels/cuda/${m%%:*}.ptx" ]] || continue
-      ptxas -arch="${m##*:}" -v "$tcdir/kernels/cuda/${m%%:*}.ptx" -o /dev/null 2>&1 | grep -E "entry function|spill|Used" |
-        sed -e "s/ptxas info *: //" | paste - - - | sed -e "s/Compiling entry function//" | grep -v "_vec'" | head -12
+    for m in tc_matmul:sm_90 tc_wgmma:sm_90a; do # the inline PTX (mma, wgmma, ldmatrix) is first assembled here
+      mod=${m%%:*}
+      [[ -s "$tcdir/kernels/cuda/$mod.ptx" ]] || continue
+      if ! ptxas -arch="${m##*:}" -v "$tcdir/kernels/cuda/$mod.ptx" -o /dev/null >"$OUT/$mod-ptxas.log" 2>&1; then
+        echo "tc: ptxas FAILED on $mod.ptx (the driver will refuse it):"; grep -iv "info" "$OUT/$mod-ptxas.log" | head -40; rc=1
+      fi
+      grep -E "entry function|spill|Used" "$OUT/$mod-ptxas.log" | sed -e "s/ptxas info *: //" | paste - - - |
+        sed -e "s/Compiling entry function//" | grep -v "_vec'" | head -12
     done
     (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
       -test.run '^(TestTCVariantsMatchSource|TestTCPlan|TestMatmulTCBitwise)$' -test.v -test.count=1 -test.timeout 400s) 2>&1 |
