@@ -63,7 +63,7 @@ func MatmulTCPartial(out, x, w []float32, M, kLocal, N, tp int) error {
 	return matmulTC("MatmulTCPartial", out, x, w, M, kLocal, N, b, tree, epilogue{raw: true})
 }
 
-// tcChainsCombine is how matmulTC adds an output's chains: the tree (tree true), the only chain (one range),
+// tcCombine is how matmulTC adds an output's chains: the tree (tree true), the only chain (one range),
 // or left to right (the tests' control variant that splits K by M).
 func tcCombine(tree bool) func([]float32) float32 {
 	if tree {
