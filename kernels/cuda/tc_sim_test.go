@@ -25,6 +25,13 @@ func TestTCSimulated(t *testing.T) {
 		t.Skip("no g++ here: the CPU simulation of tc_matmul.cu is not built (skipped, not passed)")
 	}
 	dir := t.TempDir()
+	probe := filepath.Join(dir, "probe.cpp") // a g++ without C++20's <barrier> cannot build the simulation at all
+	if err := os.WriteFile(probe, []byte("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cxx, "-std=c++20", "-o", filepath.Join(dir, "probe"), probe, "-pthread").CombinedOutput(); err != nil {
+		t.Skipf("%s has no C++20 <barrier> (%v: %s): the CPU simulation of tc_matmul.cu is not built (skipped, not passed)", cxx, err, out)
+	}
 	sim := filepath.Join(dir, "tc_sim")
 	build := exec.Command(cxx, "-std=c++20", "-O1", "-ffp-contract=off", "-DBITALIGN_TC_SIM", "-I", ".", "-o", sim,
 		"tc/sim/main.cpp", "-pthread")
