@@ -8,7 +8,7 @@ LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 VENV    := .venv
 PY      := $(VENV)/bin/python
 
-.PHONY: build run test test-go test-python test-torch bench fuzz ptx print-nvccflags screenshots gpu-build clean
+.PHONY: build run test test-go test-python test-torch bench fuzz ptx ptx-tc print-nvccflags screenshots gpu-build clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
@@ -61,6 +61,21 @@ NVCC ?= nvcc
 NVCCFLAGS := -ptx -arch=sm_90 -fmad=false -ftz=false -prec-div=true -prec-sqrt=true -O3
 ptx:
 	NVCC='$(NVCC)' NVCCFLAGS='$(NVCCFLAGS)' PTX_OUT='$(PTX_OUT)' bash scripts/ptx.sh
+
+# The tc kernels (kernels/cuda/tc/*.cu, issue 14) are not yet committed PTX: `make ptx-tc PTX_OUT=dir` compiles
+# them with the same NVCCFLAGS into dir/kernels/cuda (beside a `make ptx PTX_OUT=dir` tree), where the tests find
+# them through BITALIGN_PTX_DIR (scripts/gpu.sh tc). Adopting them: git mv kernels/cuda/tc/*.cu kernels/cuda/,
+# then make ptx.
+# tc_wgmma.cu needs sm_90a (wgmma): the same flags with -arch=sm_90a. Each file is compiled even when another
+# fails (the launcher takes whichever modules exist); the target fails if any did.
+ptx-tc:
+	@test -n '$(PTX_OUT)' || { echo 'ptx-tc: set PTX_OUT'; exit 2; }
+	mkdir -p '$(PTX_OUT)/kernels/cuda'
+	st=0; for f in kernels/cuda/tc/*.cu; do b=$$(basename $$f .cu); \
+		flags='$(NVCCFLAGS)'; case $$b in *wgmma*) flags='$(subst -arch=sm_90,-arch=sm_90a,$(NVCCFLAGS))';; esac; \
+		echo "ptx-tc: $(NVCC) $$flags $$f"; \
+		$(NVCC) $$flags -I kernels/cuda -o '$(PTX_OUT)'/kernels/cuda/$$b.ptx $$f || { echo "ptx-tc: $$f FAILED"; st=1; }; \
+	done; exit $$st
 
 print-nvccflags:
 	@echo '$(NVCCFLAGS)'

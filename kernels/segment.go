@@ -81,6 +81,22 @@ func PartialBounds(p Profile, kLocal, tp int) (bounds []int, tree bool, err erro
 	return SegBounds(kLocal, G), true, nil
 }
 
+// TCBounds returns the K-ranges of a tc matmul's chains (docs/arithmetic.md tc.2) and whether they are added
+// by TreeSum: one chain over K for a column-parallel matmul (never split, whatever M), the 8 fixed segments for
+// a row-parallel one.
+func TCBounds(l TCLayout, K int) (bounds []int, tree bool) {
+	if l == RowParallel {
+		return SegBounds(K, Segments), true // the 8 segments of §3, so that TP 2/4/8 finish the same tree
+	}
+	return []int{0, K}, false // one chain in ascending k-steps: the order never depends on M
+}
+
+// TCPartialBounds returns the local K-ranges of MatmulTCPartial's chains on one of tp ranks (the rank's
+// G = 8/tp segments, the same on every rank, added by TreeSum), or the 8-segment rule's error for another tp.
+func TCPartialBounds(kLocal, tp int) (bounds []int, tree bool, err error) {
+	return PartialBounds(Canonical, kLocal, tp) // the canonical segments: tc changes the chains, not the bounds
+}
+
 // TreeSum adds len(p) partials (a power of two) by the fixed pairwise tree: adjacent pairs first, level by
 // level, ((p0⊕p1)⊕(p2⊕p3))⊕((p4⊕p5)⊕(p6⊕p7)) for 8 (docs/arithmetic.md §3), which is also the tree over
 // ranks T(0, n) of §12. It overwrites p.

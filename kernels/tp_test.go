@@ -182,3 +182,73 @@ func TestLogSoftmaxAccuracy(t *testing.T) {
 		}
 	}
 }
+
+// rowParallelTC is rowParallel for the tc profile: partial (kernels.MatmulTCPartial, or the control's) on tp
+// ranks, the nvls all-reduce in order ord, MatmulFinish to dt.
+func rowParallelTC(t *testing.T, partial func(out, x, w []float32, M, kl, N, tp int) error, ord nvls.Order, dt kernels.DType,
+	x, w, bias []float32, M, K, N, tp int) []float32 {
+	t.Helper()
+	cs, err := nvls.NewCPUGroup(tp, nvls.WithOrder(ord))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kl := K / tp
+	outs := make([][]float32, tp)
+	testrank.NoErrors(t, testrank.Each(tp, func(r int) error {
+		out := make([]float32, M*N)
+		if err := partial(out, columns(x, M, K, r*kl, (r+1)*kl), columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, tp); err != nil {
+			return err
+		}
+		if err := cs[r].AllReduce(out); err != nil {
+			return err
+		}
+		kernels.MatmulFinish(dt, out, bias, M, N)
+		outs[r] = out
+		return nil
+	}))
+	for r := range outs {
+		if i, u, ok := kernels.FirstDiff(outs[r], outs[0]); ok {
+			t.Fatalf("rank %d differs from rank 0 at %d by %d ulp", r, i, u)
+		}
+	}
+	return outs[0]
+}
+
+// TestMatmulTCTPInvariance: the tc row-parallel matmul over tp = 1, 2, 4, 8 (MatmulTCPartial, the nvls tree,
+// MatmulFinish) gives MatmulTC(RowParallel)'s bits, K a multiple of 128 or not (segments starting inside a
+// 16-wide step); the control (one chain per rank, ring all-reduce) fails the same test.
+func TestMatmulTCTPInvariance(t *testing.T) {
+	r := rand.New(rand.NewPCG(152, 153))
+	for _, sh := range [][3]int{{3, 1024, 17}, {1, 8, 5}, {5, 200, 9}, {2, 16, 3}, {4, 808, 11}, {6, 1096, 7}} {
+		M, K, N := sh[0], sh[1], sh[2]
+		x, w, b := kernels.RandBF16(r, M*K, 1), kernels.RandBF16(r, N*K, 0.05), kernels.RandBF16(r, N, 0.1)
+		full := make([]float32, M*N)
+		if err := kernels.MatmulTC(kernels.RowParallel, kernels.F32, full, x, w, b, M, K, N); err != nil {
+			t.Fatal(err)
+		}
+		for _, tp := range []int{1, 2, 4, 8} {
+			if K%tp != 0 {
+				continue
+			}
+			got := rowParallelTC(t, func(out, x, w []float32, M, kl, N, tp int) error {
+				return kernels.MatmulTCPartial(out, x, w, M, kl, N, tp)
+			}, nvls.Tree, kernels.F32, x, w, b, M, K, N, tp)
+			if i, u, ok := kernels.FirstDiff(got, full); ok {
+				t.Fatalf("tc M=%d K=%d N=%d tp=%d: differs from MatmulTC at %d by %d ulp", M, K, N, tp, i, u)
+			}
+		}
+		if K < 64 {
+			continue
+		}
+		ctl := func(out, x, w []float32, M, kl, N, tp int) error {
+			return kernels.TCOneChainPartial(out, x, w, M, kl, N)
+		}
+		one := rowParallelTC(t, ctl, nvls.Ring, kernels.F32, x, w, b, M, K, N, 1)
+		four := rowParallelTC(t, ctl, nvls.Ring, kernels.F32, x, w, b, M, K, N, 4)
+		i, u, ok := kernels.FirstDiff(four, one)
+		if !ok {
+			t.Fatalf("M=%d K=%d N=%d: the one-chain-per-rank ring control at tp=4 equals its tp=1; it must diverge", M, K, N)
+		}
+		t.Logf("tc control M=%d K=%d N=%d: one chain per rank, ring, tp=4 vs tp=1 first differs at %d by %d ulp", M, K, N, i, u)
+	}
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu.sh — build-check-time on the GPU machine in one call (see docs/gpu.md).
 # Here (no GPU):   make gpu-build            # CGO_ENABLED=0 test binaries into .gpu/
-# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [nvls] [ui] [bench]   (default: all), with .gpu carried.
+# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [nvls] [ui] [bench] [tc]   (default: all), with .gpu carried.
 #   ptx   runs `make ptx` (every PTX: kernels/cuda and nvls/cuda, the Makefile's NVCCFLAGS) into a fresh tree,
 #         says which PTX differ from the committed ones and leaves the tree in $OUT/ptx.tar (PTX and both
 #         manifests; `tar -xf ptx.tar` at the repository root puts them in place); the tests then load the
@@ -13,6 +13,13 @@
 #         bitalign audit's first suspect names each (docs/audit.md).
 #   ui    runs the debugger's real-session test with replay on the GPU (verdicts as on the CPU).
 #   bench runs the Go benchmarks and the cuBLAS reference (PyTorch) in the same call.
+#   tc    the tensor-core matmul (issue 14, kernels/cuda/tc/*.cu): compiles it (`make ptx-tc`, the Makefile's
+#         NVCCFLAGS) into the ptx step's fresh tree (or a copy of the committed PTX), prints nvcc's message and
+#         goes on to the next step if that fails; else runs the tc GPU tests (bitwise against the CPU tc matmul,
+#         BITALIGN_REQUIRE_TC=1: a tc module that does not load fails) and BenchmarkMatmulTC, then
+#         scripts/tc_bench.py prints one table beside cuBLAS bf16 (torch.mm) at the same shapes (and, when the
+#         wgmma module compiled, a second one with the mma.sync kernels at every M). Leaves $OUT/tc_*.ptx (to
+#         commit once kernels/cuda/tc/* moves into kernels/cuda).
 #   torch runs the PyTorch library's GPU tests (bitalign.ops against the Go reference's bits, bitalign.hf's patched
 #         models: batch invariance, generate at batch 1 = batch 8, replay exit 0) and capture/python/tests/torch_proof.py
 #         (patched trainer vs patched generate, replay on cuda and cpu, the unpatched control group, speed) into
@@ -24,7 +31,7 @@ export PYTHONUNBUFFERED=1
 export BITALIGN_REQUIRE_GPUS="$(nvidia-smi -L | wc -l)"       # the 2-GPU engine test fails instead of skipping
 OUT="${OUT:-/tmp/gpu-out}"
 mkdir -p "$OUT"
-steps="${*:-ptx test engine nvls ui audit bench}"
+steps="${*:-ptx test engine nvls ui audit bench tc}"
 NVCC="${NVCC:-nvcc}"
 rc=0
 for f in .gpu/*.gz; do [[ -e "$f" ]] && gunzip -f "$f" && chmod +x "${f%.gz}"; done  # make gpu-build gzips them
@@ -120,6 +127,58 @@ if [[ " $steps " == *" bench "* ]]; then
     -test.benchtime "${BENCHTIME:-20x}" -test.timeout 300s ${BENCHFLAGS:-}) 2>&1 | tee "$OUT/bench.log" | grep -E "Benchmark|FAIL|panic" || rc=1
   python3 scripts/cublas_bench.py 2>&1 | tee "$OUT/cublas.log" || rc=1
 fi
+if [[ " $steps " == *" tc "* ]]; then
+  echo "== tc (the tensor-core matmul: compile, bitwise against the CPU tc matmul, speed beside cuBLAS bf16)"
+  tcdir="${BITALIGN_PTX_DIR:-}"
+  if [[ -z "$tcdir" ]]; then # no ptx step in this call: the committed PTX, plus the tc module
+    tcdir=$(mktemp -d)
+    mkdir -p "$tcdir/kernels/cuda" "$tcdir/nvls/cuda"
+    cp kernels/cuda/*.ptx "$tcdir/kernels/cuda/" && cp nvls/cuda/*.ptx "$tcdir/nvls/cuda/"
+  fi
+  tcok=1
+  if command -v make >/dev/null; then
+    make -s ptx-tc NVCC="$NVCC" PTX_OUT="$tcdir" >"$OUT/tc-nvcc.log" 2>&1 || tcok=0
+  else # the same commands as make ptx-tc, with NVCCFLAGS read from the Makefile (sm_90a for the wgmma file)
+    flags=$(sed -n 's/^NVCCFLAGS *:= *//p' Makefile)
+    for f in kernels/cuda/tc/*.cu; do
+      fl=$flags; [[ $f == *wgmma* ]] && fl=${flags/-arch=sm_90/-arch=sm_90a}
+      # shellcheck disable=SC2086
+      "$NVCC" $fl -I kernels/cuda -o "$tcdir/kernels/cuda/$(basename "$f" .cu).ptx" "$f" >>"$OUT/tc-nvcc.log" 2>&1 || tcok=0
+    done
+  fi
+  [[ $tcok == 0 ]] && { echo "tc: nvcc FAILED (the modules that compiled still run):"; grep -v "^ptx-tc: nvcc" "$OUT/tc-nvcc.log" | head -80; rc=1; }
+  if [[ ! -s "$tcdir/kernels/cuda/tc_matmul.ptx" ]]; then
+    echo "tc: no tc_matmul.ptx: the tc tests and benchmark do not run"; rc=1
+  else
+    cp "$tcdir"/kernels/cuda/tc_*.ptx "$OUT/" 2>/dev/null
+    for m in tc_matmul:sm_90 tc_wgmma:sm_90a; do # the inline PTX (mma, wgmma, ldmatrix) is first assembled here
+      mod=${m%%:*}
+      [[ -s "$tcdir/kernels/cuda/$mod.ptx" ]] || continue
+      if ! ptxas -arch="${m##*:}" -v "$tcdir/kernels/cuda/$mod.ptx" -o /dev/null >"$OUT/$mod-ptxas.log" 2>&1; then
+        echo "tc: ptxas FAILED on $mod.ptx (the driver will refuse it):"; grep -iv "info" "$OUT/$mod-ptxas.log" | head -40; rc=1
+      fi
+      grep -E "entry function|spill|Used" "$OUT/$mod-ptxas.log" | sed -e "s/ptxas info *: //" | paste - - - |
+        sed -e "s/Compiling entry function//" | grep -v "_vec'" | head -12
+    done
+    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
+      -test.run '^(TestTCVariantsMatchSource|TestTCPlan|TestMatmulTCBitwise)$' -test.v -test.count=1 -test.timeout 400s) 2>&1 |
+      tee "$OUT/tc-test.log" | grep -E "^(--- |ok|FAIL|PASS)|first difference|bitwise|seed|panic" | head -60
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
+      -test.run '^$' -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -test.timeout 400s) \
+      >"$OUT/tc-bench.log" 2>&1 || { echo "tc: benchmark FAILED"; tail -20 "$OUT/tc-bench.log"; rc=1; }
+    echo "-- tc beside cuBLAS (M > 64: the wgmma kernels when they loaded)"
+    python3 scripts/tc_bench.py "$OUT/tc-bench.log" 2>&1 | tee "$OUT/tc-table.log" || rc=1
+    if [[ -s "$tcdir/kernels/cuda/tc_wgmma.ptx" ]]; then # the mma.sync kernels at the same shapes, for comparison
+      (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
+        -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/(square|qwen7b-o)' -test.benchtime "${BENCHTIME:-20x}" \
+        -tc-mmasync -test.timeout 300s) >"$OUT/tc-bench-mmasync.log" 2>&1 || rc=1
+      echo "-- the same with the mma.sync kernels at every M"
+      python3 scripts/tc_bench.py "$OUT/tc-bench-mmasync.log" 2>&1 | tee "$OUT/tc-table-mmasync.log" || rc=1
+    fi
+  fi
+fi
+
 if [[ " $steps " == *" torch "* ]]; then
   echo "== torch (bitalign.ops and bitalign.hf on the GPU, then the proof script)"
   BITALIGN_BIN="$PWD/.gpu/bitalign" python3 -m pytest -q -rs -m torch capture/python/tests/test_ops_gpu.py \

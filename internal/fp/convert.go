@@ -23,6 +23,17 @@ func F32ToBF16(x float32) uint16 {
 	return uint16(u >> 16)
 }
 
+// BF16Exact returns the bfloat16 bits of x and true when x is a bf16 value (its low 16 bits are zero: the
+// widening of BF16ToF32 is then undone exactly, NaN payloads included), else 0 and false. The `tc` profile's
+// kernels take bf16 operands held in float32 and refuse any other value (docs/arithmetic.md, tc.2).
+func BF16Exact(x float32) (uint16, bool) {
+	u := math.Float32bits(x)
+	if u&0xFFFF != 0 {
+		return 0, false
+	}
+	return uint16(u >> 16), true
+}
+
 // F16ToF32 widens IEEE binary16 bits to float32 (exact, subnormals and NaN payloads included).
 func F16ToF32(h uint16) float32 { return widen32(uint32(h), 5, 10, false) }
 

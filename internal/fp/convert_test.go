@@ -243,3 +243,19 @@ func TestRound(t *testing.T) {
 		t.Fatalf("RoundSlice: %v", xs)
 	}
 }
+
+// TestBF16Exact: every bf16 bit pattern widened is accepted back as itself; a float32 with any of its low 16
+// bits set is refused.
+func TestBF16Exact(t *testing.T) {
+	for b := 0; b < 1<<16; b++ {
+		got, ok := BF16Exact(BF16ToF32(uint16(b)))
+		if !ok || got != uint16(b) {
+			t.Fatalf("bf16 %#04x: BF16Exact gives %#04x, %v", b, got, ok)
+		}
+	}
+	for _, u := range []uint32{0x3F800001, 0x3F808000, 0x00000001, 0x7FC00001, 0x80008000} {
+		if _, ok := BF16Exact(math.Float32frombits(u)); ok {
+			t.Errorf("float32 %#08x accepted as a bf16 value", u)
+		}
+	}
+}

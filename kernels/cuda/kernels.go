@@ -29,6 +29,11 @@ type Kernels struct {
 	// kernels that production runs for the standard profile and for rows or head groups the per-row and
 	// per-tile kernels cannot hold, so that the tests cover them at every shape.
 	general bool
+	tcErr   error // why the tc kernels are not loaded (nil: they are; tc.go)
+	tcWG    bool  // the tc wgmma kernels are loaded too
+	tcWGErr error // why not
+	tcG     int   // tests: force the tc matmul's segments per block (0: automatic)
+	tcNoWG  bool  // tests: the mma.sync kernels at every M even when the wgmma ones are loaded
 }
 
 // Load loads every PTX module on c's device and looks up its kernels. Errors wrap the driver's (an unusable
@@ -39,6 +44,9 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	}
 	k := &Kernels{dev: c.Device(), fn: map[string]*cuda.Function{}, lim: limitsOf(c.Device())}
 	for _, mod := range Modules() {
+		if mod == tcModule || mod == tcWGModule {
+			continue // loadTC, below
+		}
 		src, err := PTX(mod)
 		if err != nil {
 			return nil, err
@@ -69,6 +77,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			k.fn[name] = f
 		}
 	}
+	k.loadTC(c)
 	return k, nil
 }
 

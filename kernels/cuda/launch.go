@@ -81,6 +81,7 @@ type launchRules struct {
 	Sample struct {
 		Block int `json:"block"`
 	} `json:"sample"`
+	TC tcRules `json:"tc"`
 }
 
 // rules is the parsed launch.json (TestLaunchRules checks it parses, strictly, and is consistent).
@@ -103,6 +104,9 @@ func parseRules(b []byte) (launchRules, error) {
 		if v <= 0 {
 			return r, fmt.Errorf("cudakernels: launch.json: every size must be positive")
 		}
+	}
+	if err := r.TC.check(); err != nil {
+		return r, err
 	}
 	for mt := 1; mt <= m.DecMaxM; mt *= 2 {
 		if _, _, ok := r.dec(mt); !ok {

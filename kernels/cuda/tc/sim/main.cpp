@@ -1,0 +1,126 @@
+// main.cpp: the launcher of the CPU simulation of tc_matmul.cu (tc_sim.h). One call runs one launch of a plan
+// that kernels/cuda's planTC made (TestTCSimulated passes it), blocks one after another, every thread of a
+// block a std::thread. Buffers are files of little-endian raw values, read before and written back after.
+//
+//   tc_sim tc_mm_<variant>   GX GY GZ BX SMEM  M K N G DT  NSEG B0..BNSEG  X W BIAS|- OUT PART|-
+//   tc_sim tc_finish         GX BX  M N PARTS DT  BIAS|- OUT PART
+//
+// Build: g++ -std=c++20 -O1 -ffp-contract=off -DBITALIGN_TC_SIM -I kernels/cuda kernels/cuda/tc/sim/main.cpp
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../tc_matmul.cu"
+#include "../tc_wgmma.cu"
+
+using MM = void (*)(float*, float*, const uint16_t*, const uint16_t*, const float*, int, int, int, Segs, int, int);
+
+#define E(n) {#n, n}, {#n "_vec", n##_vec}
+static const std::map<std::string, MM> kernels_by_name = {E(tc_mm_dec16_chain), E(tc_mm_dec16_tree),
+                                                          E(tc_mm_dec64_chain), E(tc_mm_dec64_tree),
+                                                          E(tc_mm_big_chain),   E(tc_mm_big64_tree),
+                                                          E(tc_mm_wg128_chain), E(tc_mm_wg64t_tree)};
+
+template <typename T>
+static std::vector<T> slurp(const std::string& path) {
+    std::vector<T> v;
+    if (path == "-") return v;
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    if (!f) {
+        fprintf(stderr, "tc_sim: cannot read %s\n", path.c_str());
+        exit(2);
+    }
+    const auto n = (size_t)f.tellg();
+    v.resize(n / sizeof(T));
+    f.seekg(0);
+    f.read(reinterpret_cast<char*>(v.data()), (std::streamsize)n);
+    return v;
+}
+
+template <typename T>
+static void spill(const std::string& path, const std::vector<T>& v) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(v.data()), (std::streamsize)(v.size() * sizeof(T)));
+    if (!f) {
+        fprintf(stderr, "tc_sim: cannot write %s\n", path.c_str());
+        exit(2);
+    }
+}
+
+// run_grid runs body(thread) for every thread of every block, blocks in order, with a fresh barrier, warp boards
+// and dynamic shared memory (filled with 0xFF7F, a bf16 NaN, so that reading an element nothing wrote shows).
+template <typename F>
+static void run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned bx, size_t smem, F body) {
+    gridDim = {gx, gy, gz};
+    blockDim = {bx, 1, 1};
+    std::vector<uint16_t> sm(smem / 2 + 64);
+    for (unsigned z = 0; z < gz; z++)
+        for (unsigned y = 0; y < gy; y++)
+            for (unsigned x = 0; x < gx; x++) {
+                std::fill(sm.begin(), sm.end(), (uint16_t)0xFF7F);
+                std::barrier<> bar((std::ptrdiff_t)bx);
+                const unsigned nw = (bx + 31) / 32;
+                std::vector<SimWarp> warps(nw);
+                for (unsigned i = 0; i < nw; i++) warps[i].bar = new std::barrier<>(32);
+                const unsigned ng = (bx + 127) / 128;
+                std::vector<SimWarpgroup> groups(ng);
+                for (unsigned i = 0; i < ng; i++) groups[i].bar = new std::barrier<>((std::ptrdiff_t)min(128u, bx));
+                sim_block = {&bar, sm.data(), warps.data(), groups.data()};
+                std::vector<std::thread> th;
+                for (unsigned t = 0; t < bx; t++)
+                    th.emplace_back([=] {
+                        threadIdx = {t, 0, 0};
+                        blockIdx = {x, y, z};
+                        body();
+                    });
+                for (auto& t : th) t.join();
+                for (auto& w : warps) delete w.bar;
+                for (auto& g : groups) delete g.bar;
+            }
+}
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: see main.cpp\n");
+        return 2;
+    }
+    const std::string name = argv[1];
+    auto I = [&](int i) { return atoi(argv[i]); };
+    if (name == "tc_finish") {
+        if (argc != 11) return fprintf(stderr, "tc_sim: tc_finish wants 9 arguments\n"), 2;
+        const int M = I(4), N = I(5), parts = I(6), dt = I(7);
+        auto bias = slurp<float>(argv[8]);
+        auto out = slurp<float>(argv[9]);
+        auto part = slurp<float>(argv[10]);
+        run_grid(I(2), 1, 1, I(3), 0, [&] {
+            tc_finish(out.data(), part.data(), bias.empty() ? nullptr : bias.data(), M, N, parts, dt);
+        });
+        spill(argv[9], out);
+        return 0;
+    }
+    auto it = kernels_by_name.find(name);
+    if (it == kernels_by_name.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
+    const int M = I(7), K = I(8), N = I(9), G = I(10), dt = I(11), nseg = I(12);
+    if (argc != 13 + nseg + 1 + 5) return fprintf(stderr, "tc_sim: %s: wrong argument count\n", name.c_str()), 2;
+    Segs segs{};
+    segs.n = nseg;
+    for (int i = 0; i <= nseg; i++) segs.b[i] = I(13 + i);
+    const int a = 13 + nseg + 1;
+    auto x = slurp<uint16_t>(argv[a]);
+    auto w = slurp<uint16_t>(argv[a + 1]);
+    auto bias = slurp<float>(argv[a + 2]);
+    auto out = slurp<float>(argv[a + 3]);
+    auto part = slurp<float>(argv[a + 4]);
+    const MM fn = it->second;
+    run_grid(I(2), I(3), I(4), I(5), (size_t)I(6), [&] {
+        fn(out.data(), part.empty() ? nullptr : part.data(), x.data(), w.data(), bias.empty() ? nullptr : bias.data(),
+           M, K, N, segs, G, dt);
+    });
+    spill(argv[a + 3], out);
+    if (!part.empty()) spill(argv[a + 4], part);
+    return 0;
+}

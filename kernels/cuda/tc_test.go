@@ -1,0 +1,396 @@
+package cudakernels
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"bitalign/cuda"
+	"bitalign/kernels"
+)
+
+// tcMMASync makes BenchmarkMatmulTC time the mma.sync kernels at every M (scripts/gpu.sh tc runs it both ways).
+var tcMMASync = flag.Bool("tc-mmasync", false, "BenchmarkMatmulTC: the mma.sync kernels even where the wgmma ones are loaded")
+
+// requireTCEnv set to 1 (scripts/gpu.sh tc) makes a missing tc module fail the GPU tests instead of skipping.
+const requireTCEnv = "BITALIGN_REQUIRE_TC"
+
+// TestTCVariantsMatchSource: launch.json's tc variants are the tiles tc/tc_matmul.cu instantiates (bm = WM·16·MI,
+// bn = WN·8·NI, threads = WM·WN·32, bk, stages, a chain and a tree entry each but big's chain and big64's tree),
+// and each fits the H200's 227 KB of shared memory per block.
+func TestTCVariantsMatchSource(t *testing.T) {
+	src, err := os.ReadFile("tc/tc_matmul.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^TC_VARIANT\((\w+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (true|false), (chain|tree)\)$`)
+	seen := map[string][]string{}
+	for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+		n := make([]int, 6)
+		for i := range n {
+			n[i], _ = strconv.Atoi(m[2+i])
+		}
+		v := rules.TC.variant(m[1])
+		got := tcVariant{m[1], n[0] * 16 * n[2], n[1] * 8 * n[3], n[0] * n[1] * 32, n[4], n[5]}
+		if got != v {
+			t.Errorf("tc_matmul.cu instantiates %+v, launch.json says %+v", got, v)
+		}
+		if (m[8] == "true") != (m[9] == "tree") {
+			t.Errorf("%s: TREE %s for the %s entry", m[1], m[8], m[9])
+		}
+		seen[m[1]] = append(seen[m[1]], m[9])
+		if v.smem() > 232448-1024 {
+			t.Errorf("tc variant %s needs %d bytes of shared memory, over the 227 KB limit", v.name, v.smem())
+		}
+	}
+	wsrc, err := os.ReadFile("tc/tc_wgmma.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re = regexp.MustCompile(`(?m)^TC_WG_VARIANT\((\w+), (\d+), (\d+), (\d+), (\d+), (true|false), (chain|tree)\)$`)
+	for _, m := range re.FindAllStringSubmatch(string(wsrc), -1) {
+		n := make([]int, 4)
+		for i := range n {
+			n[i], _ = strconv.Atoi(m[2+i])
+		}
+		v := rules.TC.variant(m[1])
+		got := tcVariant{m[1], 64 * n[0], n[1], 128 * n[0], n[2], n[3]}
+		if got != v {
+			t.Errorf("tc_wgmma.cu instantiates %+v, launch.json says %+v", got, v)
+		}
+		if (m[6] == "true") != (m[7] == "tree") {
+			t.Errorf("%s: TREE %s for the %s entry", m[1], m[6], m[7])
+		}
+		seen[m[1]] = append(seen[m[1]], m[7])
+		if v.smem() > 232448-1024 {
+			t.Errorf("tc variant %s needs %d bytes of shared memory, over the 227 KB limit", v.name, v.smem())
+		}
+	}
+	want := map[string][]string{"dec16": {"chain", "tree"}, "dec64": {"chain", "tree"}, "big": {"chain"}, "big64": {"tree"},
+		"wg128": {"chain"}, "wg64t": {"tree"}}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("tc_matmul.cu's entries %v, the launcher needs %v", seen, want)
+	}
+}
+
+// TestTCPlan: a column-parallel tc matmul is never split over K (one block row of K, grid z = 1, no finish), a
+// row-parallel one only at whole segments (G divides the segment count; tc_finish iff G < nseg), and the
+// kernel exists for every plan.
+func TestTCPlan(t *testing.T) {
+	l := Limits{SMs: 132, SmemOptin: 232448}
+	entries := map[string]bool{"tc_finish": true}
+	for _, v := range []string{"dec16_chain", "dec16_tree", "dec64_chain", "dec64_tree", "big_chain", "big64_tree", "wg128_chain", "wg64t_tree"} {
+		entries["tc_mm_"+v], entries["tc_mm_"+v+"_vec"] = true, true
+	}
+	for _, M := range []int{1, 7, 16, 17, 64, 65, 512, 4096, 8192} {
+		for _, K := range []int{16, 1000, 3584, 4096, 18944} {
+			for _, N := range []int{1, 512, 3584, 4096, 152064} {
+				for _, lw := range [][2]int{{0, 0}, {0, 1}, {1, 0}, {1, 1}} {
+					lay, wg := []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel}[lw[0]], lw[1] == 1
+					b, _ := kernels.TCBounds(lay, K)
+					p := planTC(l, M, K, N, b, K%8 == 0, wg, 0)
+					nseg := len(b) - 1
+					what := fmt.Sprintf("%v M=%d K=%d N=%d wgmma=%v", lay, M, K, N, wg)
+					if isWG := strings.HasPrefix(p.Launches[0].Kernel, "tc_mm_wg"); isWG != (wg && M > rules.TC.Dec64MaxM) {
+						t.Fatalf("%s: %s", what, p.Launches[0].Kernel)
+					}
+					if nseg%p.G != 0 || p.Parts != nseg/p.G || int(p.Launches[0].Grid.Z) != p.Parts {
+						t.Fatalf("%s: G %d, parts %d, grid %v", what, p.G, p.Parts, p.Launches[0].Grid)
+					}
+					if lay == kernels.ColumnParallel && (p.Parts != 1 || len(p.Launches) != 1) {
+						t.Fatalf("%s: a column-parallel chain split: %+v", what, p)
+					}
+					if (len(p.Launches) == 2) != (p.Parts > 1) {
+						t.Fatalf("%s: %d launches for %d parts", what, len(p.Launches), p.Parts)
+					}
+					for _, ln := range p.Launches {
+						if !entries[ln.Kernel] {
+							t.Fatalf("%s: plan launches %s, which tc_matmul.cu does not define", what, ln.Kernel)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// tcGPU is the shared GPU with the tc kernels, or a skip (a failure with BITALIGN_REQUIRE_TC=1) without them.
+func tcGPU(t testing.TB) *gpu {
+	g := openGPU(t)
+	if err := g.k.HasTCWGMMA(); err != nil && g.k.HasTC() == nil {
+		t.Logf("tc: mma.sync kernels only: %v", err)
+		if os.Getenv(requireTCEnv) == "1" {
+			t.Errorf("%s=1 but the wgmma kernels did not load: %v", requireTCEnv, err)
+		}
+	}
+	if err := g.k.HasTC(); err != nil {
+		if os.Getenv(requireTCEnv) == "1" {
+			t.Fatalf("%s=1 but: %v", requireTCEnv, err)
+		}
+		t.Skipf("tc kernels not loaded (%s=1 makes this a failure): %v; skipped, not passed", requireTCEnv, err)
+	}
+	return g
+}
+
+// bf16Bits returns the bf16 bits of values that are bf16 values.
+func bf16Bits(v []float32) []uint16 {
+	b := make([]uint16, len(v))
+	for i, f := range v {
+		b[i] = kernels.ToBF16Bits(f)
+	}
+	return b
+}
+
+// tcData returns n bf16 values of mixed magnitude; specials plants NaN, ±Inf and ±0 at a few places.
+func tcData(r *rand.Rand, n int, sd float64, specials bool) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = kernels.RoundBF16(float32(r.NormFloat64() * sd * math.Ldexp(1, r.IntN(5)-2)))
+	}
+	if specials {
+		sp := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0, float32(math.Copysign(0, -1))}
+		for i := 0; i < 1+n/2000; i++ {
+			x[r.IntN(n)] = sp[r.IntN(len(sp))]
+		}
+	}
+	return x
+}
+
+// tcMs is the M sweep: 1…8192 with odd sizes and every variant's edges.
+func tcMs(short bool) []int {
+	ms := []int{1, 2, 3, 5, 8, 13, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 255, 257, 511, 1000, 1024, 2049, 4096, 8192}
+	if short {
+		ms = []int{1, 3, 16, 17, 64, 65, 129, 1000}
+	}
+	return ms
+}
+
+// TestMatmulTCBitwise: every tc kernel against the CPU tc matmul (kernels.MatmulTC), bitwise, over the M sweep
+// on the shared rows (the CPU computes the largest M once: its rows do not depend on M, TestMatmulTCBatchInvariance
+// in package kernels), K not a multiple of 64 or of 8 (the element-wise loads), N odd, both layouts, every forced
+// G of the row-parallel split, with bias and bf16 output, and with NaN/Inf/±0 planted.
+func TestMatmulTCBitwise(t *testing.T) {
+	g := tcGPU(t)
+	r := newRand(t)
+	type kn struct {
+		K, N     int
+		specials bool
+	}
+	cases := []kn{{1000, 33, false}, {1027, 7, false}, {64, 129, false}, {24, 255, false}, {4096, 65, false}, {16, 1, false}, {3584, 40, true}}
+	ms := tcMs(testing.Short())
+	maxM := ms[len(ms)-1]
+	for _, c := range cases {
+		x, w := tcData(r, maxM*c.K, 1, c.specials), tcData(r, c.N*c.K, 0.05, c.specials)
+		bias := tcData(r, c.N, 0.1, false)
+		d := &dev{g: g}
+		dx, dw, db := upload(t, d, bf16Bits(x)), upload(t, d, bf16Bits(w)), d.f32(t, bias)
+		out := d.poisoned(t, maxM*c.N)
+		for _, lay := range []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel} {
+			for _, withBias := range []bool{false, true} {
+				dt, bp, dbp := kernels.F32, []float32(nil), cuda.Ptr(0)
+				if withBias {
+					dt, bp, dbp = kernels.BF16, bias, db
+				}
+				want := make([]float32, maxM*c.N)
+				if err := kernels.MatmulTC(lay, dt, want, x, w, bp, maxM, c.K, c.N); err != nil {
+					t.Fatal(err)
+				}
+				gs := []int{0}
+				if lay == kernels.RowParallel && !withBias {
+					gs = []int{0, 1, 2, 4, 8}
+				}
+				paths := []bool{false} // wgmma for M > 64 when loaded; true: mma.sync forced
+				if g.k.HasTCWGMMA() == nil {
+					paths = append(paths, true)
+				}
+				for _, G := range gs {
+					for _, M := range ms {
+						for _, noWG := range paths {
+							if noWG && M <= rules.TC.Dec64MaxM {
+								continue
+							}
+							d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
+								k.tcG, k.tcNoWG = G, noWG
+								defer func() { k.tcG, k.tcNoWG = 0, false }()
+								// poisoned again: the rows an earlier M wrote are the same bits, so a row this
+								// launch skipped would pass otherwise
+								if err := cc.Memset32(out, 0x7FBADBAD, int64(M*c.N)); err != nil {
+									return err
+								}
+								return k.MatmulTC(cc, lay, DTCode(dt), out, dx, dw, dbp, M, c.K, c.N)
+							})
+							what := fmt.Sprintf("%v K=%d N=%d specials=%v bias=%v G=%d M=%d mma.sync=%v", lay, c.K, c.N, c.specials, withBias, G, M, noWG)
+							if !same(t, what, d.get(t, out, M*c.N), want[:M*c.N]) {
+								d.free()
+								return
+							}
+						}
+					}
+				}
+			}
+		}
+		// the row-parallel partials of tp = 2, 4, 8: each rank's subtree as the CPU computes it
+		for _, tp := range []int{2, 4, 8} {
+			if c.K%tp != 0 {
+				continue
+			}
+			kl := c.K / tp
+			for rank := 0; rank < tp; rank++ {
+				M := ms[(rank*7)%len(ms)]
+				xr, wr := columns(x, M, c.K, rank*kl, (rank+1)*kl), columns(w, c.N, c.K, rank*kl, (rank+1)*kl)
+				want := make([]float32, M*c.N)
+				if err := kernels.MatmulTCPartial(want, xr, wr, M, kl, c.N, tp); err != nil {
+					t.Fatal(err)
+				}
+				dxr, dwr := upload(t, d, bf16Bits(xr)), upload(t, d, bf16Bits(wr))
+				d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
+					if err := cc.Memset32(out, 0x7FBADBAD, int64(M*c.N)); err != nil {
+						return err
+					}
+					return k.MatmulTCPartial(cc, out, dxr, dwr, M, kl, c.N, tp)
+				})
+				if !same(t, fmt.Sprintf("partial K=%d N=%d tp=%d rank %d M=%d", c.K, c.N, tp, rank, M), d.get(t, out, M*c.N), want) {
+					d.free()
+					return
+				}
+			}
+		}
+		d.free()
+		t.Logf("K=%d N=%d specials=%v: %d batch sizes up to %d, both layouts, bitwise", c.K, c.N, c.specials, len(ms), maxM)
+	}
+	err := g.d.Do(func(cc *cuda.Ctx) error { return g.k.MatmulTCPartial(cc, 0, 0, 0, 1, 6, 1, 3) })
+	if err == nil {
+		t.Error("tp = 3 accepted")
+	}
+}
+
+// columns returns columns [c0, c1) of the (rows, cols) matrix a.
+func columns(a []float32, rows, cols, c0, c1 int) []float32 {
+	out := make([]float32, 0, rows*(c1-c0))
+	for i := 0; i < rows; i++ {
+		out = append(out, a[i*cols+c0:i*cols+c1]...)
+	}
+	return out
+}
+
+// timeGPUMedian times each of n runs of f between its own two events and returns the median milliseconds.
+func timeGPUMedian(b *testing.B, g *gpu, n int, f func(c *cuda.Ctx, i int) error) float64 {
+	b.Helper()
+	ms := make([]float64, 0, n)
+	err := g.d.Do(func(c *cuda.Ctx) error {
+		for i := 0; i < 3; i++ { // warm-up
+			if err := f(c, i); err != nil {
+				return err
+			}
+		}
+		e0, err := c.NewEvent()
+		if err != nil {
+			return err
+		}
+		e1, err := c.NewEvent()
+		if err != nil {
+			return err
+		}
+		defer c.DestroyEvent(e0)
+		defer c.DestroyEvent(e1)
+		for i := 0; i < n; i++ {
+			if err := c.Record(e0, nil); err != nil {
+				return err
+			}
+			if err := f(c, i); err != nil {
+				return err
+			}
+			if err := c.Record(e1, nil); err != nil {
+				return err
+			}
+			if err := c.EventSync(e1); err != nil {
+				return err
+			}
+			t, err := c.Elapsed(e0, e1)
+			if err != nil {
+				return err
+			}
+			ms = append(ms, float64(t))
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	slices.Sort(ms)
+	return ms[len(ms)/2]
+}
+
+// tcBenchShapes: K = N = 4096 at the issue's M, and the Qwen2.5-7B projections (hidden 3584, 28/4 heads of 128,
+// intermediate 18944, V 152064): q, k/v, gate/up, lm_head column-parallel; o_proj, down_proj row-parallel.
+type tcShape struct {
+	name    string
+	lay     kernels.TCLayout
+	K, N    int
+	decodeM bool // also time M = 1, 16, 64
+}
+
+var tcBenchShapes = []tcShape{
+	{"square", kernels.ColumnParallel, 4096, 4096, true},
+	{"square-row", kernels.RowParallel, 4096, 4096, true},
+	{"qwen7b-q", kernels.ColumnParallel, 3584, 3584, true},
+	{"qwen7b-kv", kernels.ColumnParallel, 3584, 512, true},
+	{"qwen7b-gateup", kernels.ColumnParallel, 3584, 18944, true},
+	{"qwen7b-lmhead", kernels.ColumnParallel, 3584, 152064, false},
+	{"qwen7b-o", kernels.RowParallel, 3584, 3584, true},
+	{"qwen7b-down", kernels.RowParallel, 18944, 3584, true},
+}
+
+// BenchmarkMatmulTC times the tc matmul (median of CUDA-event-timed runs after warm-up, weights rotated over 4
+// copies when they fit) and reports µs, TFLOP/s and the bytes moved (bf16 x and w read once, float32 out
+// written) against the copy ceiling of BenchmarkCopy in the same run. scripts/tc_bench.py prints it beside
+// cuBLAS bf16 (torch.mm) at the same shapes.
+func BenchmarkMatmulTC(b *testing.B) {
+	g := tcGPU(b)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, s := range tcBenchShapes {
+		d := &dev{g: g}
+		copies := 4
+		if s.K*s.N > 64<<20 {
+			copies = 1 // lm_head: 1 GB of bf16 weights per copy
+		}
+		ws := make([]cuda.Ptr, copies)
+		for i := range ws {
+			ws[i] = upload(b, d, bf16Bits(tcData(r, s.N*s.K, 0.05, false)))
+		}
+		Ms := []int{512, 1024, 4096}
+		if s.decodeM {
+			Ms = append([]int{1, 16, 64}, Ms...)
+		}
+		mmax := Ms[len(Ms)-1]
+		if s.N > 100000 {
+			Ms, mmax = []int{1, 64, 512, 1024}, 1024
+		}
+		x := upload(b, d, bf16Bits(tcData(r, mmax*s.K, 1, false)))
+		out := d.poisoned(b, mmax*s.N)
+		for _, M := range Ms {
+			b.Run(fmt.Sprintf("%s/%v/M=%d/K=%d/N=%d", s.name, s.lay, M, s.K, s.N), func(b *testing.B) {
+				ms := timeGPUMedian(b, g, max(b.N, 20), func(c *cuda.Ctx, i int) error {
+					g.k.tcNoWG = *tcMMASync
+					defer func() { g.k.tcNoWG = false }()
+					return g.k.MatmulTC(c, s.lay, DTCode(kernels.BF16), out, x, ws[i%copies], 0, M, s.K, s.N)
+				})
+				bytes := 2*float64(M)*float64(s.K) + 2*float64(s.N)*float64(s.K) + 4*float64(M)*float64(s.N)
+				b.ReportMetric(ms*1e3, "gpu-us/op")
+				b.ReportMetric(2*float64(M)*float64(s.K)*float64(s.N)/(ms*1e-3)/1e12, "TFLOP/s")
+				b.ReportMetric(bytes/(ms*1e-3)/1e9, "GB/s")
+				if hbmCeiling > 0 {
+					b.ReportMetric(100*bytes/(ms*1e-3)/hbmCeiling, "%copy-BW")
+				}
+			})
+		}
+		d.free()
+	}
+}

@@ -1,0 +1,85 @@
+"""The tc matmul beside cuBLAS bf16 (scripts/gpu.sh tc): reads the Go benchmark log of BenchmarkMatmulTC
+(kernels/cuda/tc_test.go), times torch.mm in bf16 at the same shapes in the same call (median of CUDA-event-timed
+runs after warm-up, weights rotated over 4 copies when they fit, as the Go benchmark does) and prints one table:
+the tc kernel's µs, cuBLAS's µs, speed as a fraction of cuBLAS (cuBLAS time / tc time: ≥ 1 is faster), TFLOP/s,
+and the fraction of copy bandwidth (bf16 x and w read once, the output written: float32 for tc, bf16 for
+cuBLAS). Usage: python3 scripts/tc_bench.py GO_BENCH_LOG"""
+import re
+import sys
+
+import torch
+
+LINE = re.compile(r"^BenchmarkMatmulTC/([\w-]+)/([\w-]+)/M=(\d+)/K=(\d+)/N=(\d+)(?:-\d+)?\s+\d+\s+(.*)$")
+
+
+def parse(path):
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = LINE.match(line.strip())
+            if not m:
+                continue
+            vals = dict((u, float(v)) for v, u in re.findall(r"([-\d.e+]+) ([\w%/-]+)", m.group(6)))
+            rows.append(dict(shape=m.group(1), layout=m.group(2), M=int(m.group(3)), K=int(m.group(4)),
+                             N=int(m.group(5)), us=vals.get("gpu-us/op"), bw=vals.get("%copy-BW")))
+    return rows
+
+
+def median_ms(f, n):
+    for i in range(3):
+        f(i)
+    torch.cuda.synchronize()
+    ts = []
+    for i in range(n):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        f(i)
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def main():
+    rows = parse(sys.argv[1]) if len(sys.argv) > 1 else []
+    if not rows:
+        print("tc_bench: no BenchmarkMatmulTC lines in the Go log (did the tc kernels load?)")
+        return 1
+    dev = "cuda:0"
+    g = torch.Generator(device=dev).manual_seed(1)
+    src = torch.empty(2 << 30, dtype=torch.uint8, device=dev).fill_(1)
+    dst = torch.empty_like(src)
+    ceiling = 2 * src.numel() / (median_ms(lambda i: dst.copy_(src), 10) * 1e-3)
+    del src, dst
+    print(f"copy ceiling (torch, read+write): {ceiling / 1e9:.0f} GB/s")
+    weights = {}
+    hdr = (f"{'shape':15} {'layout':16} {'M':>5} {'K':>6} {'N':>6} {'tc us':>9} {'cuBLAS us':>9} {'x cuBLAS':>8} "
+           f"{'tc TFLOP/s':>10} {'tc %BW':>6} {'cuBLAS %BW':>10}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        K, N, M = r["K"], r["N"], r["M"]
+        key = (K, N)
+        if key not in weights:
+            weights.clear()
+            torch.cuda.empty_cache()
+            copies = 1 if K * N > 64 << 20 else 4
+            weights[key] = [torch.randn(N, K, device=dev, generator=g).to(torch.bfloat16) for _ in range(copies)]
+        ws = weights[key]
+        x = torch.randn(M, K, device=dev, generator=g).to(torch.bfloat16)
+        out = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+        ms = median_ms(lambda i: torch.mm(x, ws[i % len(ws)].t(), out=out), 20)
+        cub_bw = 100 * (2 * M * K + 2 * N * K + 2 * M * N) / (ms * 1e-3) / ceiling
+        tc = r["us"]
+        ratio = (ms * 1e3) / tc if tc else float("nan")
+        tflops = 2 * M * K * N / (tc * 1e-6) / 1e12 if tc else float("nan")
+        bw = r["bw"] if r["bw"] is not None else float("nan")
+        print(f"{r['shape']:15} {r['layout']:16} {M:5d} {K:6d} {N:6d} {tc or float('nan'):9.1f} {ms * 1e3:9.1f} "
+              f"{ratio:8.2f} {tflops:10.1f} {bw:6.1f} {cub_bw:10.1f}")
+        del x, out
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
