@@ -218,6 +218,52 @@ def linear_partial(x, w, tp, profile):
     return tree(parts) if is_tree else _seq(parts)
 
 
+def linear_finish(parts, bias, profile, out_dtype):
+    """round_dt(tree(parts) ⊕ bias): parts (tp, M, N) are the ranks' linear_partial outputs in rank order, added by
+    the tree over ranks (standard: left to right); the twin of bitalign.ops.linear_finish."""
+    if parts.dim() != 3 or parts.shape[0] not in (1, 2, 4, 8):
+        raise ValueError(f"bitalign.linear_finish: parts must be (tp, M, N) with tp in 1, 2, 4, 8, has shape "
+                         f"{tuple(parts.shape)}")
+    return finish(_seq(parts) if profile == "standard" else tree(parts), bias, out_dtype)
+
+
+def rms_norm(x, w, eps, profile, out_dtype):
+    """RMSNormForward (§5), canonical profile: ss = the 8-segment sum of fma(x_k, x_k, acc), mean = ss ⊘ C,
+    r = 1 ⊘ sqrt(mean ⊕ eps), out = round(w ⊗ round(x ⊗ r)); the twin of bitalign.ops.rms_norm."""
+    if profile != "canonical":
+        raise ValueError(f"bitalign.cpu.rms_norm: only the canonical profile, not {profile!r}")
+    rows, C = x.shape
+    bounds = _launch.seg_bounds(C, _launch.SEGMENTS)
+    step = (lambda a, b, c: torch.addcmul(c, a, b)) if exact_products(x) else fma32
+    xt = x.T.contiguous()
+    S = _launch.SEGMENTS
+    lens = [bounds[s + 1] - bounds[s] for s in range(S)]
+    acc = torch.zeros((S, rows), dtype=torch.float32)
+    for i in range(max(lens, default=0)):
+        act = [s for s in range(S) if i < lens[s]]
+        v = xt[torch.tensor([bounds[s] + i for s in act])]
+        if len(act) == S:
+            acc = step(v, v, acc)
+        else:
+            sel = torch.tensor(act)
+            acc[sel] = step(v, v, acc[sel])
+    mean = tree(acc) / torch.tensor(float(C), dtype=torch.float32)
+    r = torch.tensor(1.0, dtype=torch.float32) / torch.sqrt(mean + torch.tensor(eps, dtype=torch.float32))
+    h = round_dt(x * r[:, None], out_dtype)
+    return round_dt(w[None, :] * h, out_dtype)
+
+
+def residual(a, b, out_dtype):
+    """round_dt(a ⊕ b) (§8)."""
+    return round_dt(a + b, out_dtype)
+
+
+def swiglu(gate, up, out_dtype):
+    """round_dt(round_dt(SiLU(gate)) ⊗ up) with SiLU(x) = x ⊘ (1 ⊕ Exp(−x)) (§2.3, §8)."""
+    s = gate / (1.0 + exp(-gate))
+    return round_dt(round_dt(s, out_dtype) * up, out_dtype)
+
+
 def finish(y, bias, out_dtype):
     """MatmulFinish (§4): round_dt(y ⊕ bias) (bias (N) or None)."""
     if bias is not None:
@@ -228,7 +274,7 @@ def finish(y, bias, out_dtype):
 # --- the sharded log-softmax stages (§9, kernels/softmax.go) --------------------------------------------------------
 
 
-def row_max(x):
+def log_softmax_max(x):
     """(T) the ascending scan's max of each row of x (T, V): NaN anywhere gives NaN. No +0 fix (the caller does
     it after the ranks' max is combined)."""
     m = x.max(1).values  # a max is order-free but for NaN and the sign of zero
@@ -250,7 +296,7 @@ def max_tree(ms):
     return torch.where(m == 0, torch.zeros_like(m), m)
 
 
-def exp_sum(x, m, tp, profile):
+def log_softmax_sum(x, m, tp, profile):
     """(T) this rank's subtree of Σ Exp(x_j ⊖ m) over its columns (8/tp local segments, each a ⊕ chain in
     ascending j; standard: one chain)."""
     T, V = x.shape
@@ -273,7 +319,7 @@ def exp_sum(x, m, tp, profile):
     return parts[0] if profile == "standard" else tree(parts)
 
 
-def target_term(x, targets, m, off):
+def logprob_target(x, targets, m, off):
     """(T) d = (x[t, target − off] ⊖ m) ⊕ 0 where this rank holds the target (columns [off, off + V)), else +0."""
     T, V = x.shape
     j = targets.to(torch.int64) - off
@@ -295,11 +341,11 @@ def log_softmax_finish(x, m, S):
 
 def log_softmax(x, profile):
     """LogSoftmaxForward on one rank (the twin of bitalign.ops.log_softmax)."""
-    m = max_tree(row_max(x)[None])
-    return log_softmax_finish(x, m, exp_sum(x, m, 1, profile))
+    m = max_tree(log_softmax_max(x)[None])
+    return log_softmax_finish(x, m, log_softmax_sum(x, m, 1, profile))
 
 
 def logprobs(x, targets, profile):
     """LogProbs on one rank (the twin of bitalign.ops.logprobs)."""
-    m = max_tree(row_max(x)[None])
-    return logprob_finish(target_term(x, targets, m, 0), exp_sum(x, m, 1, profile))
+    m = max_tree(log_softmax_max(x)[None])
+    return logprob_finish(logprob_target(x, targets, m, 0), log_softmax_sum(x, m, 1, profile))
