@@ -77,6 +77,18 @@ def fma32(a, b, c):
     return u.view(torch.float64).to(torch.float32)
 
 
+def div(a, b):
+    """RN(a / b) in float32: the float64 quotient rounded once more (innocuous: 53 ≥ 2·24 + 2), whatever
+    vector instructions torch picks."""
+    return (a.to(torch.float64) / b.to(torch.float64)).to(torch.float32)
+
+
+def sqrt(a):
+    """RN(√a) in float32, as Go's float32(math.Sqrt(float64(a))): torch's own float32 sqrt on the CPU is not
+    always correctly rounded (measured: 0.44763002 for √0.20037265, RN is 0.44763005)."""
+    return torch.sqrt(a.to(torch.float64)).to(torch.float32)
+
+
 def _c(bits):
     return _f32_bits(torch.tensor(bits, dtype=torch.int64)).item()
 
@@ -247,8 +259,8 @@ def rms_norm(x, w, eps, profile, out_dtype):
         else:
             sel = torch.tensor(act)
             acc[sel] = step(v, v, acc[sel])
-    mean = tree(acc) / torch.tensor(float(C), dtype=torch.float32)
-    r = torch.tensor(1.0, dtype=torch.float32) / torch.sqrt(mean + torch.tensor(eps, dtype=torch.float32))
+    mean = div(tree(acc), torch.tensor(float(C), dtype=torch.float32))
+    r = div(torch.ones_like(mean), sqrt(mean + torch.tensor(eps, dtype=torch.float32)))
     h = round_dt(x * r[:, None], out_dtype)
     return round_dt(w[None, :] * h, out_dtype)
 
@@ -260,7 +272,7 @@ def residual(a, b, out_dtype):
 
 def swiglu(gate, up, out_dtype):
     """round_dt(round_dt(SiLU(gate)) ⊗ up) with SiLU(x) = x ⊘ (1 ⊕ Exp(−x)) (§2.3, §8)."""
-    s = gate / (1.0 + exp(-gate))
+    s = div(gate, 1.0 + exp(-gate))
     return round_dt(round_dt(s, out_dtype) * up, out_dtype)
 
 

@@ -261,7 +261,7 @@ def _mark(m, role, lay, forward):
     m.forward = forward
 
 
-def shard(model, group=None, gather_logits=True):
+def shard(model, group=None, gather_logits=True, *, tp=None, rank=None):
     """Lays a Hugging Face LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM out over the ranks of group (the
     default: the world), as the engine does: q/k/v column-parallel by heads (kv heads replicated over tp/nkv
     ranks when fewer than tp), o_proj row-parallel over the same columns, gate/up column-parallel by intermediate
@@ -273,7 +273,8 @@ def shard(model, group=None, gather_logits=True):
     the backend's all_reduce, the TP divergence); bitalign.hf.patch(model) afterwards runs row_parallel and the
     kernels instead, with TP 1's bits. gather_logits: the logits are all-gathered to the whole vocabulary on
     every rank (what generate and the recorder's log-probabilities need); False leaves each rank its vocab shard
-    for logprobs(..., group)."""
+    for logprobs(..., group). tp and rank: the layout without a process group (planning, meta-device models; the
+    layers need the group when they run)."""
     from . import hf
 
     name = type(model).__name__
@@ -283,7 +284,10 @@ def shard(model, group=None, gather_logits=True):
     if getattr(model, "_bitalign_tp", None) is not None:
         raise ValueError(f"bitalign.tp.shard: {name} is already sharded ({model._bitalign_tp})")
     hf._classes(model)  # every module one the engine computes, else a ValueError naming it
-    tp, r = size(group), rank(group)
+    tp = size(group) if tp is None else int(tp)
+    r = globals()["rank"](group) if rank is None else int(rank)
+    if not 0 <= r < tp:
+        raise ValueError(f"bitalign.tp.shard: rank {r} outside TP {tp}")
     cfg = model.config
     check(cfg, tp)
     nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads

@@ -188,3 +188,17 @@ def test_exact_fma_path_gives_the_same_bits(monkeypatch):
     assert cpu.exact_products(x, w)
     assert not cpu.exact_products(x + 2.0 ** -20)
     assert not cpu.exact_products(torch.tensor([2.0 ** 70]))
+
+
+@pytest.mark.parametrize("row", [r for r in rows() if r[0] in ("rms_norm", "residual", "swiglu")
+                                 and r[2].get("profile", "canonical") == "canonical"], ids=lambda r: r[0] + " " + r[1])
+def test_elementwise_and_norm_match_go(row):
+    op, params, kv, want = row
+    if op == "rms_norm":
+        r, C = int(kv["rows"]), int(kv["C"])
+        got = cpu.rms_norm(_t(stream(4, r * C, 6).reshape(r, C)), _t(stream(5, C, 7)), float(np.float32(1e-6)),
+                           "canonical", kv["dt"])
+    else:
+        n = int(kv["n"])
+        got = getattr(cpu, op)(_t(stream(6, n, 6)), _t(stream(7, n, 6)), kv["dt"])
+    assert _hash(got) == want, params
