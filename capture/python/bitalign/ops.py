@@ -536,15 +536,19 @@ def _(logits):
     return logits.new_empty((logits.shape[0],))
 
 
+def _lsum_args(logits, m, tp, profile):
+    dev = _ls_args("log_softmax_sum", logits, profile)
+    _check("log_softmax_sum", device=dev, m=m)
+    _shape("log_softmax_sum", "m", m, logits.shape[0])
+    return dev, _nseg("log_softmax_sum", profile, tp)
+
+
 @torch.library.custom_op("bitalign::log_softmax_sum", mutates_args=())
 def log_softmax_sum(logits: torch.Tensor, m: torch.Tensor, tp: int, profile: str) -> torch.Tensor:
     """(T) this rank's subtree of Σ Exp(x ⊖ m[t]) over its shard (T, V/tp): 8/tp local segments, each one ⊕ chain
     in ascending column, by the tree (standard: one chain); m (T) is the combined max. The tree over ranks
     finishes the sum (kernels/cuda LogSoftmaxSum)."""
-    dev = _ls_args("log_softmax_sum", logits, profile)
-    _check("log_softmax_sum", device=dev, m=m)
-    _shape("log_softmax_sum", "m", m, logits.shape[0])
-    nseg = _nseg("log_softmax_sum", profile, tp)
+    dev, nseg = _lsum_args(logits, m, tp, profile)
     _aligned("log_softmax_sum", logits=logits, m=m)
     out = logits.new_empty((logits.shape[0],))
     if logits.numel():
@@ -555,22 +559,26 @@ def log_softmax_sum(logits: torch.Tensor, m: torch.Tensor, tp: int, profile: str
 
 @log_softmax_sum.register_fake
 def _(logits, m, tp, profile):
-    _ls_args("log_softmax_sum", logits, profile)
-    _nseg("log_softmax_sum", profile, tp)
+    _lsum_args(logits, m, tp, profile)
     return logits.new_empty((logits.shape[0],))
+
+
+def _target_args(logits, targets, m):
+    dev = _ls_args("logprob_target", logits, "canonical")
+    _check("logprob_target", dtype=torch.int32, device=dev, targets=targets)
+    _check("logprob_target", device=dev, m=m)
+    _shape("logprob_target", "targets", targets, logits.shape[0])
+    _shape("logprob_target", "m", m, logits.shape[0])
+    return dev
 
 
 @torch.library.custom_op("bitalign::logprob_target", mutates_args=())
 def logprob_target(logits: torch.Tensor, targets: torch.Tensor, m: torch.Tensor, offset: int) -> torch.Tensor:
     """(T) d = (x[t, targets[t] − offset] ⊖ m[t]) ⊕ 0 where this rank's shard (T, V/tp), columns [offset,
     offset + V/tp), holds the target, else +0 (kernels/cuda LogProbsTarget); targets (T) int32 global ids."""
-    dev = _ls_args("logprob_target", logits, "canonical")
-    _check("logprob_target", dtype=torch.int32, device=dev, targets=targets)
-    _check("logprob_target", device=dev, m=m)
-    T, V = logits.shape
-    _shape("logprob_target", "targets", targets, T)
-    _shape("logprob_target", "m", m, T)
+    dev = _target_args(logits, targets, m)
     _aligned("logprob_target", logits=logits, targets=targets, m=m)
+    T, V = logits.shape
     out = logits.new_empty((T,))
     if T:
         _run(dev, [(_planner(dev).logprobs(T), (_ptr(out), _ptr(logits), _ptr(targets), _ptr(m), 0, T, V, offset, 0))])
@@ -579,20 +587,25 @@ def logprob_target(logits: torch.Tensor, targets: torch.Tensor, m: torch.Tensor,
 
 @logprob_target.register_fake
 def _(logits, targets, m, offset):
-    _ls_args("logprob_target", logits, "canonical")
+    _target_args(logits, targets, m)
     return logits.new_empty((logits.shape[0],))
+
+
+def _lpfin_args(d, S):
+    dev = _check("logprob_finish", d=d, S=S)
+    if d.dim() != 1:
+        raise ValueError(f"bitalign.logprob_finish: d must be (T), has shape {tuple(d.shape)}")
+    _shape("logprob_finish", "S", S, d.shape[0])
+    return dev
 
 
 @torch.library.custom_op("bitalign::logprob_finish", mutates_args=())
 def logprob_finish(d: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     """(T) round_f32(d ⊖ Log(S)): d and S (T) combined over the ranks. The logprobs kernel on d as a one-column
     row with max +0 and target 0: (d ⊖ +0) ⊕ 0 is d (d is never −0 after the stage's ⊕ 0 and the sum)."""
-    dev = _check("logprob_finish", d=d, S=S)
-    if d.dim() != 1:
-        raise ValueError(f"bitalign.logprob_finish: d must be (T), has shape {tuple(d.shape)}")
-    T = d.shape[0]
-    _shape("logprob_finish", "S", S, T)
+    dev = _lpfin_args(d, S)
     _aligned("logprob_finish", d=d, S=S)
+    T = d.shape[0]
     out = d.new_empty((T,))
     if T:
         zeros = torch.zeros(T, dtype=torch.int32, device=dev)  # the target column 0 and the max +0 (same bits)
@@ -602,18 +615,24 @@ def logprob_finish(d: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
 
 @logprob_finish.register_fake
 def _(d, S):
+    _lpfin_args(d, S)
     return d.new_empty((d.shape[0],))
+
+
+def _lsfin_args(logits, m, S):
+    dev = _ls_args("log_softmax_finish", logits, "canonical")
+    _check("log_softmax_finish", device=dev, m=m, S=S)
+    _shape("log_softmax_finish", "m", m, logits.shape[0])
+    _shape("log_softmax_finish", "S", S, logits.shape[0])
+    return dev
 
 
 @torch.library.custom_op("bitalign::log_softmax_finish", mutates_args=())
 def log_softmax_finish(logits: torch.Tensor, m: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     """(T, V/tp) round_f32(((x ⊖ m) ⊕ 0) ⊖ Log(S)) over this rank's shard, m and S (T) combined over the ranks."""
-    dev = _ls_args("log_softmax_finish", logits, "canonical")
-    _check("log_softmax_finish", device=dev, m=m, S=S)
-    T, V = logits.shape
-    _shape("log_softmax_finish", "m", m, T)
-    _shape("log_softmax_finish", "S", S, T)
+    dev = _lsfin_args(logits, m, S)
     _aligned("log_softmax_finish", logits=logits, m=m, S=S)
+    T, V = logits.shape
     out = torch.empty_like(logits)
     if T * V:
         _run(dev, [(_planner(dev).logsoftmax_finish(T, V), (_ptr(out), _ptr(logits), _ptr(m), _ptr(S), T, V))])
@@ -622,7 +641,7 @@ def log_softmax_finish(logits: torch.Tensor, m: torch.Tensor, S: torch.Tensor) -
 
 @log_softmax_finish.register_fake
 def _(logits, m, S):
-    _ls_args("log_softmax_finish", logits, "canonical")
+    _lsfin_args(logits, m, S)
     return torch.empty_like(logits)
 
 
