@@ -305,9 +305,8 @@ def _check_config(name, cfg, qk_norm):
 
 
 def _classes(model):
-    """(prefix, qk_norm, the model's transformers classes, the SiLU types) of a supported model, after checking
-    that every module in its tree is one the engine computes (a ValueError naming the first that is not); patch
-    and bitalign.tp.shard both ask."""
+    """(prefix, qk_norm, the model's transformers classes, the SiLU types) of a supported model class (patch and
+    bitalign.tp.shard both ask)."""
     import transformers as tf
 
     name = type(model).__name__
@@ -318,7 +317,6 @@ def _classes(model):
     mm = getattr(mods, f"modeling_{prefix.lower()}")
     cls = {k: getattr(mm, f"{prefix}{k}") for k in ("Model", "DecoderLayer", "Attention", "MLP", "RMSNorm",
                                                      "RotaryEmbedding")}
-    allowed = tuple(cls.values()) + (torch.nn.ModuleList, torch.nn.Embedding, torch.nn.Linear, type(model))
     act_types = (torch.nn.SiLU,)
     try:
         from transformers.activations import SiLUActivation
@@ -326,11 +324,17 @@ def _classes(model):
         act_types += (SiLUActivation,)
     except ImportError:  # transformers versions whose ACT2FN["silu"] is torch.nn.SiLU
         pass
+    return prefix, qk_norm, cls, act_types
+
+
+def _walk(model, cls, act_types):
+    """A ValueError naming the first module in model's tree that is not one the engine computes."""
+    allowed = tuple(cls.values()) + (torch.nn.ModuleList, torch.nn.Embedding, torch.nn.Linear, type(model))
     for mname, m in model.named_modules():
         if isinstance(m, allowed) or (mname.endswith("act_fn") and isinstance(m, act_types)):
             continue
-        raise _err(f"module {mname or '(root)'} is a {type(m).__name__}: not a module of {name} the patch knows")
-    return prefix, qk_norm, cls, act_types
+        raise _err(f"module {mname or '(root)'} is a {type(m).__name__}: not a module of {type(model).__name__} "
+                   "the patch knows")
 
 
 def patch(model, profile="canonical", max_positions=None):
@@ -339,8 +343,6 @@ def patch(model, profile="canonical", max_positions=None):
     profile: "canonical" (batch-invariant, the engine's default) or "standard" (the engine's split-K/cuBLAS-like
     order: batch-variant, for showing what the canonical profile fixes). max_positions: the RoPE tables' length
     (default: config.max_position_embeddings). Raises ValueError naming anything the engine does not compute."""
-    import transformers as tf
-
     if profile not in ops._PROFILES:  # the ops' own list: a new kernel profile reaches the patch with them
         raise _err(f"profile must be one of {', '.join(map(repr, ops._PROFILES))}, not {profile!r}")
     name = type(model).__name__
@@ -350,6 +352,7 @@ def patch(model, profile="canonical", max_positions=None):
     cfg = model.config
     hd = _check_config(name, cfg, qk_norm)
     dtype = _model_dtype(model)
+    _walk(model, cls, act_types)
     base = model.model
     if not isinstance(base, cls["Model"]) or not isinstance(base.rotary_emb, cls["RotaryEmbedding"]):
         raise _err(f"{name}.model is a {type(base).__name__}, not {prefix}Model with a {prefix}RotaryEmbedding")

@@ -283,7 +283,8 @@ def shard(model, group=None, gather_logits=True, *, tp=None, rank=None):
                          "rank's weights)")
     if getattr(model, "_bitalign_tp", None) is not None:
         raise ValueError(f"bitalign.tp.shard: {name} is already sharded ({model._bitalign_tp})")
-    hf._classes(model)  # every module one the engine computes, else a ValueError naming it
+    _, _, cls, act_types = hf._classes(model)
+    hf._walk(model, cls, act_types)  # every module one the engine computes, else a ValueError naming it
     tp = size(group) if tp is None else int(tp)
     r = globals()["rank"](group) if rank is None else int(rank)
     if not 0 <= r < tp:
