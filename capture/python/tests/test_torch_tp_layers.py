@@ -58,6 +58,7 @@ def _worker(r, tp, init, out):
             xs, ws = x[:, r * kl:(r + 1) * kl].contiguous(), w[:, r * kl:(r + 1) * kl].contiguous()
             res[("row", M, K, N)] = btp.row_parallel(xs, ws, b, None, "canonical", dt)
             res[("partial", M, K, N)] = cpu.linear_partial(xs, ws, tp, "canonical")
+            res[("row_standard", M, K, N)] = btp.row_parallel(xs, ws, b, None, "standard", dt)
             if M % tp == 0:
                 blk = btp.row_parallel_sp(xs, ws, b, None, "canonical", dt)
                 res[("sp", M, K, N)] = blk
@@ -162,4 +163,19 @@ def test_allreduce_of_bf16_partials_differs_from_tp1(ranks):
         got = res[0][("allreduce", M, K, N)]
         differ += int((got.view(torch.int32) != one.view(torch.int32)).sum())
     print(f"tp {tp}: the all_reduce of bf16 partials differs from TP 1 in {differ} outputs")
+    assert differ > 0
+
+
+def test_standard_profile_through_the_same_layer_differs(ranks):
+    """The same row_parallel with the standard profile (one chain per rank, ranks added left to right: the
+    engine's control) is not TP-invariant: at this tp some output differs from the standard linear at TP 1."""
+    tp, res = ranks
+    differ = 0
+    for M, K, N, bias, dt in LINEARS:
+        x, w, b = _linear_inputs(M, K, N, bias)
+        one = cpu.linear(x, w, b, "standard", dt)
+        for r in range(tp):
+            _same(res[r][("row_standard", M, K, N)], res[0][("row_standard", M, K, N)], f"standard, rank {r}")
+        differ += int((res[0][("row_standard", M, K, N)].view(torch.int32) != one.view(torch.int32)).sum())
+    print(f"tp {tp}: the standard profile's row_parallel differs from its TP 1 in {differ} outputs")
     assert differ > 0
