@@ -146,3 +146,37 @@ def test_tp_op_errors(call, msg):
     z = lambda *s, dtype=F32: torch.empty(*s, dtype=dtype, device="meta")  # noqa: E731
     with pytest.raises(ValueError, match=msg):
         call(z)
+
+
+def test_tp_ops_launches_pack_against_the_ptx(monkeypatch):
+    """Without a GPU: every launch the TP ops make (linear_partial at the decode, small and tiled plans,
+    linear_finish, the vocab-parallel log-softmax stages) has the argument count and kinds of its kernel's own
+    PTX parameter list (driver.pack against the committed PTX), with the plans of launch.json."""
+    from bitalign import launch, ptx
+
+    lib = ptx.Library()
+    params = {k: v for m in lib.modules() for k, v in driver.entry_params(lib.ptx(m)).items()}
+    planner = launch.Planner(launch.Limits(132, 232448))
+    seen = []
+
+    def run(dev, launches):
+        for l, args in launches:
+            seen.append(l.kernel)
+            driver.pack(l.kernel, params[l.kernel], args)
+
+    monkeypatch.setattr(ops, "_planner", lambda dev: planner)
+    monkeypatch.setattr(ops, "_run", run)
+    monkeypatch.setattr(ops, "_check", lambda op, dtype=F32, device=None, **t: torch.device("cpu"))
+    z = lambda *s, dtype=F32: torch.zeros(*s, dtype=dtype)  # noqa: E731
+    for M, K in ((1, 64), (5, 66), (300, 1536)):  # matmul_dec, matmul_small (K % 4 ≠ 0), matmul_t with reduce
+        ops.linear_partial(z(M, K), z(96, K), 2, "canonical")
+    ops.linear_finish(z(4, 5, 24), z(24), "canonical", "bf16")
+    ops.linear_finish(z(2, 5, 24), None, "standard", "f32")
+    ops.log_softmax_max(z(3, 5000))
+    ops.log_softmax_sum(z(3, 5000), z(3), 4, "canonical")
+    ops.logprob_target(z(3, 5000), z(3, dtype=I32), z(3), 5000)
+    ops.logprob_finish(z(3), z(3))
+    ops.log_softmax_finish(z(3, 5000), z(3), z(3))
+    assert {"matmul_dec1", "matmul_small8", "matmul_reduce", "ls_max_part", "ls_max_fin", "ls_sum_seg", "ls_tree",
+            "logprobs", "ls_finish"} <= set(seen), seen
+    assert any(k.startswith("matmul_t") for k in seen), seen
