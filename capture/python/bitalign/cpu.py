@@ -265,6 +265,73 @@ def rms_norm(x, w, eps, profile, out_dtype):
     return round_dt(w[None, :] * h, out_dtype)
 
 
+ATTENTION_BLOCK = 64  # kernels.AttentionBlock: the fixed key blocks of §7, from position 0
+
+
+def attention(q, k, v, pos, heads, kv_heads, hd, scale, profile, out_dtype):
+    """AttentionForward (§7), canonical profile: q (T, heads·hd) at positions pos (T) over one sequence's cache k, v
+    (S, kv_heads·hd); for every (t, h): 64-key blocks from position 0 up to pos[t], each score one FMA chain over
+    hd then ⊗ scale, the block's max, the online softmax with Exp, acc = fma(e, v, acc) in ascending key order,
+    out = round_dt(acc ⊘ l); the twin of bitalign.ops.attention. Vectorised over queries and heads; a query's
+    result depends only on its position and the cache, as the kernel's."""
+    if profile != "canonical":
+        raise ValueError(f"bitalign.cpu.attention: only the canonical profile, not {profile!r}")
+    T, S = q.shape[0], k.shape[0]
+    g = heads // kv_heads
+    idx = torch.arange(heads) // g  # query head h reads kv head h / (heads / kv_heads)
+    qh = q.reshape(T, heads, hd)
+    kh = k.reshape(S, kv_heads, hd)[:, idx]  # (S, heads, hd)
+    vh = v.reshape(S, kv_heads, hd)[:, idx]
+    P = pos.to(torch.int64)
+    m = torch.full((T, heads), float("-inf"))
+    l = torch.zeros((T, heads))
+    acc = torch.zeros((T, heads, hd))
+    step = (lambda a, b, c: torch.addcmul(c, a, b)) if exact_products(q, k) else fma32
+    sc = torch.tensor(scale, dtype=torch.float32)
+    top = int(P.max()) if T else -1
+    for blk in range(0, top + 1, ATTENTION_BLOCK):
+        J = min(blk + ATTENTION_BLOCK, top + 1) - blk
+        kb = kh[blk:blk + J].permute(1, 2, 0)  # (heads, hd, J)
+        d = torch.zeros((T, heads, J))
+        for i in range(hd):  # each score's chain over hd in ascending i
+            d = step(qh[:, :, i, None], kb[None, :, i, :], d)
+        s = d * sc
+        valid = (blk + torch.arange(J))[None, :] <= P[:, None]  # (T, J): key j ≤ the query's position
+        active = (blk <= P)[:, None]  # the query takes part in this block
+        bm = torch.where(valid[:, None, :], s, float("-inf")).max(-1).values  # the block's max (finite scores)
+        mn = torch.where(bm > m, bm, m)
+        alpha = exp(m - mn)  # the first block: Exp(-Inf) = 0
+        l2, acc2 = l * alpha, acc * alpha[..., None]
+        for jj in range(J):  # ascending keys
+            e = exp(s[:, :, jj] - mn)
+            ok = valid[:, jj, None]
+            l2 = torch.where(ok, l2 + e, l2)
+            acc2 = torch.where(ok[..., None], fma32(e[..., None], vh[blk + jj][None], acc2), acc2)
+        m = torch.where(active, mn, m)
+        l = torch.where(active, l2, l)
+        acc = torch.where(active[..., None], acc2, acc)
+    return round_dt(div(acc, l[..., None]), out_dtype).reshape(T, heads * hd)
+
+
+def sample(logits, seqs, pos, temperature, seed):
+    """Sample (§10) without top-k/top-p: row t of logits (T, V) drawn after position pos[t] of sequence seqs[t]:
+    greedy (value desc, index asc) when temperature <= 0, else the Gumbel-max of z = x ⊘ temperature with
+    score = z ⊕ (−Log(−Log(u))), u = bitalign.sampling.uniform(seed, seq, pos, index); NaN never drawn. The twin
+    of bitalign.ops.sample."""
+    import numpy as np
+
+    from . import sampling
+
+    x = logits.to(torch.float32)
+    if temperature <= 0:
+        return torch.where(torch.isnan(x), float("-inf"), x).argmax(1).to(torch.int32)  # the first of equal maxima
+    z = div(x, torch.tensor(temperature, dtype=torch.float32))
+    u = torch.from_numpy(sampling.uniform(int(seed), seqs.cpu().numpy()[:, None], pos.cpu().numpy()[:, None],
+                                          np.arange(x.shape[1])[None, :]))
+    score = torch.where(torch.isnan(z), float("-inf"), z + (-log(-log(u))))
+    return score.argmax(1).to(torch.int32)
+
+
 def residual(a, b, out_dtype):
     """round_dt(a ⊕ b) (§8)."""
     return round_dt(a + b, out_dtype)

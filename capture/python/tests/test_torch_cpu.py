@@ -202,3 +202,25 @@ def test_elementwise_and_norm_match_go(row):
         n = int(kv["n"])
         got = getattr(cpu, op)(_t(stream(6, n, 6)), _t(stream(7, n, 6)), kv["dt"])
     assert _hash(got) == want, params
+
+
+@pytest.mark.parametrize("row", [r for r in rows() if r[0] == "attention" and r[2]["profile"] == "canonical"],
+                         ids=lambda r: r[1])
+def test_attention_matches_go(row):
+    _, params, kv, want = row
+    T, S, nh, nkv, hd = (int(kv[k]) for k in ("T", "S", "nh", "nkv", "hd"))
+    q = _t(stream(8, T * nh * hd, 6).reshape(T, nh * hd))
+    k, v = (_t(stream(s, S * nkv * hd, 6).reshape(S, nkv * hd)) for s in (9, 10))
+    pos = torch.arange(S - T, S, dtype=torch.int32)
+    scale = float(np.float32(1 / np.sqrt(np.float64(hd))))
+    assert _hash(cpu.attention(q, k, v, pos, nh, nkv, hd, scale, "canonical", kv["dt"])) == want, params
+
+
+@pytest.mark.parametrize("row", [r for r in rows() if r[0] == "sample"], ids=lambda r: r[1])
+def test_sample_matches_go(row):
+    _, params, kv, want = row
+    T, V = int(kv["T"]), int(kv["V"])
+    lg = _t(stream(16, T * V, 5).reshape(T, V))
+    seqs, pos = torch.arange(1000, 1000 + T), torch.arange(0, 5 * T, 5)
+    got = cpu.sample(lg, seqs, pos, float(kv["temperature"]), int(kv["seed"]))
+    assert digest(got.numpy()) == want, params

@@ -1,10 +1,11 @@
 """A tiny Hugging Face model sharded over CPU processes (gloo) at TP 1, 2 and 4, patched, with CPU stand-ins
-where the CUDA kernels would run (tests/cpu_standins.py: bitalign.cpu's exact twins for the linears, norms,
-element-wise ops and log-softmax; float64 references, head by head, for attention and sampling).
+where the CUDA kernels would run (tests/cpu_standins.py: bitalign.cpu's exact twins of every kernel the patch
+calls, pinned to the Go bits).
 
 - patched: the logits of a right-padded trainer batch, the vocab-parallel logprobs of the logits' shards, and
   seeded generate's tokens are bitwise equal at TP 1, 2 and 4 on every rank (kv heads replicated at TP 4);
-  the per-rank captures of TP 2 and bitalign diff against TP 1's capture: exit 0, no op missing;
+  bitalign diff of each TP N run's rank captures against TP 1's capture: exit 0, no op missing; bitalign
+  replay --device cpu of each (the Go engine re-executing the step): exit 0;
 - unpatched (the control): the same sharded model with the usual arithmetic (torch's bf16 matmul, gloo's
   all_reduce of bf16 partials) gives other logits at TP 2 than at TP 1.
 """
@@ -89,6 +90,7 @@ def runs(request, tmp_path_factory):
     arch = request.param
     out = tmp_path_factory.mktemp(arch)
     tps = (1, 2, 4) if arch == "llama" else (1, 2)
+    _model(arch).save_pretrained(out / "checkpoint", safe_serialization=True)
     return arch, out, {tp: _run(out, tp, arch) for tp in tps}
 
 
@@ -127,3 +129,16 @@ def test_bitalign_diff_of_rank_captures_against_tp1(runs):
         assert not [o["op"] for o in rep["ops"] if o["status"] != "identical"]
         assert {o["op"] for o in rep["ops"]} >= {"logits", "logprobs", "layers.1.attn.o_proj", "layers.1.mlp.down_proj",
                                                  "layers.1.attn.k_proj", "layers.1.attn.k_rope"}
+
+
+@pytest.mark.skipif(not (os.environ.get("BITALIGN_BIN") and os.access(os.environ["BITALIGN_BIN"], os.X_OK)),
+                    reason="set BITALIGN_BIN to a built bitalign binary")
+def test_bitalign_replay_of_rank_captures(runs):
+    """The Go engine, replaying each TP N capture's step on the CPU from the checkpoint, reproduces every op."""
+    arch, out, res = runs
+    for tp in sorted(res):
+        cap = out / (f"trainer-tp{tp}" if tp > 1 else "trainer-tp1.arrow")
+        r = subprocess.run([os.environ["BITALIGN_BIN"], "replay", "--checkpoint", str(out / "checkpoint"), "--capture",
+                            str(cap), "--device", "cpu", "-o", str(out / f"replay-tp{tp}.json")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, f"TP {tp}: bitalign replay exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"

@@ -29,8 +29,7 @@ ops.linear_finish) against NCCL all_reduce of the same tensor in bf16 and in flo
 (N the model's hidden size and 4096), CUDA events, median of --iters after warm-up, all in this run.
 
 --device cpu --cpu-standins runs it here (gloo) with tests/cpu_standins.py in place of bitalign.ops (bitalign.cpu's
-exact twins; attention and sampling float64 references): the TP checks hold there too; replay does not (the
-stand-in attention is not the engine's), so on the CPU replay is reported, not checked.
+exact twins of the kernels, pinned to the Go bits): every check holds there too, replay --device cpu included.
 """
 import argparse
 import copy
@@ -237,14 +236,13 @@ def main():
         p["replay_tp1"] = replay(b, f("checkpoint"), f(f"tp{tp}-trainer"), f("replay-tp1.json"), rdev)
         res["control"]["diff_tpN_tp1"] = diff(b, f(f"control-tp{tp}-trainer"), f("control-tp1-trainer.arrow"),
                                               f("control-diff.json"))
-        checks = [p["ranks_equal_tp1"]] + [p[k]["exit"] == 0 for k in p if k.startswith("diff_")]
-        if dev == "cuda":
-            checks.append(p["replay_tp1"]["exit"] == 0)
+        checks = [p["ranks_equal_tp1"], p["replay_tp1"]["exit"] == 0] + [p[k]["exit"] == 0 for k in p
+                                                                        if k.startswith("diff_")]
         p["ok"] = all(checks)
         log(f"{a.model}: patched: diff TP {tp}/TP 1 trainer exit {p['diff_trainer_tpN_tp1']['exit']}, sampler exit "
             f"{p['diff_sampler_tpN_tp1']['exit']}; "
             f"replay --device {rdev} exit {p['replay_tp1']['exit']} {p['replay_tp1']['first_divergence'] or ''}"
-            f"{' (CPU stand-ins: replay reported, not checked)' if dev != 'cuda' else ''} → {'OK' if p['ok'] else 'FAILED'}")
+            f" → {'OK' if p['ok'] else 'FAILED'}")
         log(f"{a.model}: control: diff TP {tp}/TP 1 exit {res['control']['diff_tpN_tp1']['exit']}, first divergence "
             f"{res['control']['diff_tpN_tp1']['first_divergence']}")
     if a.speed and dev == "cuda":
