@@ -8,3 +8,6 @@ var RandBF16 = randBF16
 func TCOneChainPartial(out, x, w []float32, M, kLocal, N int) error {
 	return matmulTC("TCOneChainPartial", out, x, w, M, kLocal, N, []int{0, kLocal}, false, epilogue{raw: true})
 }
+
+// Columns lends columns to the external tests.
+var Columns = columns

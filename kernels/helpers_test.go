@@ -15,6 +15,15 @@ func randBF16(r *rand.Rand, n int, sd float64) []float32 {
 	return x
 }
 
+// columns returns columns [c0, c1) of the (rows, cols) matrix a: one rank's K slice of a row-parallel matmul.
+func columns(a []float32, rows, cols, c0, c1 int) []float32 {
+	out := make([]float32, 0, rows*(c1-c0))
+	for i := 0; i < rows; i++ {
+		out = append(out, a[i*cols+c0:i*cols+c1]...)
+	}
+	return out
+}
+
 // assertSame fails with the first differing index and its ULP distance.
 func assertSame(t *testing.T, what string, got, want []float32) {
 	t.Helper()

@@ -78,6 +78,23 @@ func opVectors(t *testing.T) []byte {
 				}
 			}
 		}
+		// one rank's share of a row-parallel matmul (the rank's subtree, float32, unrounded): the first and the
+		// last rank of each degree; bitalign.tp's tests add every rank's partials by the tree and must get the
+		// linear rows' bits above
+		for _, s := range [][3]int{{1, 64, 7}, {17, 4096, 64}, {300, 1536, 96}} {
+			M, K, N := s[0], s[1], s[2]
+			x, w := stream(1, M*K, 6), stream(2, N*K, 10)
+			for _, tp := range []int{2, 4, 8} {
+				kl := K / tp
+				for _, r := range []int{0, tp - 1} {
+					out := make([]float32, M*N)
+					if err := MatmulPartial(p, out, columns(x, M, K, r*kl, (r+1)*kl), columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, r, tp); err != nil {
+						t.Fatal(err)
+					}
+					line("linear_partial", fmt.Sprintf("profile=%s M=%d K=%d N=%d tp=%d rank=%d", p, M, K, N, tp, r), hashF32(out))
+				}
+			}
+		}
 		for _, dt := range []DType{BF16, F32} {
 			for _, s := range [][2]int{{1, 64}, {3, 1536}, {5, 4100}} {
 				rows, C := s[0], s[1]

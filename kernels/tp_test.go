@@ -10,15 +10,6 @@ import (
 	"bitalign/nvls"
 )
 
-// columns returns columns [c0, c1) of the (rows, cols) matrix a.
-func columns(a []float32, rows, cols, c0, c1 int) []float32 {
-	out := make([]float32, 0, rows*(c1-c0))
-	for i := 0; i < rows; i++ {
-		out = append(out, a[i*cols+c0:i*cols+c1]...)
-	}
-	return out
-}
-
 // rowParallel runs MatmulPartial on tp ranks (goroutines) + nvls AllReduce + MatmulFinish; it returns rank
 // 0's output and checks that every rank got the same bits.
 func rowParallel(t *testing.T, p kernels.Profile, ord nvls.Order, x, w, bias []float32, M, K, N, tp int) []float32 {
@@ -31,7 +22,7 @@ func rowParallel(t *testing.T, p kernels.Profile, ord nvls.Order, x, w, bias []f
 	outs := make([][]float32, tp)
 	testrank.NoErrors(t, testrank.Each(tp, func(r int) error {
 		out := make([]float32, M*N)
-		if err := kernels.MatmulPartial(p, out, columns(x, M, K, r*kl, (r+1)*kl), columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, r, tp); err != nil {
+		if err := kernels.MatmulPartial(p, out, kernels.Columns(x, M, K, r*kl, (r+1)*kl), kernels.Columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, r, tp); err != nil {
 			return err
 		}
 		if err := cs[r].AllReduce(out); err != nil {
@@ -112,7 +103,7 @@ func TestLogSoftmaxSharded(t *testing.T) {
 			lps := make([][]float32, tp)
 			lss := make([][]float32, tp)
 			testrank.NoErrors(t, testrank.Each(tp, func(rk int) error {
-				shard := columns(logits, T, V, rk*vl, (rk+1)*vl)
+				shard := kernels.Columns(logits, T, V, rk*vl, (rk+1)*vl)
 				lps[rk] = make([]float32, T)
 				if err := kernels.LogProbs(p, lps[rk], shard, targets, T, vl, cs[rk]); err != nil {
 					return err

@@ -24,6 +24,11 @@
 #         models: batch invariance, generate at batch 1 = batch 8, replay exit 0) and capture/python/tests/torch_proof.py
 #         (patched trainer vs patched generate, replay on cuda and cpu, the unpatched control group, speed) into
 #         $OUT/torch-proof (proof.json is its summary). Not in the default list: `bash scripts/gpu.sh torch`.
+#   tp    bitalign.tp over NCCL (capture/python/tests/tp_proof.py under torchrun, NCCL_NVLS_ENABLE=0): a patched
+#         sharded model at TP 2 (and 4 with four GPUs) bitwise equal to TP 1 and to bitalign replay, the unpatched
+#         control's TP divergence, the row-parallel exchange's latency against NCCL all_reduce, into
+#         $OUT/tp-proof (tp-proof.json per model). Needs two GPUs (nvidia-h200-x2): with one it says so and skips.
+#         Not in the default list: `bash scripts/gpu.sh tp`. TPFLAGS: more tp_proof.py flags.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -188,6 +193,25 @@ if [[ " $steps " == *" torch "* ]]; then
     ${PROOFFLAGS:-} 2>&1 | grep -v "Writing model shards" | tee "$OUT/torch-proof.log" | tail -30
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   rm -rf "$OUT/torch-proof"/*/checkpoint "$OUT/torch-proof"/*/*.arrow  # the reports and proof.json come back
+fi
+
+if [[ " $steps " == *" tp "* ]]; then
+  echo "== tp (bitalign.tp over NCCL: TP N = TP 1 = replay, the unpatched control, the exchange's latency)"
+  ngpu=$(nvidia-smi -L | wc -l)
+  if [[ "$ngpu" -lt 2 ]]; then
+    echo "tp: SKIPPED: $ngpu GPU on this machine; the TP proof needs two (the nvidia-h200-x2 kind)"
+  else
+    [[ "$NCCL_NVLS_ENABLE" == 0 ]] || { echo "tp: NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE, must be 0"; rc=1; }
+    for run in "2 qwen3" "2 qwen2-1.5b" "4 qwen3"; do
+      set -- $run
+      [[ "$ngpu" -ge "$1" ]] || { echo "tp: TP $1 skipped: $ngpu GPUs"; continue; }
+      python3 -W ignore -m torch.distributed.run --nproc-per-node "$1" capture/python/tests/tp_proof.py \
+        "$OUT/tp-proof/tp$1" --model "$2" --bin .gpu/bitalign ${TPFLAGS:-} 2>&1 | grep -v "Writing model shards" |
+        tee "$OUT/tp-proof-tp$1-$2.log" | tail -40
+      [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+    done
+    rm -rf "$OUT/tp-proof"/*/*/checkpoint "$OUT/tp-proof"/*/*/*.arrow "$OUT/tp-proof"/*/*/*/*.arrow  # reports come back
+  fi
 fi
 
 echo "gpu.sh: exit $rc"

@@ -16,8 +16,10 @@ stream. What is here so far works without a GPU:
 - bitalign.mathf: the engine's float32 FMA, Exp and Log in numpy (kernels/testdata/mathf_vectors.tsv).
 
 On a CUDA GPU, bitalign.ops runs the kernels as torch.library custom ops, and bitalign.hf patches a Hugging Face
-Llama, Qwen2 or Qwen3 so that it computes the engine's op sequence with them (docs/kernels-torch.md); neither is
-imported here (they need torch, and bitalign.hf transformers).
+Llama, Qwen2 or Qwen3 so that it computes the engine's op sequence with them (docs/kernels-torch.md);
+bitalign.tp shards such a model over torch.distributed with the engine's TP-invariant layers (the row-parallel
+partials all-gathered and added by the tree, never all-reduced), and bitalign.cpu holds the exact CPU twins
+those layers run on CPU tensors. None is imported here (they need torch, and bitalign.hf transformers).
 
 It ships in the same distribution as bitalign_capture (capture/python/pyproject.toml): one pip install.
 """

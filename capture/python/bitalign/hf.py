@@ -377,30 +377,19 @@ def _check_config(name, cfg, qk_norm):
     return hd
 
 
-def patch(model, profile="canonical", max_positions=None):
-    """Makes model (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) run the engine's ops; returns model.
-
-    profile: "canonical" (batch-invariant, the engine's default) or "standard" (the engine's split-K/cuBLAS-like
-    order: batch-variant, for showing what the canonical profile fixes). max_positions: the RoPE tables' length
-    (default: config.max_position_embeddings). Raises ValueError naming anything the engine does not compute."""
+def _classes(model):
+    """(prefix, qk_norm, the model's transformers classes, the SiLU types) of a supported model class (patch and
+    bitalign.tp.shard both ask)."""
     import transformers as tf
 
-    if profile not in ops._PROFILES:  # the ops' own list: a new kernel profile reaches the patch with them
-        raise _err(f"profile must be one of {', '.join(map(repr, ops._PROFILES))}, not {profile!r}")
     name = type(model).__name__
     if name not in _ARCH or not isinstance(model, getattr(tf, name)):
         raise _err(f"model class {name} is not supported (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
-    if getattr(model, "_bitalign", None) is not None:
-        raise _err(f"{name} is already patched (unpatch it first)")
     prefix, qk_norm = _ARCH[name]
-    cfg = model.config
-    hd = _check_config(name, cfg, qk_norm)
-    dtype = _model_dtype(model)
     mods = getattr(tf.models, prefix.lower())
     mm = getattr(mods, f"modeling_{prefix.lower()}")
     cls = {k: getattr(mm, f"{prefix}{k}") for k in ("Model", "DecoderLayer", "Attention", "MLP", "RMSNorm",
                                                      "RotaryEmbedding")}
-    allowed = tuple(cls.values()) + (torch.nn.ModuleList, torch.nn.Embedding, torch.nn.Linear, type(model))
     act_types = (torch.nn.SiLU,)
     try:
         from transformers.activations import SiLUActivation
@@ -408,10 +397,35 @@ def patch(model, profile="canonical", max_positions=None):
         act_types += (SiLUActivation,)
     except ImportError:  # transformers versions whose ACT2FN["silu"] is torch.nn.SiLU
         pass
+    return prefix, qk_norm, cls, act_types
+
+
+def _walk(model, cls, act_types):
+    """A ValueError naming the first module in model's tree that is not one the engine computes."""
+    allowed = tuple(cls.values()) + (torch.nn.ModuleList, torch.nn.Embedding, torch.nn.Linear, type(model))
     for mname, m in model.named_modules():
         if isinstance(m, allowed) or (mname.endswith("act_fn") and isinstance(m, act_types)):
             continue
-        raise _err(f"module {mname or '(root)'} is a {type(m).__name__}: not a module of {name} the patch knows")
+        raise _err(f"module {mname or '(root)'} is a {type(m).__name__}: not a module of {type(model).__name__} "
+                   "the patch knows")
+
+
+def patch(model, profile="canonical", max_positions=None):
+    """Makes model (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) run the engine's ops; returns model.
+
+    profile: "canonical" (batch-invariant, the engine's default) or "standard" (the engine's split-K/cuBLAS-like
+    order: batch-variant, for showing what the canonical profile fixes). max_positions: the RoPE tables' length
+    (default: config.max_position_embeddings). Raises ValueError naming anything the engine does not compute."""
+    if profile not in ops._PROFILES:  # the ops' own list: a new kernel profile reaches the patch with them
+        raise _err(f"profile must be one of {', '.join(map(repr, ops._PROFILES))}, not {profile!r}")
+    name = type(model).__name__
+    prefix, qk_norm, cls, act_types = _classes(model)
+    if getattr(model, "_bitalign", None) is not None:
+        raise _err(f"{name} is already patched (unpatch it first)")
+    cfg = model.config
+    hd = _check_config(name, cfg, qk_norm)
+    dtype = _model_dtype(model)
+    _walk(model, cls, act_types)
     base = model.model
     if not isinstance(base, cls["Model"]) or not isinstance(base.rotary_emb, cls["RotaryEmbedding"]):
         raise _err(f"{name}.model is a {type(base).__name__}, not {prefix}Model with a {prefix}RotaryEmbedding")
@@ -478,6 +492,8 @@ def _install(model, st, cfg):
     def linear(m, out_dt):
         w, b = st.w32(m.weight), st.w32(m.bias)
         N, K = w.shape
+        if _tp_linear(m, st, w, b, out_dt):
+            return
 
         def forward(x):
             _dtype_of(x, st, "Linear input")
@@ -595,6 +611,25 @@ def _install(model, st, cfg):
     st.attn = cfg._attn_implementation_internal if hasattr(cfg, "_attn_implementation_internal") else None
     cfg._attn_implementation_internal = ATTN
     model._bitalign = st
+
+
+def _tp_linear(m, st, w, b, out_dt):
+    """A linear that bitalign.tp.shard made row-parallel (o_proj, down_proj) or vocab-parallel (lm_head) gets
+    bitalign.tp's layer instead of ops.linear; returns whether it did."""
+    lay = getattr(m, "_bitalign_tp", None)
+    if lay is None:
+        return False
+    from . import tp
+
+    fn = tp.patched_linear(m, lay, w, b, st.profile, out_dt)
+
+    def forward(x):
+        _dtype_of(x, st, "Linear input")
+        y = fn(x.to(torch.float32))
+        return y if out_dt == "f32" else y.to(st.dtype)
+
+    st.replace(m, forward)
+    return True
 
 
 def _dtype_of(x, st, what):

@@ -180,8 +180,14 @@ class Planner:
         name = f"matmul_t{bm}" + ("_vec" if vec and N % 4 == 0 else "")
         ls = [Launch(name, grid, m["tile_block"])]
         if nparts > 1:
-            ls.append(_flat("matmul_reduce", M * N, m["reduce_block"], m["reduce_block"]))
+            ls.append(self.matmul_reduce(M, N))
         return MatmulPlan(ls, g, bm, part, stack)
+
+    def matmul_reduce(self, M, N):
+        """matmul_reduce over (M, N) outputs: the tiled matmul's second launch, and bitalign.tp's finish of the
+        ranks' gathered partials (ops.linear_finish)."""
+        b = self.r["matmul"]["reduce_block"]
+        return _flat("matmul_reduce", M * N, b, b)
 
     def rmsnorm(self, profile, general, rows, C):
         r = self.r["rmsnorm"]

@@ -153,25 +153,103 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], profi
     if M == 0 or N == 0:
         return out
     bounds, tree = _launch.matmul_bounds(profile, M, K)
+    _matmul(dev, out, x, w, bias, M, K, N, bounds, tree, dt)
+    return out
+
+
+_NO_ROUND = -1  # the kernels' dt code for no output rounding at all (kernels/cuda NoRound: a partial)
+
+
+def _matmul(dev, out, x, w, bias, M, K, N, bounds, tree, dt):
+    """Launches the plan for M (kernels/cuda matmul): bounds are the chains' K-ranges, tree whether their partials
+    are added by the tree (else left to right)."""
     vec = K % 4 == 0 and all(b % 4 == 0 for b in bounds)
     plan = _planner(dev).matmul(M, K, N, bounds, tree, vec)
     seq, sg = (0 if tree else 1), segs(bounds)
     if plan.bm == 0:
         _run(dev, [(plan.launches[0], (_ptr(out), _ptr(x), _ptr(w), _ptr(bias), M, K, N, sg, seq, dt))])
-        return out
+        return
     scratch = torch.empty(plan.part_floats + plan.stack_floats, dtype=torch.float32, device=dev)
     part, stack = scratch.data_ptr(), scratch.data_ptr() + 4 * plan.part_floats
     runs = [(plan.launches[0], (_ptr(out), part, stack, _ptr(x), _ptr(w), _ptr(bias), M, K, N, sg, plan.g, seq, dt))]
     if len(plan.launches) == 2:
         runs.append((plan.launches[1], (_ptr(out), part, _ptr(bias), M, N, plan.launches[0].grid[2], seq, dt)))
     _run(dev, runs)
-    return out
 
 
 @linear.register_fake
 def _(x, w, bias, profile, out_dtype):
     dev, M, K, N, _ = _linear_args(x, w, bias, profile, out_dtype)
     return x.new_empty((M, N))
+
+
+def _partial_args(x, w, tp, profile):
+    dev = _check("linear_partial", x=x, w=w)
+    _profile("linear_partial", profile)
+    if x.dim() != 2:
+        raise ValueError(f"bitalign.linear_partial: x must be (M, K/tp), has shape {tuple(x.shape)}")
+    if tp not in (1, 2, 4, 8):
+        raise ValueError(f"bitalign.linear_partial: tensor-parallel degree {tp} not in {{1, 2, 4, 8}} (8-segment rule)")
+    M, K = x.shape
+    _shape("linear_partial", "w", w, None, K)
+    return dev, M, K, w.shape[0]
+
+
+@_custom("linear_partial")
+def linear_partial(x: torch.Tensor, w: torch.Tensor, tp: int, profile: str) -> torch.Tensor:
+    """One rank's share of a row-parallel linear (kernels.MatmulPartial): x (M, K/tp) and w (N, K/tp) are the
+    rank's K slice; out (M, N) float32 is the subtree of the rank's G = 8/tp whole segments of the contract's 8,
+    unrounded, without bias (standard: one chain over the local K). The ranks' partials, added by the tree in rank
+    order (linear_finish), are linear's bits at every tp. The same kernels as linear with the local bounds and
+    no output rounding (kernels/cuda MatmulPartial)."""
+    dev, M, K, N = _partial_args(x, w, tp, profile)
+    _aligned("linear_partial", x=x, w=w)
+    out = torch.empty((M, N), dtype=torch.float32, device=dev)
+    if M == 0 or N == 0:
+        return out
+    bounds, tree = _launch.partial_bounds(profile, K, tp)
+    _matmul(dev, out, x, w, None, M, K, N, bounds, tree, _NO_ROUND)
+    return out
+
+
+@linear_partial.register_fake
+def _(x, w, tp, profile):
+    _, M, _, N = _partial_args(x, w, tp, profile)
+    return x.new_empty((M, N))
+
+
+def _finish_args(parts, bias, profile, out_dtype):
+    dev = _check("linear_finish", parts=parts, bias=bias)
+    _profile("linear_finish", profile)
+    dt = _dt("linear_finish", out_dtype)
+    if parts.dim() != 3 or parts.shape[0] not in (1, 2, 4, 8):
+        raise ValueError(f"bitalign.linear_finish: parts must be (tp, M, N) with tp in 1, 2, 4, 8, has shape "
+                         f"{tuple(parts.shape)}")
+    if bias is not None:
+        _shape("linear_finish", "bias", bias, parts.shape[2])
+    return dev, dt
+
+
+@_custom("linear_finish")
+def linear_finish(parts: torch.Tensor, bias: Optional[torch.Tensor], profile: str, out_dtype: str) -> torch.Tensor:
+    """out (M, N) = round_out_dtype(tree(parts) ⊕ bias): parts (tp, M, N) float32 are the ranks' linear_partial
+    outputs in rank order (what all_gather gives), added by the fixed tree over ranks (§12's T(0, tp), the upper
+    levels of the 8-segment tree; standard: left to right), then the bias and the rounding (kernels.MatmulFinish
+    after the all-reduce). The kernel is matmul_reduce, the tiled matmul's own finish."""
+    dev, dt = _finish_args(parts, bias, profile, out_dtype)
+    _aligned("linear_finish", parts=parts, bias=bias)
+    n, M, N = parts.shape
+    out = torch.empty((M, N), dtype=torch.float32, device=dev)
+    if M and N:
+        seq = 1 if profile == "standard" else 0
+        _run(dev, [(_planner(dev).matmul_reduce(M, N), (_ptr(out), _ptr(parts), _ptr(bias), M, N, n, seq, dt))])
+    return out
+
+
+@linear_finish.register_fake
+def _(parts, bias, profile, out_dtype):
+    _finish_args(parts, bias, profile, out_dtype)
+    return parts.new_empty(parts.shape[1:])
 
 
 # --- RMSNorm ------------------------------------------------------------------------------------------------------
@@ -387,19 +465,36 @@ def _ls_args(op, logits, profile):
     return dev
 
 
+def _max_runs(dev, logits, m, zero_fix):
+    """The launches of the rows' max into m (a pointer to T floats) and the scratch they need (LogSoftmaxMax)."""
+    T, V = logits.shape
+    part_l, fin_l, nb = _planner(dev).logsoftmax_max(T, V)
+    pm = torch.empty(T * nb, dtype=torch.float32, device=dev)
+    return pm, [(part_l, (pm.data_ptr(), _ptr(logits), T, V)), (fin_l, (m, pm.data_ptr(), T, nb, zero_fix))]
+
+
+def _sum_runs(dev, logits, m, S, nseg):
+    """The launches of the subtree of Σ Exp(x ⊖ m) over nseg segments of each row into S (LogSoftmaxSum)."""
+    T, V = logits.shape
+    seg_l, tree_l = _planner(dev).logsoftmax_sum(T, nseg)
+    part = torch.empty(T * nseg, dtype=torch.float32, device=dev)
+    return part, [(seg_l, (part.data_ptr(), _ptr(logits), m, T, V, nseg)), (tree_l, (S, part.data_ptr(), T, nseg))]
+
+
+def _nseg(op, profile, tp):
+    if tp not in (1, 2, 4, 8):
+        raise ValueError(f"bitalign.{op}: tensor-parallel degree {tp} not in {{1, 2, 4, 8}} (8-segment rule)")
+    return 1 if profile == "standard" else _launch.SEGMENTS // tp
+
+
 def _stats(dev, logits, profile):
     """The rows' max m and the segment tree of Σ exp(x ⊖ m), S, each (T) float32 (the LogSoftmaxStats stages)."""
     T, V = logits.shape
-    pl = _planner(dev)
-    part_l, fin_l, nb = pl.logsoftmax_max(T, V)
-    nseg = 1 if profile == "standard" else _launch.SEGMENTS
-    seg_l, tree_l = pl.logsoftmax_sum(T, nseg)
-    tmp = torch.empty(T * nb + T * nseg + 2 * T, dtype=torch.float32, device=dev)
-    pm, part = tmp.data_ptr(), tmp.data_ptr() + 4 * T * nb
-    m, S = part + 4 * T * nseg, part + 4 * T * nseg + 4 * T
-    x = _ptr(logits)
-    _run(dev, [(part_l, (pm, x, T, V)), (fin_l, (m, pm, T, nb, 1)), (seg_l, (part, x, m, T, V, nseg)),
-               (tree_l, (S, part, T, nseg))])
+    tmp = torch.empty(2 * T, dtype=torch.float32, device=dev)
+    m, S = tmp.data_ptr(), tmp.data_ptr() + 4 * T
+    pm, runs = _max_runs(dev, logits, m, 1)
+    part, more = _sum_runs(dev, logits, m, S, _nseg("log_softmax", profile, 1))
+    _run(dev, runs + more)
     return tmp, m, S
 
 
@@ -448,6 +543,137 @@ def logprobs(logits: torch.Tensor, targets: torch.Tensor, profile: str) -> torch
 def _(logits, targets, profile):
     _lp_args(logits, targets, profile)
     return logits.new_empty((logits.shape[0],))
+
+
+# --- the vocab-parallel log-softmax stages (docs/arithmetic.md §9; bitalign.tp runs them across ranks) ------------
+
+
+@_custom("log_softmax_max")
+def log_softmax_max(logits: torch.Tensor) -> torch.Tensor:
+    """(T) this rank's max of each row of its logits shard (T, V/tp): NaN anywhere gives NaN; a zero max keeps
+    its sign (the caller combines the ranks' maxima, then makes a zero +0: bitalign.tp)."""
+    dev = _ls_args("log_softmax_max", logits, "canonical")
+    _aligned("log_softmax_max", logits=logits)
+    out = logits.new_empty((logits.shape[0],))
+    if logits.numel():
+        pm, runs = _max_runs(dev, logits, out.data_ptr(), 0)
+        _run(dev, runs)
+    return out
+
+
+@log_softmax_max.register_fake
+def _(logits):
+    _ls_args("log_softmax_max", logits, "canonical")
+    return logits.new_empty((logits.shape[0],))
+
+
+def _lsum_args(logits, m, tp, profile):
+    dev = _ls_args("log_softmax_sum", logits, profile)
+    _check("log_softmax_sum", device=dev, m=m)
+    _shape("log_softmax_sum", "m", m, logits.shape[0])
+    return dev, _nseg("log_softmax_sum", profile, tp)
+
+
+@_custom("log_softmax_sum")
+def log_softmax_sum(logits: torch.Tensor, m: torch.Tensor, tp: int, profile: str) -> torch.Tensor:
+    """(T) this rank's subtree of Σ Exp(x ⊖ m[t]) over its shard (T, V/tp): 8/tp local segments, each one ⊕ chain
+    in ascending column, by the tree (standard: one chain); m (T) is the combined max. The tree over ranks
+    finishes the sum (kernels/cuda LogSoftmaxSum)."""
+    dev, nseg = _lsum_args(logits, m, tp, profile)
+    _aligned("log_softmax_sum", logits=logits, m=m)
+    out = logits.new_empty((logits.shape[0],))
+    if logits.numel():
+        part, runs = _sum_runs(dev, logits, m.data_ptr(), out.data_ptr(), nseg)
+        _run(dev, runs)
+    return out
+
+
+@log_softmax_sum.register_fake
+def _(logits, m, tp, profile):
+    _lsum_args(logits, m, tp, profile)
+    return logits.new_empty((logits.shape[0],))
+
+
+def _target_args(logits, targets, m):
+    dev = _ls_args("logprob_target", logits, "canonical")
+    _check("logprob_target", dtype=torch.int32, device=dev, targets=targets)
+    _check("logprob_target", device=dev, m=m)
+    _shape("logprob_target", "targets", targets, logits.shape[0])
+    _shape("logprob_target", "m", m, logits.shape[0])
+    return dev
+
+
+@_custom("logprob_target")
+def logprob_target(logits: torch.Tensor, targets: torch.Tensor, m: torch.Tensor, offset: int) -> torch.Tensor:
+    """(T) d = (x[t, targets[t] − offset] ⊖ m[t]) ⊕ 0 where this rank's shard (T, V/tp), columns [offset,
+    offset + V/tp), holds the target, else +0 (kernels/cuda LogProbsTarget); targets (T) int32 global ids."""
+    dev = _target_args(logits, targets, m)
+    _aligned("logprob_target", logits=logits, targets=targets, m=m)
+    T, V = logits.shape
+    out = logits.new_empty((T,))
+    if T:
+        _run(dev, [(_planner(dev).logprobs(T), (_ptr(out), _ptr(logits), _ptr(targets), _ptr(m), 0, T, V, offset, 0))])
+    return out
+
+
+@logprob_target.register_fake
+def _(logits, targets, m, offset):
+    _target_args(logits, targets, m)
+    return logits.new_empty((logits.shape[0],))
+
+
+def _lpfin_args(d, S):
+    dev = _check("logprob_finish", d=d, S=S)
+    if d.dim() != 1:
+        raise ValueError(f"bitalign.logprob_finish: d must be (T), has shape {tuple(d.shape)}")
+    _shape("logprob_finish", "S", S, d.shape[0])
+    return dev
+
+
+@_custom("logprob_finish")
+def logprob_finish(d: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """(T) round_f32(d ⊖ Log(S)): d and S (T) combined over the ranks. The logprobs kernel on d as a one-column
+    row with max +0 and target 0: (d ⊖ +0) ⊕ 0 is d (d is never −0 after the stage's ⊕ 0 and the sum)."""
+    dev = _lpfin_args(d, S)
+    _aligned("logprob_finish", d=d, S=S)
+    T = d.shape[0]
+    out = d.new_empty((T,))
+    if T:
+        zeros = torch.zeros(T, dtype=torch.int32, device=dev)  # the target column 0 and the max +0 (same bits)
+        _run(dev, [(_planner(dev).logprobs(T), (_ptr(out), _ptr(d), _ptr(zeros), _ptr(zeros), _ptr(S), T, 1, 0, 1))])
+    return out
+
+
+@logprob_finish.register_fake
+def _(d, S):
+    _lpfin_args(d, S)
+    return d.new_empty((d.shape[0],))
+
+
+def _lsfin_args(logits, m, S):
+    dev = _ls_args("log_softmax_finish", logits, "canonical")
+    _check("log_softmax_finish", device=dev, m=m, S=S)
+    _shape("log_softmax_finish", "m", m, logits.shape[0])
+    _shape("log_softmax_finish", "S", S, logits.shape[0])
+    return dev
+
+
+@_custom("log_softmax_finish")
+def log_softmax_finish(logits: torch.Tensor, m: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """(T, V/tp) round_f32(((x ⊖ m) ⊕ 0) ⊖ Log(S)) over this rank's shard, m and S (T) combined over the ranks."""
+    dev = _lsfin_args(logits, m, S)
+    _aligned("log_softmax_finish", logits=logits, m=m, S=S)
+    T, V = logits.shape
+    out = torch.empty_like(logits)
+    if T * V:
+        _run(dev, [(_planner(dev).logsoftmax_finish(T, V), (_ptr(out), _ptr(logits), _ptr(m), _ptr(S), T, V))])
+    return out
+
+
+@log_softmax_finish.register_fake
+def _(logits, m, S):
+    _lsfin_args(logits, m, S)
+    return torch.empty_like(logits)
 
 
 def _sample_args(logits, seqs, pos, temperature, seed, top_k, top_p):

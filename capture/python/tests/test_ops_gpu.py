@@ -27,6 +27,12 @@ def _run(op, kv):
         x, w = _t(stream(1, M * K, 6).reshape(M, K)), _t(stream(2, N * K, 10).reshape(N, K))
         b = _t(stream(3, N, 8)) if kv["bias"] == "true" else None
         return ops.linear(x, w, b, p, dt)
+    if op == "linear_partial":
+        M, K, N, tp, r = (int(kv[k]) for k in ("M", "K", "N", "tp", "rank"))
+        kl = K // tp
+        x = stream(1, M * K, 6).reshape(M, K)[:, r * kl:(r + 1) * kl]
+        w = stream(2, N * K, 10).reshape(N, K)[:, r * kl:(r + 1) * kl]
+        return ops.linear_partial(_t(x), _t(w), tp, p)
     if op == "rms_norm":
         r, C = int(kv["rows"]), int(kv["C"])
         return ops.rms_norm(_t(stream(4, r * C, 6).reshape(r, C)), _t(stream(5, C, 7)), float(np.float32(1e-6)), p, dt)
@@ -181,3 +187,51 @@ def test_top_k_inside_a_cuda_graph_top_p_refused():
     with pytest.raises(ValueError, match="CUDA graph capture"):
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
             ops.sample(x, seqs, pos, 0.8, 11, 50, 0.9)
+
+
+def _tp_linear_rows():
+    return [(params, kv, tp, h) for op, params, kv, h in rows()
+            if op == "linear" and kv["profile"] == "canonical" and int(kv["K"]) % 8 == 0 for tp in (2, 4, 8)]
+
+
+@pytest.mark.parametrize("case", _tp_linear_rows(), ids=lambda c: f"{c[0]} tp={c[2]}")
+def test_rank_partials_finished_are_the_go_linear(case):
+    """bitalign.tp's row-parallel arithmetic on one GPU: every rank's ops.linear_partial, stacked in rank order
+    (what all_gather gives), then ops.linear_finish (the tree over ranks, bias, rounding): the Go linear's bits."""
+    from bitalign import ops
+
+    params, kv, tp, want = case
+    M, K, N = int(kv["M"]), int(kv["K"]), int(kv["N"])
+    x, w = stream(1, M * K, 6).reshape(M, K), stream(2, N * K, 10).reshape(N, K)
+    b = _t(stream(3, N, 8)) if kv["bias"] == "true" else None
+    kl = K // tp
+    parts = torch.stack([ops.linear_partial(_t(x[:, r * kl:(r + 1) * kl]), _t(w[:, r * kl:(r + 1) * kl]), tp,
+                                            "canonical") for r in range(tp)])
+    got = ops.linear_finish(parts, b, "canonical", kv["dt"])
+    torch.cuda.synchronize()
+    assert digest(got.cpu().numpy()) == want, f"{params} tp={tp}"
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+@pytest.mark.parametrize("row", [r for r in rows() if r[0] in ("log_softmax", "logprobs")
+                                 and r[2]["profile"] == "canonical"], ids=lambda r: r[0] + " " + r[1])
+def test_vocab_parallel_stages_are_the_go_bits(row, tp):
+    """The vocab-parallel log-softmax stages on one GPU, each rank's shard in turn, combined as bitalign.tp
+    combines the gathered values (max tree, sum tree, target tree): the Go bits of the whole rows."""
+    from bitalign import ops, tp as btp
+
+    op, params, kv, want = row
+    T, V = int(kv["T"]), int(kv["V"])
+    lg = stream(14, T * V, 5).reshape(T, V)
+    vl = V // tp
+    shards = [_t(lg[:, r * vl:(r + 1) * vl]) for r in range(tp)]
+    m = btp.max_tree(torch.stack([ops.log_softmax_max(s) for s in shards]))
+    S = btp.tree(torch.stack([ops.log_softmax_sum(s, m, tp, "canonical") for s in shards]))
+    if op == "log_softmax":
+        got = torch.cat([ops.log_softmax_finish(s, m, S) for s in shards], 1)
+    else:
+        targets = _t(np.array([(i * 17) % V for i in range(T)], dtype=np.int32))
+        d = btp.tree(torch.stack([ops.logprob_target(s, targets, m, r * vl) for r, s in enumerate(shards)]))
+        got = ops.logprob_finish(d, S)
+    torch.cuda.synchronize()
+    assert digest(got.contiguous().cpu().numpy()) == want, f"{params} tp={tp}"

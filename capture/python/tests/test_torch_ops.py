@@ -28,6 +28,13 @@ def _calls(dev):
         "log_softmax": (lambda: ops.log_softmax(z(3, 100), "canonical"), (3, 100), F32),
         "logprobs": (lambda: ops.logprobs(z(3, 100), z(3, dtype=I32), "canonical"), (3,), F32),
         "sample": (lambda: ops.sample(z(3, 100), z(3, dtype=I64), z(3, dtype=I64), 0.7, 42), (3,), I32),
+        "linear_partial": (lambda: ops.linear_partial(z(5, 32), z(24, 32), 2, "canonical"), (5, 24), F32),
+        "linear_finish": (lambda: ops.linear_finish(z(4, 5, 24), z(24), "canonical", "bf16"), (5, 24), F32),
+        "log_softmax_max": (lambda: ops.log_softmax_max(z(3, 50)), (3,), F32),
+        "log_softmax_sum": (lambda: ops.log_softmax_sum(z(3, 50), z(3), 2, "canonical"), (3,), F32),
+        "logprob_target": (lambda: ops.logprob_target(z(3, 50), z(3, dtype=I32), z(3), 50), (3,), F32),
+        "logprob_finish": (lambda: ops.logprob_finish(z(3), z(3)), (3,), F32),
+        "log_softmax_finish": (lambda: ops.log_softmax_finish(z(3, 50), z(3), z(3)), (3, 50), F32),
     }
 
 
@@ -129,3 +136,53 @@ def test_segs_layout():
     assert len(b) == 40 and int.from_bytes(b[:4], "little") == 8 and int.from_bytes(b[36:40], "little") == 64
     with pytest.raises(ValueError, match="1 to 8"):
         ops.segs(list(range(11)))
+
+
+@pytest.mark.parametrize("call,msg", [
+    (lambda z: ops.linear_partial(z(5, 32), z(24, 32), 3, "canonical"), "degree 3 not in"),
+    (lambda z: ops.linear_partial(z(5, 32), z(24, 16), 2, "canonical"), "w must have shape"),
+    (lambda z: ops.linear_finish(z(3, 5, 24), None, "canonical", "bf16"), "parts must be \\(tp, M, N\\)"),
+    (lambda z: ops.linear_finish(z(2, 5, 24), z(23), "canonical", "bf16"), "bias must have shape"),
+    (lambda z: ops.log_softmax_sum(z(3, 50), z(4), 2, "canonical"), "m must have shape"),
+    (lambda z: ops.log_softmax_sum(z(3, 50), z(3), 16, "canonical"), "degree 16 not in"),
+    (lambda z: ops.logprob_target(z(3, 50), z(3), z(3), 0), "targets must be torch.int32"),
+    (lambda z: ops.logprob_finish(z(3), z(2)), "S must have shape"),
+])
+def test_tp_op_errors(call, msg):
+    z = lambda *s, dtype=F32: torch.empty(*s, dtype=dtype, device="meta")  # noqa: E731
+    with pytest.raises(ValueError, match=msg):
+        call(z)
+
+
+def test_tp_ops_launches_pack_against_the_ptx(monkeypatch):
+    """Without a GPU: every launch the TP ops make (linear_partial at the decode, small and tiled plans,
+    linear_finish, the vocab-parallel log-softmax stages) has the argument count and kinds of its kernel's own
+    PTX parameter list (driver.pack against the committed PTX), with the plans of launch.json."""
+    from bitalign import launch, ptx
+
+    lib = ptx.Library()
+    params = {k: v for m in lib.modules() for k, v in driver.entry_params(lib.ptx(m)).items()}
+    planner = launch.Planner(launch.Limits(132, 232448))
+    seen = []
+
+    def run(dev, launches):
+        for l, args in launches:
+            seen.append(l.kernel)
+            driver.pack(l.kernel, params[l.kernel], args)
+
+    monkeypatch.setattr(ops, "_planner", lambda dev: planner)
+    monkeypatch.setattr(ops, "_run", run)
+    monkeypatch.setattr(ops, "_check", lambda op, dtype=F32, device=None, **t: torch.device("cpu"))
+    z = lambda *s, dtype=F32: torch.zeros(*s, dtype=dtype)  # noqa: E731
+    for M, K in ((1, 64), (5, 66), (300, 1536)):  # matmul_dec, matmul_small (K % 4 ≠ 0), matmul_t with reduce
+        ops.linear_partial(z(M, K), z(96, K), 2, "canonical")
+    ops.linear_finish(z(4, 5, 24), z(24), "canonical", "bf16")
+    ops.linear_finish(z(2, 5, 24), None, "standard", "f32")
+    ops.log_softmax_max(z(3, 5000))
+    ops.log_softmax_sum(z(3, 5000), z(3), 4, "canonical")
+    ops.logprob_target(z(3, 5000), z(3, dtype=I32), z(3), 5000)
+    ops.logprob_finish(z(3), z(3))
+    ops.log_softmax_finish(z(3, 5000), z(3), z(3))
+    assert {"matmul_dec1", "matmul_small8", "matmul_reduce", "ls_max_part", "ls_max_fin", "ls_sum_seg", "ls_tree",
+            "logprobs", "ls_finish"} <= set(seen), seen
+    assert any(k.startswith("matmul_t") for k in seen), seen
