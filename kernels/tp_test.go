@@ -187,7 +187,7 @@ func rowParallelTC(t *testing.T, partial func(out, x, w []float32, M, kl, N, tp 
 	outs := make([][]float32, tp)
 	testrank.NoErrors(t, testrank.Each(tp, func(r int) error {
 		out := make([]float32, M*N)
-		if err := partial(out, columns(x, M, K, r*kl, (r+1)*kl), columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, tp); err != nil {
+		if err := partial(out, kernels.Columns(x, M, K, r*kl, (r+1)*kl), kernels.Columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, tp); err != nil {
 			return err
 		}
 		if err := cs[r].AllReduce(out); err != nil {
