@@ -1,5 +1,9 @@
 package kernels
 
+import (
+	"bitalign/internal/fp"
+)
+
 // panelWidth is the number of columns of one packed weight panel (two 8-lane vectors).
 const panelWidth = 16
 
@@ -12,18 +16,14 @@ const panelMinRows = 1
 // in ascending k, from +0, with one fused multiply-add per step: the same bits as the scalar path. The panel
 // of 16 weight rows is packed k-major once and reused for every row of x.
 // tree8 says combine is TreeSum over 8 segments (canonical MatmulForward), which then runs on whole rows of partials.
-func matmulPanels(out, x, w []float32, M, K, N, n0, n1 int, bounds []int, combine func([]float32) float32, tree8 bool, post epilogue) {
+// A bf16 or f16 weight is widened (exactly) while it is packed: the kernels only see float32 panels.
+func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int, combine func([]float32) float32, tree8 bool, post epilogue) {
 	S := len(bounds) - 1
 	packed := make([]float32, K*panelWidth+panelWidth) // +16: a valid pointer when K = 0
 	part := make([]float32, S*4*panelWidth)            // part[s*64 + r*16 + j]
 	tmp := make([]float32, S)
 	for n := n0; n+panelWidth <= n1; n += panelWidth {
-		for j := 0; j < panelWidth; j++ {
-			row := w[(n+j)*K : (n+j+1)*K]
-			for k, v := range row {
-				packed[k*panelWidth+j] = v
-			}
-		}
+		packPanel(packed, w, K, n)
 		m := 0
 		for ; m+4 <= M; m += 4 {
 			for s := 0; s < S; s++ {
@@ -68,6 +68,37 @@ func matmulPanels(out, x, w []float32, M, K, N, n0, n1 int, bounds []int, combin
 				}
 				out[m*N+n+j] = post.apply(n+j, combine(tmp))
 			}
+		}
+	}
+}
+
+// packPanel packs weight rows [n, n+panelWidth) of the (?, K) matrix w k-major into packed
+// (packed[k*panelWidth + j] = w[n+j][k]), widening bf16 and f16 values exactly.
+func packPanel(packed []float32, w Weights, K, n int) {
+	if w.dt != BF16 {
+		for j := 0; j < panelWidth; j++ {
+			lo, hi := (n+j)*K, (n+j+1)*K
+			if w.dt == F16 {
+				for k, b := range w.bits[lo:hi] {
+					packed[k*panelWidth+j] = fp.F16ToF32(b)
+				}
+				continue
+			}
+			for k, v := range w.f32[lo:hi] {
+				packed[k*panelWidth+j] = v
+			}
+		}
+		return
+	}
+	// bf16: k-major, one 16-wide output row at a time from the 16 weight rows (contiguous writes)
+	var rows [panelWidth][]uint16
+	for j := range rows {
+		rows[j] = w.bits[(n+j)*K : (n+j+1)*K]
+	}
+	for k := 0; k < K; k++ {
+		dst := packed[k*panelWidth : k*panelWidth+panelWidth]
+		for j := range dst {
+			dst[j] = fp.BF16ToF32(rows[j][k])
 		}
 	}
 }
