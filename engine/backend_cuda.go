@@ -15,8 +15,9 @@ import (
 // cudaDevice is one GPU with its loaded kernels, opened once per process and shared by every CUDA backend
 // placed on it (ops of different backends interleave on the device's thread; each op is enqueued whole).
 type cudaDevice struct {
-	d *cuda.Device
-	k *cudakernels.Kernels
+	d     *cuda.Device
+	k     *cudakernels.Kernels
+	stage stager // weight uploads (upload_cuda.go)
 }
 
 var cudaDevices = struct {

@@ -12,6 +12,22 @@ type cpuBuf struct{ s []float32 }
 
 func (b *cpuBuf) Len() int { return len(b.s) }
 
+// cpuWeights is a weight in its stored dtype on the CPU backend (UploadWeights): the model's own tensor, no copy.
+type cpuWeights struct{ w kernels.Weights }
+
+func (b *cpuWeights) Len() int { return b.w.Len() }
+
+// weights unwraps a weight operand: an UploadWeights Buf, or a float32 one (weights uploaded as values).
+func weights(b Buf) kernels.Weights {
+	switch b := b.(type) {
+	case *cpuWeights:
+		return b.w
+	case nil:
+		return kernels.Weights{}
+	}
+	return kernels.WeightsF32(s(b))
+}
+
 // CPU is the reference backend: every op is the package kernels function of the same name.
 type CPU struct {
 	err error
@@ -64,6 +80,8 @@ func (c *CPU) Upload(dst Buf, src []float32) {
 	copy(s(dst), src)
 }
 
+func (c *CPU) UploadWeights(w kernels.Weights) Buf { return &cpuWeights{w: w} }
+
 func (c *CPU) Download(dst []float32, src Buf) error {
 	if c.err != nil {
 		return c.err
@@ -87,21 +105,21 @@ func (c *CPU) Embed(out, table Buf, ids []int32, H int, dt kernels.DType) {
 	if c.err != nil {
 		return
 	}
-	c.fail(kernels.EmbeddingForward(dt, s(out), s(table), ids, len(ids), table.Len()/H, H))
+	c.fail(kernels.EmbeddingForwardW(dt, s(out), weights(table), ids, len(ids), table.Len()/H, H))
 }
 
 func (c *CPU) Matmul(p kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType) {
 	if c.err != nil {
 		return
 	}
-	kernels.MatmulForward(p, dt, s(out), s(x), s(w), s(bias), M, K, N)
+	kernels.MatmulForwardW(p, dt, s(out), s(x), weights(w), s(bias), M, K, N)
 }
 
 func (c *CPU) MatmulPartial(p kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
 	if c.err != nil {
 		return
 	}
-	c.fail(kernels.MatmulPartial(p, s(out), s(x), s(w), M, kLocal, N, rank, tp))
+	c.fail(kernels.MatmulPartialW(p, s(out), s(x), weights(w), M, kLocal, N, rank, tp))
 }
 
 func (c *CPU) MatmulFinish(out, bias Buf, M, N int, dt kernels.DType) {
