@@ -44,7 +44,9 @@ func TestLoadKeepsStoredDType(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.config != c.stored {
-				rewriteConfig(t, dir, func(h map[string]any) { h["torch_dtype"] = map[capture.DType]string{capture.BF16: "bfloat16", capture.F32: "float32"}[c.config] })
+				rewriteConfig(t, dir, func(h map[string]any) {
+					h["torch_dtype"] = map[capture.DType]string{capture.BF16: "bfloat16", capture.F32: "float32"}[c.config]
+				})
 			}
 			back, err := Load(dir)
 			if err != nil {
