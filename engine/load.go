@@ -230,19 +230,59 @@ type loadJob struct {
 	bytes int64
 }
 
-// runJobs makes every job's weight (views are instant; copies and the NaN scans run in parallel, the largest
-// first so that no worker is left with a big tensor at the end). The error reported is the first job's in the
-// specs' order.
+// scanChunk is the most bytes of one tensor one goroutine scans for NaNs (kernels.CanonicalNaNs) at a time.
+const scanChunk = 32 << 20
+
+// runJobs makes every job's weight. First, in parallel, the bytes of every tensor that can stay a view are
+// scanned for non-canonical NaNs in chunks of scanChunk (which also faults the mapping's pages in, on every
+// core); then the views are made, and the tensors that cannot be views are copied, in parallel, the largest
+// first. The error reported is the first job's in the specs' order.
 func runJobs(jobs []loadJob, want kernels.DType) error {
-	order := make([]int, len(jobs))
-	for i := range order {
-		order[i] = i
+	type chunk struct {
+		job    int
+		lo, hi int
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return int(jobs[b].bytes>>20) - int(jobs[a].bytes>>20) })
+	var chunks []chunk
+	for i, j := range jobs {
+		raw, dt, ok := j.st.stored(j.name, want)
+		if !ok {
+			continue
+		}
+		step := scanChunk - scanChunk%dt.Size()
+		for lo := 0; lo < len(raw); lo += step {
+			chunks = append(chunks, chunk{i, lo, min(len(raw), lo+step)})
+		}
+	}
+	clean := make([]bool, len(jobs)) // every chunk of the job's bytes has canonical NaNs only
+	for _, c := range chunks {
+		clean[c.job] = true
+	}
+	bad := make([]bool, len(chunks))
+	parallel(len(chunks), func(i int) {
+		c := chunks[i]
+		raw, dt, _ := jobs[c.job].st.stored(jobs[c.job].name, want)
+		bad[i] = !kernels.CanonicalNaNs(dt, raw[c.lo:c.hi])
+	})
+	for i, c := range chunks {
+		if bad[i] {
+			clean[c.job] = false
+		}
+	}
+	var copies []int
+	for i, j := range jobs {
+		if clean[i] {
+			if w, ok := j.st.view(j.name, want); ok {
+				*j.dst = w
+				continue
+			}
+		}
+		copies = append(copies, i)
+	}
+	slices.SortStableFunc(copies, func(a, b int) int { return int(jobs[b].bytes>>20) - int(jobs[a].bytes>>20) })
 	errs := make([]error, len(jobs))
-	parallel(len(jobs), func(i int) {
-		j := jobs[order[i]]
-		*j.dst, errs[order[i]] = j.st.weight(j.name, want)
+	parallel(len(copies), func(i int) {
+		j := jobs[copies[i]]
+		*j.dst, errs[copies[i]] = j.st.copyWeight(j.name, want)
 	})
 	return firstError(errs)
 }

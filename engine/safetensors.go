@@ -90,35 +90,44 @@ func openSafetensors(path string) (*stFile, error) {
 
 var stNames = map[capture.DType]string{capture.BF16: "BF16", capture.F16: "F16", capture.F32: "F32"}
 
-// weight returns tensor name as a weight of the model dtype want (kernels.F32, BF16 or F16): a zero-copy view of
-// the mapping when it is stored in want (or in bf16/f16 for an f32 model: widening is exact, so the stored bits
-// are the model's values) and the view is possible (kernels.WeightsView), else a copy rounded to want (today's
-// rule for a checkpoint stored in another dtype than its config's), converted a block at a time so that no
-// float32 copy of a whole tensor is ever made.
-func (st *stFile) weight(name string, want kernels.DType) (W, error) {
+// stored reports whether tensor name can be held in its stored dtype by a model of dtype want (kernels.F32, BF16
+// or F16): it is stored in want, or in bf16/f16 for an f32 model (widening is exact: the stored bits are the
+// model's values). It returns the tensor's bytes in the mapping.
+func (st *stFile) stored(name string, want kernels.DType) (raw []byte, dt kernels.DType, ok bool) {
 	t := st.tensors[name]
-	raw := st.m.data[t.Begin:t.End]
-	n := numel(t.Shape)
-	if len(raw) != n*t.DType.Size() { // openSafetensors checked; a guard against a slice past the mapping
-		return W{}, fmt.Errorf("engine: %s: tensor %q: %d bytes for %d elements", st.path, name, len(raw), n)
+	raw = st.m.data[t.Begin:t.End]
+	return raw, t.DType, t.DType == want || (want == kernels.F32 && (t.DType == capture.BF16 || t.DType == capture.F16))
+}
+
+// view is tensor name as a zero-copy view of the mapping, when it is stored (see stored) and aligned; the caller
+// has checked kernels.CanonicalNaNs on its bytes.
+func (st *stFile) view(name string, want kernels.DType) (W, bool) {
+	raw, dt, ok := st.stored(name, want)
+	if !ok {
+		return W{}, false
 	}
-	stored := t.DType == want || (want == kernels.F32 && (t.DType == capture.BF16 || t.DType == capture.F16))
+	return kernels.WeightsView(dt, raw, st.m)
+}
+
+// copyWeight is tensor name rounded to the model dtype want (today's rule for a checkpoint stored in another
+// dtype than its config's), or, when it is stored (a misaligned tensor, a non-canonical NaN), in its own dtype
+// with NaN made canonical: converted a block at a time, so that no float32 copy of a whole tensor is ever made.
+func (st *stFile) copyWeight(name string, want kernels.DType) (W, error) {
+	raw, dt, stored := st.stored(name, want)
+	size := dt.Size()
+	n := len(raw) / size
+	if len(raw) != n*size {
+		return W{}, fmt.Errorf("engine: %s: tensor %q: %d bytes of %s", st.path, name, len(raw), dt)
+	}
 	if stored {
-		if w, ok := kernels.WeightsView(t.DType, raw, st.m); ok {
-			return w, nil
-		}
+		want = dt
 	}
-	dst := want
-	if stored {
-		dst = t.DType // a misaligned or non-canonical-NaN tensor: copied in its own dtype, NaN made canonical
-	}
-	w := kernels.NewWeights(dst, n)
+	w := kernels.NewWeights(want, n)
 	const block = 1 << 16
 	buf := make([]float32, min(n, block))
-	size := t.DType.Size()
 	for off := 0; off < n; off += block {
 		b := buf[:min(block, n-off)]
-		decode(t.DType, raw[off*size:(off+len(b))*size], b)
+		decode(dt, raw[off*size:(off+len(b))*size], b)
 		w.Store(off, b)
 	}
 	runtime.KeepAlive(st.m)

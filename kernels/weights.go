@@ -88,6 +88,10 @@ func (w Weights) Store(off int, v []float32) {
 	}
 }
 
+// Owner is what w views and keeps alive (the keep of WeightsBits or WeightsView: a mapped file's owner), nil when
+// w holds its own memory.
+func (w Weights) Owner() any { return w.keep }
+
 // DType is the dtype the values are stored in (F32, BF16 or F16; 0 for the zero Weights).
 func (w Weights) DType() DType { return w.dt }
 
@@ -224,10 +228,10 @@ func checkWeights(op, name string, w Weights, n int) {
 }
 
 // WeightsView views raw, little-endian dt values (F32, BF16 or F16: a tensor of a mapped checkpoint), as Weights
-// without copying; keep is what the view keeps alive. ok is false when a view would not hold the bits a kernel
-// must read: raw is not aligned for dt, the machine is not little-endian, or raw holds a NaN other than dt's
-// canonical one (every weight is a value of its dtype with NaN canonical, as Store writes it): then the caller
-// copies through NewWeights and Store.
+// without copying; keep is what the view keeps alive. ok is false when no view is possible: raw is not aligned
+// for dt or the machine is not little-endian; then the caller copies through NewWeights and Store. The caller
+// must also have checked CanonicalNaNs (every weight is a value of its dtype with NaN canonical, as Store writes
+// it; the scan is left to the caller so that it can split a large tensor over goroutines).
 func WeightsView(dt DType, raw []byte, keep any) (w Weights, ok bool) {
 	size := dt.Size()
 	if (dt != F32 && dt != BF16 && dt != F16) || len(raw)%size != 0 || !littleEndian {
@@ -241,7 +245,7 @@ func WeightsView(dt DType, raw []byte, keep any) (w Weights, ok bool) {
 		return Weights{dt: dt, bits: []uint16{}, keep: keep}, true
 	}
 	p := unsafe.Pointer(unsafe.SliceData(raw))
-	if uintptr(p)%uintptr(size) != 0 || !canonicalNaNs(dt, raw) {
+	if uintptr(p)%uintptr(size) != 0 {
 		return Weights{}, false
 	}
 	if dt == F32 {
@@ -253,11 +257,11 @@ func WeightsView(dt DType, raw []byte, keep any) (w Weights, ok bool) {
 // littleEndian: the host stores a uint16 low byte first (what a view of little-endian file bytes needs).
 var littleEndian = func() bool { x := uint16(1); return *(*byte)(unsafe.Pointer(&x)) == 1 }()
 
-// canonicalNaNs reports whether every NaN among the little-endian dt values raw (len a multiple of dt's size, on
+// CanonicalNaNs reports whether every NaN among the little-endian dt values raw (len a multiple of dt's size, on
 // a little-endian host) is dt's canonical NaN, the one fp.CanonicalNaN narrows to. Eight bytes at a time: a lane
 // whose exponent field is all ones (a NaN or an infinity, rare in weights) is found with the zero-lane test
 // (u−1)&^u&high on u = ^word & exponent mask, and only then checked element by element.
-func canonicalNaNs(dt DType, raw []byte) bool {
+func CanonicalNaNs(dt DType, raw []byte) bool {
 	f := fp.FormatOf(dt)
 	canon := uint64(fp.CanonicalNaN)
 	switch dt {
@@ -289,9 +293,16 @@ func canonicalNaNs(dt DType, raw []byte) bool {
 	}
 	body := raw[head:]
 	words := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(body))), len(body)/8)
-	for i, v := range words {
-		u := ^v & exp
-		if (u-ones)&^u&high != 0 && !ok(body[8*i:8*i+8]) {
+	i := 0
+	for ; i+4 <= len(words); i += 4 { // four words per test: the common case is no hit at all
+		w := words[i : i+4 : i+4]
+		u0, u1, u2, u3 := ^w[0]&exp, ^w[1]&exp, ^w[2]&exp, ^w[3]&exp
+		if ((u0-ones)&^u0|(u1-ones)&^u1|(u2-ones)&^u2|(u3-ones)&^u3)&high != 0 && !ok(body[8*i:8*i+32]) {
+			return false
+		}
+	}
+	for ; i < len(words); i++ {
+		if u := ^words[i] & exp; (u-ones)&^u&high != 0 && !ok(body[8*i:8*i+8]) {
 			return false
 		}
 	}
