@@ -141,7 +141,7 @@ func TestWeightsView(t *testing.T) {
 		size := dt.Size()
 		vals := []float32{1, -2, float32(math.Inf(1)), float32(math.NaN()), 0.5, float32(math.Inf(-1)), 3, 0, 7, -1, 2, 4}
 		vals = append(append(append(vals, vals...), vals...), vals...) // long enough for the four-word loop
-		canon := RoundWeights(dt, vals) // NaN canonical
+		canon := RoundWeights(dt, vals)                                // NaN canonical
 		raw := canon.Raw()
 		buf := make([]byte, len(raw)+8)
 		for off := 0; off < 8; off++ {
