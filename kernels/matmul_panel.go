@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"unsafe"
+
 	"bitalign/internal/fp"
 )
 
@@ -16,14 +18,26 @@ const panelMinRows = 1
 // in ascending k, from +0, with one fused multiply-add per step: the same bits as the scalar path. The panel
 // of 16 weight rows is packed k-major once and reused for every row of x.
 // tree8 says combine is TreeSum over 8 segments (canonical MatmulForward), which then runs on whole rows of partials.
-// A bf16 or f16 weight is widened (exactly) while it is packed: the kernels only see float32 panels.
+// A bf16 weight is packed as its bits (half the bytes to move) and widened exactly in the registers by the BF16
+// kernels; an f16 weight is widened while it is packed.
 func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int, combine func([]float32) float32, tree8 bool, post epilogue) {
 	S := len(bounds) - 1
-	packed := make([]float32, K*panelWidth+panelWidth) // +16: a valid pointer when K = 0
+	bf16 := w.dt == BF16
+	var packed []float32
+	var packedBits []uint16
+	if bf16 {
+		packedBits = make([]uint16, K*panelWidth+panelWidth) // +16: a valid pointer when K = 0
+	} else {
+		packed = make([]float32, K*panelWidth+panelWidth)
+	}
 	part := make([]float32, S*4*panelWidth)            // part[s*64 + r*16 + j]
 	tmp := make([]float32, S)
 	for n := n0; n+panelWidth <= n1; n += panelWidth {
-		packPanel(packed, w, K, n)
+		if bf16 {
+			packBF16Panel(packedBits, w.bits, K, n)
+		} else {
+			packPanel(packed, w, K, n)
+		}
 		m := 0
 		for ; m+4 <= M; m += 4 {
 			for s := 0; s < S; s++ {
@@ -32,7 +46,11 @@ func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int
 				if len(x) > m*K+lo {
 					xp = &x[m*K+lo]
 				}
-				fmaPanel4x16(xp, K, &packed[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
+				if bf16 {
+					fmaPanel4x16BF16(xp, K, &packedBits[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
+				} else {
+					fmaPanel4x16(xp, K, &packed[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
+				}
 			}
 			if tree8 {
 				// the canonical tree over the 8 segment rows of 4×16 partials, all 64 outputs at once
@@ -60,7 +78,11 @@ func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int
 				if len(x) > m*K+lo {
 					xp = &x[m*K+lo]
 				}
-				fmaPanel1x16(xp, &packed[lo*panelWidth], hi-lo, &part[s*panelWidth])
+				if bf16 {
+					fmaPanel1x16BF16(xp, &packedBits[lo*panelWidth], hi-lo, &part[s*panelWidth])
+				} else {
+					fmaPanel1x16(xp, &packed[lo*panelWidth], hi-lo, &part[s*panelWidth])
+				}
 			}
 			for j := 0; j < panelWidth; j++ {
 				for s := 0; s < S; s++ {
@@ -72,33 +94,33 @@ func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int
 	}
 }
 
-// packPanel packs weight rows [n, n+panelWidth) of the (?, K) matrix w k-major into packed
-// (packed[k*panelWidth + j] = w[n+j][k]), widening bf16 and f16 values exactly.
+// packPanel packs weight rows [n, n+panelWidth) of the (?, K) matrix w (F32 or F16) k-major into packed
+// (packed[k*panelWidth + j] = w[n+j][k]), widening f16 values exactly.
 func packPanel(packed []float32, w Weights, K, n int) {
-	if w.dt != BF16 {
-		for j := 0; j < panelWidth; j++ {
-			lo, hi := (n+j)*K, (n+j+1)*K
-			if w.dt == F16 {
-				for k, b := range w.bits[lo:hi] {
-					packed[k*panelWidth+j] = fp.F16ToF32(b)
-				}
-				continue
+	for j := 0; j < panelWidth; j++ {
+		lo, hi := (n+j)*K, (n+j+1)*K
+		if w.dt == F16 {
+			for k, b := range w.bits[lo:hi] {
+				packed[k*panelWidth+j] = fp.F16ToF32(b)
 			}
-			for k, v := range w.f32[lo:hi] {
-				packed[k*panelWidth+j] = v
-			}
+			continue
 		}
-		return
+		for k, v := range w.f32[lo:hi] {
+			packed[k*panelWidth+j] = v
+		}
 	}
-	// bf16: k-major, one 16-wide output row at a time from the 16 weight rows (contiguous writes)
-	var rows [panelWidth][]uint16
-	for j := range rows {
-		rows[j] = w.bits[(n+j)*K : (n+j+1)*K]
-	}
-	for k := 0; k < K; k++ {
-		dst := packed[k*panelWidth : k*panelWidth+panelWidth]
-		for j := range dst {
-			dst[j] = fp.BF16ToF32(rows[j][k])
+}
+
+// packBF16Panel is packPanel for bf16 bits, kept as bits (the kernels widen them): two columns per 32-bit store
+// (little-endian: column j in the low half), from two weight rows read side by side.
+func packBF16Panel(packed, bits []uint16, K, n int) {
+	p32 := unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(packed))), len(packed)/2)
+	for j := 0; j < panelWidth; j += 2 {
+		r0 := bits[(n+j)*K : (n+j+1)*K]
+		r1 := bits[(n+j+1)*K : (n+j+2)*K][:len(r0)]
+		d := p32[j/2:]
+		for k, b := range r0 {
+			d[k*(panelWidth/2)] = uint32(b) | uint32(r1[k])<<16
 		}
 	}
 }
