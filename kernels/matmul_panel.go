@@ -30,7 +30,7 @@ func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int
 	} else {
 		packed = make([]float32, K*panelWidth+panelWidth)
 	}
-	part := make([]float32, S*4*panelWidth)            // part[s*64 + r*16 + j]
+	part := make([]float32, S*4*panelWidth) // part[s*64 + r*16 + j]
 	tmp := make([]float32, S)
 	for n := n0; n+panelWidth <= n1; n += panelWidth {
 		if bf16 {
