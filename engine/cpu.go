@@ -64,6 +64,13 @@ func (c *CPU) Alloc(n int) Buf {
 func (c *CPU) Free(Buf) {}
 
 func (c *CPU) View(b Buf, off, n int) Buf {
+	if wb, ok := b.(*cpuWeights); ok {
+		if off < 0 || n < 0 || off+n > wb.Len() {
+			c.fail(fmt.Errorf("engine: cpu: view [%d, %d) of a %d-element weight", off, off+n, wb.Len()))
+			return &cpuBuf{}
+		}
+		return &cpuWeights{w: wb.w.Slice(off, off+n)}
+	}
 	x := s(b)
 	if off < 0 || n < 0 || off+n > len(x) {
 		c.fail(fmt.Errorf("engine: cpu: view [%d, %d) of a %d-element buffer", off, off+n, len(x)))
@@ -89,6 +96,10 @@ func (c *CPU) Download(dst []float32, src Buf) error {
 	if len(dst) != src.Len() {
 		return fmt.Errorf("engine: cpu: download of %d elements into %d", src.Len(), len(dst))
 	}
+	if wb, ok := src.(*cpuWeights); ok {
+		wb.w.Widen(dst, 0)
+		return nil
+	}
 	copy(dst, s(src))
 	return nil
 }
@@ -96,6 +107,10 @@ func (c *CPU) Download(dst []float32, src Buf) error {
 func (c *CPU) Copy(dst, src Buf) {
 	if c.err == nil && dst.Len() != src.Len() {
 		c.fail(fmt.Errorf("engine: cpu: copy of %d elements into %d", src.Len(), dst.Len()))
+		return
+	}
+	if wb, ok := src.(*cpuWeights); ok {
+		wb.w.Widen(s(dst), 0)
 		return
 	}
 	copy(s(dst), s(src))

@@ -126,6 +126,27 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 	return r
 }
 
+// freeWeights releases the rank's weights and tables on its backend (the run is over: on a GPU they would
+// otherwise hold device memory until the process ends).
+func (r *rank) freeWeights() {
+	free := func(bs ...Buf) {
+		for _, b := range bs {
+			if b != nil {
+				r.be.Free(b)
+			}
+		}
+	}
+	free(r.embed, r.norm, r.lmHead, r.cos, r.sin)
+	for _, w := range r.layers {
+		free(w.attnNorm, w.mlpNorm, w.q, w.k, w.v, w.o, w.qb, w.kb, w.vb, w.ob, w.qn, w.kn, w.gate, w.up, w.down,
+			w.router, w.sharedGate, w.shared.gate, w.shared.up, w.shared.down)
+		for _, x := range w.experts {
+			free(x.gate, x.up, x.down)
+		}
+	}
+	r.embed, r.norm, r.lmHead, r.cos, r.sin, r.layers = nil, nil, nil, nil, nil, nil
+}
+
 // segment is one sequence's share of a forward: tokens at positions start..start+len(toks)-1.
 type segment struct {
 	seq        int64

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -256,4 +257,33 @@ func TestLoadReleasesMappings(t *testing.T) {
 		t.Fatalf("%d mappings still live after the model was dropped", n-before)
 	}
 	_ = m
+}
+
+// TestCPUWeightBufs: the CPU backend's weight buffers (UploadWeights: the model's own tensor) download, copy
+// and view as their widened values, and a matmul on a view reads the right rows.
+func TestCPUWeightBufs(t *testing.T) {
+	vals := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	be := NewCPU()
+	b := be.UploadWeights(kernels.RoundWeights(kernels.BF16, vals))
+	got := make([]float32, 8)
+	if err := be.Download(got, b); err != nil || fmt.Sprint(got) != fmt.Sprint(vals) {
+		t.Fatalf("download %v %v", got, err)
+	}
+	c := be.Alloc(4)
+	be.Copy(c, be.View(b, 4, 4))
+	be.Download(got[:4], c)
+	if fmt.Sprint(got[:4]) != "[5 6 7 8]" {
+		t.Fatalf("copy of a view: %v", got[:4])
+	}
+	x, out := be.Alloc(2), be.Alloc(2)
+	be.Upload(x, []float32{1, 1})
+	be.Matmul(kernels.Canonical, out, x, be.View(b, 4, 4), nil, 1, 2, 2, kernels.F32)
+	be.Download(got[:2], out)
+	if fmt.Sprint(got[:2]) != "[11 15]" || be.Err() != nil {
+		t.Fatalf("matmul on a view: %v %v", got[:2], be.Err())
+	}
+	be.View(b, 6, 4)
+	if be.Err() == nil {
+		t.Fatal("view past the end accepted")
+	}
 }
