@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"sort"
-	"sync/atomic"
 
 	"bitalign/capture"
 	"bitalign/internal/atomicfile"
@@ -33,9 +32,6 @@ type stFile struct {
 	m       *mapping
 	tensors map[string]capture.SafetensorsTensor
 }
-
-// liveMappings counts the checkpoint mappings not yet released (tests: a dropped model releases its files).
-var liveMappings atomic.Int64
 
 // mapping is a checkpoint file mapped read-only. Every weight that views it holds it (kernels.Weights' keep),
 // and it is unmapped by a cleanup once nothing does.
@@ -80,10 +76,8 @@ func openSafetensors(path string) (*stFile, error) {
 		return nil, err
 	}
 	st.m = &mapping{data: data}
-	liveMappings.Add(1)
 	runtime.AddCleanup(st.m, func(unmap func() error) {
 		unmap() //nolint:errcheck // nothing to tell: no weight refers to the mapping any more
-		liveMappings.Add(-1)
 	}, unmap)
 	return st, nil
 }
