@@ -92,7 +92,11 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 	H, hd := cfg.Hidden, cfg.HeadDim
 	r.embed = mat(m.Embed)
 	r.norm = up(m.Norm)
-	r.lmHead = mat(m.LMHead.Rows(H, lay.v0, lay.vLocal))
+	if cfg.TiedEmbeddings && lay.tp == 1 {
+		r.lmHead = r.embed // the same tensor: held once (a tied checkpoint's size on the device too)
+	} else {
+		r.lmHead = mat(m.LMHead.Rows(H, lay.v0, lay.vLocal))
+	}
 	q0, qn := lay.qHead0*hd, lay.qHeads*hd
 	k0, kn := lay.kvHead0*hd, lay.kvHeads*hd
 	for l, L := range m.Layers {
@@ -135,6 +139,9 @@ func (r *rank) freeWeights() {
 				r.be.Free(b)
 			}
 		}
+	}
+	if r.lmHead == r.embed {
+		r.lmHead = nil // tied at TP 1: freed once, as the embedding
 	}
 	free(r.embed, r.norm, r.lmHead, r.cos, r.sin)
 	for _, w := range r.layers {
