@@ -82,21 +82,27 @@ func (s *stager) upload(c *cuda.Ctx, dst cuda.Ptr, n, elem int, fill func(buf []
 	return c.StreamSync(s.stream)
 }
 
-// UploadWeights places w on the GPU. The loaded kernels read float32 weights, so each block is widened
-// (exactly) into the staging buffer: host memory stays the checkpoint's (no float32 copy of the model), device
-// memory for a bf16 weight is twice its size.
+// UploadWeights places w on the GPU. A bf16 weight goes up as its bits when the loaded PTX has the kernels
+// that read bf16 weights (cudakernels.HasBF16Weights): device memory for it is then its checkpoint size. Every
+// other weight (f16, f32, or bf16 with PTX that predates those kernels) is widened (exactly) block by block into
+// the staging buffer and held as float32. Either way the host never holds a float32 copy of the model.
 func (b *CUDA) UploadWeights(w kernels.Weights) Buf {
 	n := w.Len()
 	buf := &cudaBuf{n: n, root: true}
 	if n == 0 {
 		return buf
 	}
-	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
-		q, err := c.Alloc(int64(n) * 4)
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		buf.bf16 = w.DType() == kernels.BF16 && k.HasBF16Weights()
+		q, err := c.Alloc(int64(n) * buf.elem())
 		if err != nil {
-			return fmt.Errorf("alloc of %d floats for a weight: %w", n, err)
+			return fmt.Errorf("alloc of %d weights: %w", n, err)
 		}
 		buf.p = q
+		if buf.bf16 {
+			raw := w.Raw()
+			return b.dev.stage.upload(c, q, n, 2, func(dst []byte, off, cnt int) { copy(dst, raw[2*off:2*(off+cnt)]) })
+		}
 		return b.dev.stage.upload(c, q, n, 4, func(dst []byte, off, cnt int) {
 			w.Widen(unsafe.Slice((*float32)(unsafe.Pointer(&dst[0])), cnt), off)
 		})
