@@ -26,12 +26,18 @@ type Backend interface {
 	Free(b Buf)                    // release b (and every view of it); nil is ignored
 	View(b Buf, off, n int) Buf    // elements [off, off+n) of b, sharing its memory
 	Upload(dst Buf, src []float32) // len(src) == dst.Len()
+	// UploadWeights places a weight matrix on the backend in its stored dtype (the CPU backend: a view, no copy)
+	// and returns the Buf that Matmul, MatmulPartial and Embed take as their weight operand (w, table); Len is
+	// its element count. Free releases it. Norm weights and biases are small and go through Upload as float32.
+	UploadWeights(w kernels.Weights) Buf
 	Download(dst []float32, src Buf) error
 	Copy(dst, src Buf) // dst.Len() == src.Len()
 
-	// Embed: table is (V, H); out is (len(ids), H), out[t] = round_dt(table[ids[t]]).
+	// Embed: table is (V, H), a float32 Buf or an UploadWeights one; out is (len(ids), H),
+	// out[t] = round_dt(table[ids[t]]).
 	Embed(out, table Buf, ids []int32, H int, dt kernels.DType)
-	// Matmul: x is (M, K), w is (N, K), bias is (N) or nil, out is (M, N) = round_dt(x·wᵀ + bias).
+	// Matmul: x is (M, K), w is (N, K) (a float32 Buf or an UploadWeights one: a bf16/f16 weight is widened
+	// exactly as it is read), bias is (N) or nil, out is (M, N) = round_dt(x·wᵀ + bias).
 	Matmul(p kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType)
 	// MatmulPartial: this rank's share of a row-parallel matmul whose K is split over tp ranks; x is (M, kLocal),
 	// w is (N, kLocal), out (M, N) is the rank's float32 subtree, not rounded. AllReduce finishes the tree, then

@@ -15,8 +15,9 @@ import (
 // cudaDevice is one GPU with its loaded kernels, opened once per process and shared by every CUDA backend
 // placed on it (ops of different backends interleave on the device's thread; each op is enqueued whole).
 type cudaDevice struct {
-	d *cuda.Device
-	k *cudakernels.Kernels
+	d     *cuda.Device
+	k     *cudakernels.Kernels
+	stage stager // weight uploads (upload_cuda.go)
 }
 
 var cudaDevices = struct {
@@ -44,11 +45,27 @@ func openCUDADevice(ordinal int) (*cudaDevice, error) {
 	return cd, nil
 }
 
-// cudaBuf is device memory: n float32 at p. A view shares its root's allocation (root false).
+// cudaBuf is device memory: n float32 at p, or n bf16 weights (bf16: an UploadWeights buffer holding the
+// checkpoint's bits, read by the _bf16w kernels). A view shares its root's allocation (root false).
 type cudaBuf struct {
 	p    cuda.Ptr
 	n    int
 	root bool
+	bf16 bool
+}
+
+// elem is the size of one element in bytes.
+func (b *cudaBuf) elem() int64 {
+	if b.bf16 {
+		return 2
+	}
+	return 4
+}
+
+// isBF16 reports whether x is a weight buffer of bf16 bits.
+func isBF16(x Buf) bool {
+	cb, ok := x.(*cudaBuf)
+	return ok && cb.bf16
 }
 
 func (b *cudaBuf) Len() int { return b.n }
@@ -242,7 +259,7 @@ func (b *CUDA) View(x Buf, off, n int) Buf {
 		b.fail(fmt.Errorf("view [%d, %d) of a %d-element buffer", off, off+n, cb.n))
 		return &cudaBuf{}
 	}
-	return &cudaBuf{p: cb.p.Add(int64(off) * 4), n: n}
+	return &cudaBuf{p: cb.p.Add(int64(off) * cb.elem()), n: n, bf16: cb.bf16}
 }
 
 func (b *CUDA) Upload(dst Buf, src []float32) {
@@ -260,6 +277,12 @@ func (b *CUDA) Download(dst []float32, src Buf) error {
 	if len(dst) != src.Len() {
 		return fmt.Errorf("engine: %s: download of %d elements into %d", b.name, src.Len(), len(dst))
 	}
+	if isBF16(src) { // a bf16 weight: its bits, widened on the host
+		bits := make([]uint16, len(dst))
+		b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, bits, cudaPtr(src)) })
+		kernels.WeightsBits(kernels.BF16, bits, nil).Widen(dst, 0)
+		return b.err
+	}
 	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, dst, cudaPtr(src)) })
 	return b.err
 }
@@ -269,8 +292,12 @@ func (b *CUDA) Copy(dst, src Buf) {
 		b.fail(fmt.Errorf("copy of %d elements into %d", src.Len(), dst.Len()))
 		return
 	}
+	if isBF16(src) != isBF16(dst) {
+		b.fail(fmt.Errorf("copy between a bf16 weight and a float32 buffer"))
+		return
+	}
 	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
-		return c.CopyDtoD(cudaPtr(dst), cudaPtr(src), int64(src.Len())*4)
+		return c.CopyDtoD(cudaPtr(dst), cudaPtr(src), int64(src.Len())*dst.(*cudaBuf).elem())
 	})
 }
 
@@ -287,19 +314,19 @@ func (b *CUDA) Embed(out, table Buf, ids []int32, H int, dt kernels.DType) {
 		if err != nil {
 			return err
 		}
-		return k.EmbeddingForward(c, dt, cudaPtr(out), cudaPtr(table), d, len(ids), V, H)
+		return k.EmbeddingForwardW(c, dt, cudaPtr(out), cudaPtr(table), isBF16(table), d, len(ids), V, H)
 	})
 }
 
 func (b *CUDA) Matmul(pr kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.MatmulForward(c, pr, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), cudaPtr(bias), M, K, N)
+		return k.MatmulForwardW(c, pr, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), isBF16(w), cudaPtr(bias), M, K, N)
 	})
 }
 
 func (b *CUDA) MatmulPartial(pr kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.MatmulPartial(c, pr, cudaPtr(out), cudaPtr(x), cudaPtr(w), M, kLocal, N, tp)
+		return k.MatmulPartialW(c, pr, cudaPtr(out), cudaPtr(x), cudaPtr(w), isBF16(w), M, kLocal, N, tp)
 	})
 }
 

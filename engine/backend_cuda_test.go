@@ -181,3 +181,49 @@ func sampleThenTrain(t *testing.T, m *Model, ps [][]int32, mn []int, tp int, p k
 	}
 	return sout, tout, sd, td
 }
+
+// TestCUDAUploadWeights: weights of every stored dtype, large enough to cross several staging buffers (the
+// double-buffered path) and with a size that is not a multiple of one, arrive on the GPU as their exactly
+// widened values, and a matmul reading them gives the CPU backend's bits.
+func TestCUDAUploadWeights(t *testing.T) {
+	gpu := cudaOrSkip(t)
+	be, err := gpu(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 2*stageBytes/4 + 12345 // three blocks of float32 staging
+	vals := make([]float32, n)
+	rng := splitmix64(5)
+	for i := range vals {
+		vals[i] = float32(rng.uniform())
+	}
+	for _, dt := range []kernels.DType{kernels.BF16, kernels.F16, kernels.F32} {
+		w := kernels.RoundWeights(dt, vals)
+		b := be.UploadWeights(w)
+		got := make([]float32, n)
+		if err := be.Download(got, b); err != nil {
+			t.Fatal(err)
+		}
+		if i, u, ok := kernels.FirstDiff(got, w.Float32()); ok {
+			t.Fatalf("%v weight on the GPU: first difference at %d (%d ulp)", dt, i, u)
+		}
+		const M, K = 3, 1024
+		N := n / K
+		x := kernels.RoundWeights(kernels.BF16, vals[:M*K]).Float32()
+		xb, out := be.Alloc(M*K), be.Alloc(M*N)
+		be.Upload(xb, x)
+		be.Matmul(kernels.Canonical, out, xb, be.View(b, 0, N*K), nil, M, K, N, kernels.BF16)
+		gpuOut := make([]float32, M*N)
+		if err := be.Download(gpuOut, out); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, M*N)
+		kernels.MatmulForwardW(kernels.Canonical, kernels.BF16, want, x, w.Slice(0, N*K), nil, M, K, N)
+		if i, u, ok := kernels.FirstDiff(gpuOut, want); ok {
+			t.Fatalf("%v weights: GPU matmul differs from the CPU's at %d (%d ulp)", dt, i, u)
+		}
+		be.Free(b)
+		be.Free(xb)
+		be.Free(out)
+	}
+}

@@ -61,7 +61,7 @@ func TestNewRandomDeterministic(t *testing.T) {
 	if !sameWeights(a, b) || sameWeights(a, c) {
 		t.Fatal("NewRandom is not a function of (config, seed)")
 	}
-	for _, x := range a.Layers[0].Q {
+	for _, x := range a.Layers[0].Q.Float32() {
 		if roundTo(capture.BF16, x) != x {
 			t.Fatal("random weight not representable in bf16")
 		}
@@ -80,7 +80,7 @@ func TestLoadShardedFixture(t *testing.T) {
 		t.Fatalf("config %+v", c)
 	}
 	for _, s := range m.weightSpecs() {
-		got := *s.ptr
+		got := s.ptr.Float32()
 		for i := range got {
 			want := float32((i*37+len(s.name)*11)%17-8) / 16
 			if got[i] != want {
@@ -88,7 +88,7 @@ func TestLoadShardedFixture(t *testing.T) {
 			}
 		}
 	}
-	if &m.LMHead[0] != &m.Embed[0] {
+	if &m.LMHead.Raw()[0] != &m.Embed.Raw()[0] {
 		t.Fatal("tied LM head is not the embedding")
 	}
 	// The fixture runs: a short rollout and its trainer recomputation agree bitwise.
@@ -115,9 +115,12 @@ func TestLoadF32IntoBF16(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, x := range m.Layers[1].Down {
-		if back.Layers[1].Down[i] != roundTo(capture.BF16, x) {
-			t.Fatalf("down[%d]: %v, want bf16(%v)", i, back.Layers[1].Down[i], x)
+	if dt := back.Layers[1].Down.DType(); dt != capture.BF16 {
+		t.Fatalf("down is held as %s, want the config's bf16", dt)
+	}
+	for i, x := range m.Layers[1].Down.Float32() {
+		if back.Layers[1].Down.At(i) != roundTo(capture.BF16, x) {
+			t.Fatalf("down[%d]: %v, want bf16(%v)", i, back.Layers[1].Down.At(i), x)
 		}
 	}
 }

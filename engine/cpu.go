@@ -12,6 +12,22 @@ type cpuBuf struct{ s []float32 }
 
 func (b *cpuBuf) Len() int { return len(b.s) }
 
+// cpuWeights is a weight in its stored dtype on the CPU backend (UploadWeights): the model's own tensor, no copy.
+type cpuWeights struct{ w kernels.Weights }
+
+func (b *cpuWeights) Len() int { return b.w.Len() }
+
+// weights unwraps a weight operand: an UploadWeights Buf, or a float32 one (weights uploaded as values).
+func weights(b Buf) kernels.Weights {
+	switch b := b.(type) {
+	case *cpuWeights:
+		return b.w
+	case nil:
+		return kernels.Weights{}
+	}
+	return kernels.WeightsF32(s(b))
+}
+
 // CPU is the reference backend: every op is the package kernels function of the same name.
 type CPU struct {
 	err error
@@ -48,6 +64,13 @@ func (c *CPU) Alloc(n int) Buf {
 func (c *CPU) Free(Buf) {}
 
 func (c *CPU) View(b Buf, off, n int) Buf {
+	if wb, ok := b.(*cpuWeights); ok {
+		if off < 0 || n < 0 || off+n > wb.Len() {
+			c.fail(fmt.Errorf("engine: cpu: view [%d, %d) of a %d-element weight", off, off+n, wb.Len()))
+			return &cpuBuf{}
+		}
+		return &cpuWeights{w: wb.w.Slice(off, off+n)}
+	}
 	x := s(b)
 	if off < 0 || n < 0 || off+n > len(x) {
 		c.fail(fmt.Errorf("engine: cpu: view [%d, %d) of a %d-element buffer", off, off+n, len(x)))
@@ -64,12 +87,18 @@ func (c *CPU) Upload(dst Buf, src []float32) {
 	copy(s(dst), src)
 }
 
+func (c *CPU) UploadWeights(w kernels.Weights) Buf { return &cpuWeights{w: w} }
+
 func (c *CPU) Download(dst []float32, src Buf) error {
 	if c.err != nil {
 		return c.err
 	}
 	if len(dst) != src.Len() {
 		return fmt.Errorf("engine: cpu: download of %d elements into %d", src.Len(), len(dst))
+	}
+	if wb, ok := src.(*cpuWeights); ok {
+		wb.w.Widen(dst, 0)
+		return nil
 	}
 	copy(dst, s(src))
 	return nil
@@ -80,6 +109,10 @@ func (c *CPU) Copy(dst, src Buf) {
 		c.fail(fmt.Errorf("engine: cpu: copy of %d elements into %d", src.Len(), dst.Len()))
 		return
 	}
+	if wb, ok := src.(*cpuWeights); ok {
+		wb.w.Widen(s(dst), 0)
+		return
+	}
 	copy(s(dst), s(src))
 }
 
@@ -87,21 +120,21 @@ func (c *CPU) Embed(out, table Buf, ids []int32, H int, dt kernels.DType) {
 	if c.err != nil {
 		return
 	}
-	c.fail(kernels.EmbeddingForward(dt, s(out), s(table), ids, len(ids), table.Len()/H, H))
+	c.fail(kernels.EmbeddingForwardW(dt, s(out), weights(table), ids, len(ids), table.Len()/H, H))
 }
 
 func (c *CPU) Matmul(p kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType) {
 	if c.err != nil {
 		return
 	}
-	kernels.MatmulForward(p, dt, s(out), s(x), s(w), s(bias), M, K, N)
+	kernels.MatmulForwardW(p, dt, s(out), s(x), weights(w), s(bias), M, K, N)
 }
 
 func (c *CPU) MatmulPartial(p kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
 	if c.err != nil {
 		return
 	}
-	c.fail(kernels.MatmulPartial(p, s(out), s(x), s(w), M, kLocal, N, rank, tp))
+	c.fail(kernels.MatmulPartialW(p, s(out), s(x), weights(w), M, kLocal, N, rank, tp))
 }
 
 func (c *CPU) MatmulFinish(out, bias Buf, M, N int, dt kernels.DType) {

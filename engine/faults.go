@@ -115,19 +115,20 @@ func (m *Model) withStaleLayer(l int) *Model {
 	c.Layers = append([]Layer(nil), m.Layers...)
 	L := c.Layers[l]
 	rng := splitmix64(0x5ca1ab1e + uint64(l))
-	prev := func(w []float32) []float32 {
-		if w == nil {
-			return nil
+	prev := func(w W) W {
+		if w.IsZero() {
+			return w
 		}
-		out := make([]float32, len(w))
-		for i, x := range w {
+		out := make([]float32, w.Len())
+		w.Widen(out, 0)
+		for i, x := range out {
 			step := float32(1.0 / 64) // 2^-6 relative: larger than a bf16 ulp (2^-8), so the bits change
 			if rng.next()&1 == 0 {
 				step = -step
 			}
-			out[i] = roundTo(m.Config.DType, x*(1+step))
+			out[i] = x * (1 + step)
 		}
-		return out
+		return kernels.RoundWeights(kdt(m.Config.DType), out) // the model dtype's rounding
 	}
 	L.AttnNorm, L.MLPNorm = prev(L.AttnNorm), prev(L.MLPNorm)
 	L.Q, L.K, L.V, L.O = prev(L.Q), prev(L.K), prev(L.V), prev(L.O)

@@ -72,7 +72,7 @@ type kvCache struct {
 func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, maxPos int) *rank {
 	cfg := m.Config
 	r := &rank{cfg: cfg, lay: lay, be: be, comm: comm, ring: ring, v: v, caches: map[int64]*kvCache{}}
-	up := func(x []float32) Buf {
+	vec := func(x []float32) Buf { // a float32 vector (norm weights, biases, RoPE tables)
 		if x == nil {
 			return nil
 		}
@@ -82,47 +82,76 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 		}
 		return b
 	}
-	H, hd := cfg.Hidden, cfg.HeadDim
-	r.embed = up(m.Embed)
-	r.norm = up(m.Norm)
-	r.lmHead = up(rows(m.LMHead, H, lay.v0, lay.vLocal))
-	q0, qn := lay.qHead0*hd, lay.qHeads*hd
-	k0, kn := lay.kvHead0*hd, lay.kvHeads*hd
-	sub := func(x []float32, off, n int) []float32 {
-		if x == nil {
+	up := func(w W) Buf { return vec(w.Float32()) } // a small weight (norm, bias), as float32 values
+	mat := func(w W) Buf {                          // a weight matrix, in its stored dtype
+		if w.IsZero() {
 			return nil
 		}
-		return x[off : off+n]
+		return be.UploadWeights(w)
 	}
+	H, hd := cfg.Hidden, cfg.HeadDim
+	r.embed = mat(m.Embed)
+	r.norm = up(m.Norm)
+	if cfg.TiedEmbeddings && lay.tp == 1 {
+		r.lmHead = r.embed // the same tensor: held once (a tied checkpoint's size on the device too)
+	} else {
+		r.lmHead = mat(m.LMHead.Rows(H, lay.v0, lay.vLocal))
+	}
+	q0, qn := lay.qHead0*hd, lay.qHeads*hd
+	k0, kn := lay.kvHead0*hd, lay.kvHeads*hd
 	for l, L := range m.Layers {
 		var experts []expertBufs
 		if cfg.MoELayer(l) {
 			Im := cfg.MoEIntermediate
 			for _, x := range L.Experts {
-				experts = append(experts, expertBufs{gate: up(rows(x.Gate, H, lay.m0, lay.mLocal)),
-					up: up(rows(x.Up, H, lay.m0, lay.mLocal)), down: up(cols(x.Down, H, Im, lay.m0, lay.mLocal))})
+				experts = append(experts, expertBufs{gate: mat(x.Gate.Rows(H, lay.m0, lay.mLocal)),
+					up: mat(x.Up.Rows(H, lay.m0, lay.mLocal)), down: mat(x.Down.Cols(H, Im, lay.m0, lay.mLocal))})
 			}
 		}
 		var shared expertBufs
-		if L.SharedGate != nil {
+		if !L.SharedGate.IsZero() {
 			Is := cfg.SharedIntermediate
-			shared = expertBufs{gate: up(rows(L.Shared.Gate, H, lay.s0, lay.sLocal)),
-				up: up(rows(L.Shared.Up, H, lay.s0, lay.sLocal)), down: up(cols(L.Shared.Down, H, Is, lay.s0, lay.sLocal))}
+			shared = expertBufs{gate: mat(L.Shared.Gate.Rows(H, lay.s0, lay.sLocal)),
+				up: mat(L.Shared.Up.Rows(H, lay.s0, lay.sLocal)), down: mat(L.Shared.Down.Cols(H, Is, lay.s0, lay.sLocal))}
 		}
 		r.layers = append(r.layers, layerWeights{
-			router: up(L.Router), experts: experts, shared: shared, sharedGate: up(L.SharedGate),
+			router: mat(L.Router), experts: experts, shared: shared, sharedGate: mat(L.SharedGate),
 			attnNorm: up(L.AttnNorm), mlpNorm: up(L.MLPNorm),
-			q: up(rows(L.Q, H, q0, qn)), k: up(rows(L.K, H, k0, kn)), v: up(rows(L.V, H, k0, kn)),
-			o:  up(cols(L.O, H, cfg.QDim(), q0, qn)),
-			qb: up(sub(L.QBias, q0, qn)), kb: up(sub(L.KBias, k0, kn)), vb: up(sub(L.VBias, k0, kn)), ob: up(L.OB),
+			q: mat(L.Q.Rows(H, q0, qn)), k: mat(L.K.Rows(H, k0, kn)), v: mat(L.V.Rows(H, k0, kn)),
+			o:  mat(L.O.Cols(H, cfg.QDim(), q0, qn)),
+			qb: up(L.QBias.Slice(q0, q0+qn)), kb: up(L.KBias.Slice(k0, k0+kn)), vb: up(L.VBias.Slice(k0, k0+kn)), ob: up(L.OB),
 			qn: up(L.QNorm), kn: up(L.KNorm),
-			gate: up(nilRows(L.Gate, H, lay.i0, lay.iLocal)), up: up(nilRows(L.Up, H, lay.i0, lay.iLocal)),
-			down: up(nilCols(L.Down, H, cfg.Intermediate, lay.i0, lay.iLocal)),
+			gate: mat(L.Gate.Rows(H, lay.i0, lay.iLocal)), up: mat(L.Up.Rows(H, lay.i0, lay.iLocal)),
+			down: mat(L.Down.Cols(H, cfg.Intermediate, lay.i0, lay.iLocal)),
 		})
 	}
 	cos, sin := kernels.RoPETables(cfg.RopeTheta, cfg.HeadDim, max(maxPos, 1), kdt(cfg.DType))
-	r.cos, r.sin = up(cos), up(sin)
+	r.cos, r.sin = vec(cos), vec(sin)
 	return r
+}
+
+// freeWeights releases the rank's weights and tables on its backend (the run is over: on a GPU they would
+// otherwise hold device memory until the process ends).
+func (r *rank) freeWeights() {
+	free := func(bs ...Buf) {
+		for _, b := range bs {
+			if b != nil {
+				r.be.Free(b)
+			}
+		}
+	}
+	if r.lmHead == r.embed {
+		r.lmHead = nil // tied at TP 1: freed once, as the embedding
+	}
+	free(r.embed, r.norm, r.lmHead, r.cos, r.sin)
+	for _, w := range r.layers {
+		free(w.attnNorm, w.mlpNorm, w.q, w.k, w.v, w.o, w.qb, w.kb, w.vb, w.ob, w.qn, w.kn, w.gate, w.up, w.down,
+			w.router, w.sharedGate, w.shared.gate, w.shared.up, w.shared.down)
+		for _, x := range w.experts {
+			free(x.gate, x.up, x.down)
+		}
+	}
+	r.embed, r.norm, r.lmHead, r.cos, r.sin, r.layers = nil, nil, nil, nil, nil, nil
 }
 
 // segment is one sequence's share of a forward: tokens at positions start..start+len(toks)-1.

@@ -171,6 +171,7 @@ func (g *group) close(failed bool) error {
 		}
 		r.be.Free(r.logits)
 		r.logits = nil
+		r.freeWeights()
 		r.leave()
 		if r.rec == nil {
 			continue

@@ -157,7 +157,7 @@ func sameWeights(a, b *Model) bool {
 	}
 	sa, sb := a.weightSpecs(), b.weightSpecs()
 	for i := range sa {
-		x, y := *sa[i].ptr, *sb[i].ptr
+		x, y := sa[i].ptr.Float32(), sb[i].ptr.Float32() // the values, whatever dtype holds them
 		if len(x) != len(y) {
 			return false
 		}

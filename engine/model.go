@@ -8,46 +8,58 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 
-	"bitalign/capture"
+	"bitalign/kernels"
 )
 
-// Layer holds one decoder layer's weights as float32 values representable in the model dtype. Linear weights are
-// (out_features, in_features), as PyTorch stores them. Optional tensors are nil when the config has none.
+// W is a weight tensor as the model holds it: in the checkpoint's dtype when that is the model's (a zero-copy
+// view of the mapped file where alignment allows), else rounded to the model's dtype and stored in it
+// (kernels.Weights: docs/design.md, "Data conventions").
+type W = kernels.Weights
+
+// Layer holds one decoder layer's weights. Linear weights are (out_features, in_features), as PyTorch stores
+// them. Optional tensors are zero (W.IsZero) when the config has none.
 type Layer struct {
-	AttnNorm, MLPNorm       []float32 // (H)
-	Q, K, V, O              []float32 // (nh*hd, H), (nkv*hd, H), (nkv*hd, H), (H, nh*hd)
-	QBias, KBias, VBias, OB []float32 // q/k/v bias (Qwen2; attention_bias), o bias (attention_bias)
-	QNorm, KNorm            []float32 // (hd) Qwen3
-	Gate, Up, Down          []float32 // (I, H), (I, H), (H, I); nil in a mixture-of-experts layer
-	Router                  []float32 // (E, H) mixture-of-experts layers: mlp.gate, the router
-	Experts                 []Expert  // (E) mixture-of-experts layers
-	Shared                  Expert    // Qwen2-MoE's shared expert (SharedIntermediate wide); nil slices otherwise
-	SharedGate              []float32 // (1, H) Qwen2-MoE: the shared expert's sigmoid gate
+	AttnNorm, MLPNorm       W        // (H)
+	Q, K, V, O              W        // (nh*hd, H), (nkv*hd, H), (nkv*hd, H), (H, nh*hd)
+	QBias, KBias, VBias, OB W        // q/k/v bias (Qwen2; attention_bias), o bias (attention_bias)
+	QNorm, KNorm            W        // (hd) Qwen3
+	Gate, Up, Down          W        // (I, H), (I, H), (H, I); zero in a mixture-of-experts layer
+	Router                  W        // (E, H) mixture-of-experts layers: mlp.gate, the router
+	Experts                 []Expert // (E) mixture-of-experts layers
+	Shared                  Expert   // Qwen2-MoE's shared expert (SharedIntermediate wide); zero otherwise
+	SharedGate              W        // (1, H) Qwen2-MoE: the shared expert's sigmoid gate
 }
 
 // Expert is one expert's SwiGLU MLP, moe_intermediate_size (Im) wide.
 type Expert struct {
-	Gate, Up, Down []float32 // (Im, H), (Im, H), (H, Im)
+	Gate, Up, Down W // (Im, H), (Im, H), (H, Im)
 }
 
 // Model is a loaded decoder: its config and weights.
 type Model struct {
 	Config Config
-	Embed  []float32 // (V, H)
+	Embed  W // (V, H)
 	Layers []Layer
-	Norm   []float32 // (H)
-	LMHead []float32 // (V, H); the same slice as Embed when the embeddings are tied
+	Norm   W // (H)
+	LMHead W // (V, H); the same tensor as Embed when the embeddings are tied
+}
+
+// WeightBytes is the memory the model's weights occupy (a tied LM head counted once).
+func (m *Model) WeightBytes() int64 {
+	var n int64
+	for _, s := range m.weightSpecs() {
+		n += s.ptr.Bytes()
+	}
+	return n
 }
 
 // weightSpec names one checkpoint tensor, its shape and where it lives in a Model.
 type weightSpec struct {
 	name  string
 	shape []int64
-	ptr   *[]float32
+	ptr   *W
 }
 
 // weightSpecs lists every tensor of the checkpoint layout for m.Config, in a fixed order.
@@ -130,174 +142,6 @@ func newModel(cfg Config) *Model {
 	return &Model{Config: cfg, Layers: make([]Layer, cfg.Layers)}
 }
 
-// Load reads a Hugging Face checkpoint directory: config.json plus model.safetensors, or the shards named by
-// model.safetensors.index.json. Weights stored in bf16, f16 or f32 are rounded to the config's dtype.
-func Load(dir string) (*Model, error) {
-	cfg, err := LoadConfig(dir)
-	if err != nil {
-		return nil, err
-	}
-	m := newModel(cfg)
-	files := map[string]*stFile{} // shard file name → open file
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	where := map[string]string{} // tensor name → shard file name
-	indexPath := filepath.Join(dir, "model.safetensors.index.json")
-	source := indexPath // what names the tensors: the index, or the single file
-	if data, err := os.ReadFile(indexPath); err == nil {
-		var idx struct {
-			WeightMap map[string]string `json:"weight_map"`
-		}
-		if err := json.Unmarshal(data, &idx); err != nil {
-			return nil, fmt.Errorf("engine: %s: %v", indexPath, err)
-		}
-		if len(idx.WeightMap) == 0 {
-			return nil, fmt.Errorf("engine: %s: empty weight_map", indexPath)
-		}
-		names := make([]string, 0, len(idx.WeightMap))
-		for name := range idx.WeightMap {
-			names = append(names, name)
-		}
-		slices.Sort(names) // the first bad entry reported must not depend on map order
-		for _, name := range names {
-			file := idx.WeightMap[name]
-			if file != filepath.Base(file) || file == "" || file == "." || file == ".." {
-				return nil, fmt.Errorf("engine: %s: tensor %q: shard %q is not a file name in the checkpoint directory", indexPath, name, file)
-			}
-			where[name] = file
-		}
-	} else if errors.Is(err, os.ErrNotExist) {
-		single := filepath.Join(dir, "model.safetensors")
-		if _, err := os.Stat(single); err != nil {
-			return nil, fmt.Errorf("engine: %s: no model.safetensors or model.safetensors.index.json", dir)
-		}
-		st, err := openSafetensors(single)
-		if err != nil {
-			return nil, err
-		}
-		files["model.safetensors"] = st
-		source = single
-		for name := range st.tensors {
-			where[name] = "model.safetensors"
-		}
-	} else {
-		return nil, fmt.Errorf("engine: %v", err)
-	}
-	// read loads one tensor of the given shape (rounded to the model dtype); ok is false when no file has it.
-	read := func(name string, shape []int64, first bool) (buf []float32, ok bool, err error) {
-		file, ok := where[name]
-		if !ok {
-			return nil, false, nil
-		}
-		st, ok := files[file]
-		if !ok {
-			st, err = openSafetensors(filepath.Join(dir, file))
-			if err != nil {
-				return nil, true, err
-			}
-			files[file] = st
-		}
-		e, ok := st.tensors[name]
-		if !ok {
-			return nil, true, fmt.Errorf("engine: %s: tensor %q missing (the index names this file)", st.path, name)
-		}
-		if !equalShape(e.Shape, shape) {
-			return nil, true, fmt.Errorf("engine: %s: tensor %q has shape %v, the config needs %v", st.path, name, e.Shape, shape)
-		}
-		if first && cfg.DType == capture.InvalidDType { // config.json names no dtype: the embedding's
-			cfg.DType = e.DType
-			m.Config.DType = cfg.DType
-		}
-		buf = make([]float32, numel(shape))
-		if err := st.read(name, buf); err != nil {
-			return nil, true, err
-		}
-		roundSlice(cfg.DType, buf)
-		return buf, true, nil
-	}
-	fused := map[int]bool{} // MoE layers read from the fused expert tensors
-	for i, s := range m.weightSpecs() {
-		if l, _, ok := expertSpec(s.name); ok && fused[l] {
-			continue // read by fusedExperts
-		}
-		buf, ok, err := read(s.name, s.shape, i == 0)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			if l, _, isExpert := expertSpec(s.name); isExpert {
-				found, err := m.fusedExperts(l, read)
-				if err != nil {
-					return nil, err
-				}
-				if found {
-					fused[l] = true
-					continue
-				}
-			}
-			return nil, fmt.Errorf("engine: %s: tensor %q missing from the checkpoint", source, s.name)
-		}
-		*s.ptr = buf
-	}
-	if cfg.TiedEmbeddings {
-		m.LMHead = m.Embed
-	}
-	return m, nil
-}
-
-// expertSpec parses "model.layers.L.mlp.experts.E.<proj>.weight" into L and E.
-func expertSpec(name string) (layer, expert int, ok bool) {
-	rest, found := strings.CutPrefix(name, "model.layers.")
-	if !found {
-		return 0, 0, false
-	}
-	ls, rest, found := strings.Cut(rest, ".mlp.experts.")
-	if !found {
-		return 0, 0, false
-	}
-	es, _, found := strings.Cut(rest, ".")
-	if !found {
-		return 0, 0, false
-	}
-	l, err1 := strconv.Atoi(ls)
-	e, err2 := strconv.Atoi(es)
-	return l, e, err1 == nil && err2 == nil
-}
-
-// fusedExperts reads layer l's experts from the fused layout transformers ≥ 5 holds in memory
-// (mlp.experts.gate_up_proj (E, 2·Im, H): each expert's gate rows then its up rows; mlp.experts.down_proj
-// (E, H, Im)). found is false when the checkpoint has neither fused tensor.
-func (m *Model) fusedExperts(l int, read func(string, []int64, bool) ([]float32, bool, error)) (found bool, err error) {
-	c := m.Config
-	E, H, Im := c.Experts, c.Hidden, c.MoEIntermediate
-	p := "model.layers." + strconv.Itoa(l) + ".mlp.experts."
-	gu, ok1, err := read(p+"gate_up_proj", []int64{int64(E), int64(2 * Im), int64(H)}, false)
-	if err != nil {
-		return true, err
-	}
-	down, ok2, err := read(p+"down_proj", []int64{int64(E), int64(H), int64(Im)}, false)
-	if err != nil {
-		return true, err
-	}
-	if !ok1 && !ok2 {
-		return false, nil
-	}
-	if !ok1 || !ok2 {
-		return true, fmt.Errorf("engine: layer %d: the checkpoint has only one of %sgate_up_proj and %sdown_proj", l, p, p)
-	}
-	ly := &m.Layers[l]
-	for e := range ly.Experts {
-		g := gu[e*2*Im*H : (e*2+1)*Im*H]
-		u := gu[(e*2+1)*Im*H : (e+1)*2*Im*H]
-		ly.Experts[e] = Expert{Gate: append([]float32(nil), g...), Up: append([]float32(nil), u...),
-			Down: append([]float32(nil), down[e*H*Im:(e+1)*H*Im]...)}
-	}
-	return true, nil
-}
-
 func equalShape(a, b []int64) bool {
 	if len(a) != len(b) {
 		return false
@@ -313,13 +157,22 @@ func equalShape(a, b []int64) bool {
 // SaveOption changes how Save writes.
 type SaveOption func(*saveOptions)
 
-type saveOptions struct{ overwrite bool }
+type saveOptions struct {
+	overwrite  bool
+	shardBytes int64
+}
 
-// Overwrite lets Save replace an existing config.json and model.safetensors.
+// Overwrite lets Save replace an existing checkpoint (config.json, model.safetensors, the index and its shards).
 func Overwrite() SaveOption { return func(o *saveOptions) { o.overwrite = true } }
 
-// Save writes config.json and model.safetensors (in the config's dtype) to dir, creating it if needed. Each file
-// is written atomically. Existing files are kept unless Overwrite is given.
+// MaxShardBytes makes Save write shards of at most n bytes of tensor data each (a tensor larger than n gets a
+// shard of its own), model-0000i-of-0000N.safetensors, and model.safetensors.index.json naming them, as
+// transformers' save_pretrained(max_shard_size=n) does. n ≤ 0: one model.safetensors.
+func MaxShardBytes(n int64) SaveOption { return func(o *saveOptions) { o.shardBytes = n } }
+
+// Save writes config.json and the weights (in the config's dtype: model.safetensors, or shards and their index
+// with MaxShardBytes) to dir, creating it if needed. Each file is written atomically. Existing files are kept
+// unless Overwrite is given.
 func (m *Model) Save(dir string, opts ...SaveOption) error {
 	var o saveOptions
 	for _, opt := range opts {
@@ -331,23 +184,58 @@ func (m *Model) Save(dir string, opts ...SaveOption) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("engine: %v", err)
 	}
-	cfgPath, stPath := filepath.Join(dir, "config.json"), filepath.Join(dir, "model.safetensors")
+	var shards [][]stTensor // tensors in the specs' order, cut into shards
+	var size, total int64
+	for _, s := range m.weightSpecs() {
+		if s.ptr.Len() != numel(s.shape) {
+			return fmt.Errorf("engine: save %s: tensor %q has %d values, shape %v needs %d", dir, s.name, s.ptr.Len(), s.shape, numel(s.shape))
+		}
+		n := int64(s.ptr.Len()) * int64(m.Config.DType.Size())
+		if len(shards) == 0 || (o.shardBytes > 0 && size > 0 && size+n > o.shardBytes) {
+			shards, size = append(shards, nil), 0
+		}
+		shards[len(shards)-1] = append(shards[len(shards)-1], stTensor{s.name, s.shape, *s.ptr})
+		size += n
+		total += n
+	}
+	cfgPath, indexPath := filepath.Join(dir, "config.json"), filepath.Join(dir, "model.safetensors.index.json")
+	names := []string{"model.safetensors"}
+	if o.shardBytes > 0 {
+		names = names[:0]
+		for i := range shards {
+			names = append(names, fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards)))
+		}
+	}
 	if !o.overwrite {
-		for _, p := range []string{cfgPath, stPath, filepath.Join(dir, "model.safetensors.index.json")} {
+		paths := []string{cfgPath, indexPath, filepath.Join(dir, "model.safetensors")}
+		for _, n := range names {
+			paths = append(paths, filepath.Join(dir, n))
+		}
+		for _, p := range paths {
 			if _, err := os.Stat(p); err == nil {
 				return fmt.Errorf("engine: %s exists (use Overwrite to replace it)", p)
 			}
 		}
 	}
-	var tensors []stTensor
-	for _, s := range m.weightSpecs() {
-		if len(*s.ptr) != numel(s.shape) {
-			return fmt.Errorf("engine: save %s: tensor %q has %d values, shape %v needs %d", dir, s.name, len(*s.ptr), s.shape, numel(s.shape))
+	weightMap := map[string]string{}
+	for i, ts := range shards {
+		for _, t := range ts {
+			weightMap[t.name] = names[i]
 		}
-		tensors = append(tensors, stTensor{s.name, s.shape, *s.ptr})
+		if err := writeSafetensors(filepath.Join(dir, names[i]), m.Config.DType, ts); err != nil {
+			return err
+		}
 	}
-	if err := writeSafetensors(stPath, m.Config.DType, tensors); err != nil {
-		return err
+	if o.shardBytes > 0 {
+		idx, err := json.MarshalIndent(map[string]any{"metadata": map[string]int64{"total_size": total}, "weight_map": weightMap}, "", "  ")
+		if err != nil {
+			return fmt.Errorf("engine: %v", err)
+		}
+		if err := writeAtomic(indexPath, func(w io.Writer) error { _, err := w.Write(append(idx, '\n')); return err }); err != nil {
+			return err
+		}
+	} else if err := os.Remove(indexPath); err != nil && !errors.Is(err, os.ErrNotExist) { // Overwrite: a stale index would win
+		return fmt.Errorf("engine: %v", err)
 	}
 	cfgJSON, err := json.MarshalIndent(m.Config.HFConfig(), "", "  ")
 	if err != nil {
@@ -395,9 +283,9 @@ func NewRandom(cfg Config, seed uint64) *Model {
 			scale = 0.05
 		}
 		for j := range buf {
-			buf[j] = roundTo(cfg.DType, float32(offset+scale*rng.uniform()))
+			buf[j] = float32(offset + scale*rng.uniform())
 		}
-		*s.ptr = buf
+		*s.ptr = kernels.RoundWeights(kdt(cfg.DType), buf)
 	}
 	if cfg.TiedEmbeddings {
 		m.LMHead = m.Embed

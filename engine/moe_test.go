@@ -154,12 +154,12 @@ func TestLoadFusedExperts(t *testing.T) {
 		}
 		var gu, down []float32
 		for _, x := range L.Experts {
-			gu = append(append(gu, x.Gate...), x.Up...)
-			down = append(down, x.Down...)
+			gu = append(append(gu, x.Gate.Float32()...), x.Up.Float32()...)
+			down = append(down, x.Down.Float32()...)
 		}
 		p := "model.layers." + strconv.Itoa(l) + ".mlp.experts."
-		ts = append(ts, stTensor{p + "gate_up_proj", []int64{int64(E), int64(2 * Im), int64(H)}, gu},
-			stTensor{p + "down_proj", []int64{int64(E), int64(H), int64(Im)}, down})
+		ts = append(ts, stTensor{p + "gate_up_proj", []int64{int64(E), int64(2 * Im), int64(H)}, kernels.RoundWeights(kdt(cfg.DType), gu)},
+			stTensor{p + "down_proj", []int64{int64(E), int64(H), int64(Im)}, kernels.RoundWeights(kdt(cfg.DType), down)})
 	}
 	if err := writeSafetensors(filepath.Join(dir, "model.safetensors"), cfg.DType, ts); err != nil {
 		t.Fatal(err)

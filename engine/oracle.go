@@ -76,20 +76,20 @@ func (x *opRun) oracle(dt capture.DType) ([]float32, int, error) {
 	}
 	H, hd := cfg.Hidden, cfg.HeadDim
 	in0 := func() ([]float32, error) { return x.floats(prod[0], P, N) }
-	matmul := func(w, bias []float32, K, Nout int) error {
+	matmul := func(w, bias W, K, Nout int) error {
 		a, err := in0()
 		if err != nil {
 			return err
 		}
-		oracleMatmul(out, a, w, bias, N, K, Nout, dt)
+		oracleMatmul(out, a, w, bias.Float32(), N, K, Nout, dt)
 		return nil
 	}
-	norm := func(w []float32, rows, C int) error {
+	norm := func(w W, rows, C int) error {
 		a, err := in0()
 		if err != nil {
 			return err
 		}
-		oracleRMSNorm(out, a, w, rows, C, cfg.Eps, act, dt)
+		oracleRMSNorm(out, a, w.Float32(), rows, C, cfg.Eps, act, dt)
 		return nil
 	}
 	rope := func(heads int) error {
@@ -109,15 +109,17 @@ func (x *opRun) oracle(dt capture.DType) ([]float32, int, error) {
 		if e != nil {
 			return nil, 0, e
 		}
+		row := make([]float32, H)
 		for t, id := range ids {
-			for i, v := range m.Embed[int(id)*H : (int(id)+1)*H] {
+			m.Embed.Widen(row, int(id)*H)
+			for i, v := range row {
 				out[t*H+i] = roundOnce(float64(v), 0, dt)
 			}
 		}
 	case x.op == OpFinalNorm:
 		err = norm(m.Norm, N, H)
 	case x.op == OpLogits:
-		err = matmul(m.LMHead, nil, H, cfg.Vocab)
+		err = matmul(m.LMHead, W{}, H, cfg.Vocab)
 	case x.op == OpLogprobs:
 		width = 0
 		logits, e := x.floats(OpLogits, P, N)

@@ -176,10 +176,23 @@ func exactDot(x []float64, w []float32, bias float64) *big.Float {
 // oracleMatmul computes out (M, N) = x (M, K) · wᵀ + bias, w (N, K), each element the exact dot product
 // rounded once to dt. The float64 sums' error bound takes Σ|x_k·w_k| ≤ ‖x‖·‖w‖ (Cauchy–Schwarz), so the inner
 // loop is only the products and sums; four output columns at a time share each x value (independent chains).
-func oracleMatmul(out []float32, x []float32, w, bias []float32, M, K, N int, dt capture.DType) {
+// A bf16 or f16 weight is widened (exactly) four rows at a time.
+func oracleMatmul(out []float32, x []float32, wt W, bias []float32, M, K, N int, dt capture.DType) {
+	var wf []float32 // the float32 weight itself, or nil: widen rows into wbuf
+	if wt.DType() == capture.F32 {
+		wf = wt.Float32()
+	}
+	wbuf := make([]float32, 4*K)
+	wrows := func(n, c int) []float32 { // rows [n, n+c) of w, c ≤ 4
+		if wf != nil {
+			return wf[n*K : (n+c)*K]
+		}
+		wt.Widen(wbuf[:c*K], n*K)
+		return wbuf[:c*K]
+	}
 	wn := make([]float64, N) // ‖w_n‖, rounded up
 	for n := range wn {
-		wn[n] = norm2(w[n*K : (n+1)*K])
+		wn[n] = norm2(wrows(n, 1))
 	}
 	// Blocks of oracleRows tokens against 4 weight rows at a time: the 4 rows stay in cache while every token of
 	// the block reads them, and the block's tokens (in float64) stay in cache across all N. Each output is the
@@ -198,7 +211,8 @@ func oracleMatmul(out []float32, x []float32, w, bias []float32, M, K, N int, dt
 		}
 		n := 0
 		for ; n+4 <= N; n += 4 {
-			w0, w1, w2, w3 := w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K]
+			w := wrows(n, 4)
+			w0, w1, w2, w3 := w[:K], w[K:2*K], w[2*K:3*K], w[3*K:4*K]
 			for r := range rows {
 				xr := xb[r*K : (r+1)*K]
 				w0, w1, w2, w3 := w0[:len(xr)], w1[:len(xr)], w2[:len(xr)], w3[:len(xr)]
@@ -211,12 +225,12 @@ func oracleMatmul(out []float32, x []float32, w, bias []float32, M, K, N int, dt
 				}
 				m := m0 + r
 				for j, s := range [4]float64{s0, s1, s2, s3} {
-					out[m*N+n+j] = finishDot(s, xn[r]*wn[n+j], xr, w[(n+j)*K:(n+j+1)*K], bias, n+j, dt)
+					out[m*N+n+j] = finishDot(s, xn[r]*wn[n+j], xr, w[j*K:(j+1)*K], bias, n+j, dt)
 				}
 			}
 		}
 		for ; n < N; n++ {
-			wr := w[n*K : (n+1)*K]
+			wr := wrows(n, 1)
 			for r := range rows {
 				xr := xb[r*K : (r+1)*K]
 				var s float64

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"bitalign/capture"
+	"bitalign/kernels"
 )
 
 // Bounds on the canonical engine's distance from the oracle on the same inputs (measured: see
@@ -271,7 +272,7 @@ func bigRound(x, lo float64, f precision) float32 {
 func TestOracleMatmulCancellation(t *testing.T) {
 	// 1e30·1 + 1·1 + (−1e30)·1 = 1 exactly; float64 gives 0
 	x := []float32{1e30, 1, -1e30}
-	w := []float32{1, 1, 1}
+	w := kernels.WeightsF32([]float32{1, 1, 1})
 	out := make([]float32, 1)
 	oracleMatmul(out, x, w, nil, 1, 3, 1, capture.F32)
 	if out[0] != 1 {

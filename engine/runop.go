@@ -202,6 +202,12 @@ func (x *opRun) upload(v []float32) Buf {
 	return b
 }
 
+func (x *opRun) uploadWeights(v W) Buf {
+	b := x.be.UploadWeights(v)
+	x.bufs = append(x.bufs, b)
+	return b
+}
+
 func (x *opRun) alloc(n int) Buf {
 	b := x.be.Alloc(n)
 	x.bufs = append(x.bufs, b)
@@ -249,6 +255,12 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		}
 		return x.upload(v)
 	}
+	mat := func(v W) Buf { // a weight matrix in its stored dtype
+		if v.IsZero() {
+			return nil
+		}
+		return x.uploadWeights(v)
+	}
 	in0 := func() (Buf, error) { return x.input(prod[0], P, N) }
 	l, s, layered := SplitLayerOp(x.op)
 	var L Layer
@@ -256,20 +268,20 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		L = m.Layers[l]
 	}
 	H, hd := cfg.Hidden, cfg.HeadDim
-	matmul := func(wt, bias []float32, K, Nout int, d kernels.DType) error {
+	matmul := func(wt, bias W, K, Nout int, d kernels.DType) error {
 		a, err := in0()
 		if err != nil {
 			return err
 		}
-		be.Matmul(x.prof, out, a, w(wt), w(bias), N, K, Nout, d)
+		be.Matmul(x.prof, out, a, mat(wt), w(bias.Float32()), N, K, Nout, d)
 		return nil
 	}
-	norm := func(wt []float32, rows, C int) error {
+	norm := func(wt W, rows, C int) error {
 		a, err := in0()
 		if err != nil {
 			return err
 		}
-		be.RMSNorm(x.prof, out, a, w(wt), rows, C, cfg.Eps, kd)
+		be.RMSNorm(x.prof, out, a, w(wt.Float32()), rows, C, cfg.Eps, kd)
 		return nil
 	}
 	rope := func(heads int) error {
@@ -289,12 +301,12 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		if e != nil {
 			return nil, 0, 0, e
 		}
-		be.Embed(out, w(m.Embed), ids, H, kd)
+		be.Embed(out, mat(m.Embed), ids, H, kd)
 	case x.op == OpFinalNorm:
 		err = norm(m.Norm, N, H)
 	case x.op == OpLogits:
 		dt = capture.F32
-		err = matmul(m.LMHead, nil, H, cfg.Vocab, kernels.F32)
+		err = matmul(m.LMHead, W{}, H, cfg.Vocab, kernels.F32)
 	case x.op == OpLogprobs:
 		dt, width = capture.F32, 0
 		logits, e := x.input(OpLogits, P, N)
@@ -326,7 +338,7 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		return toks, capture.I32, 0, nil
 	case s == opRouter:
 		dt = capture.F32
-		err = matmul(L.Router, nil, H, cfg.Experts, kernels.F32)
+		err = matmul(L.Router, W{}, H, cfg.Experts, kernels.F32)
 	case s == opExperts, s == opExpertWeights:
 		logits, e := x.floats(prod[0], P, N)
 		if e != nil {
@@ -435,7 +447,7 @@ func (x *opRun) combine(out Buf, L Layer) error {
 	Y, err := runExperts(be, x.prof, kd, h, ids, N, k, H, Im, x.alloc,
 		func(e int) expertBufs {
 			ex := L.Experts[e]
-			return expertBufs{gate: x.upload(ex.Gate), up: x.upload(ex.Up), down: x.upload(ex.Down)}
+			return expertBufs{gate: x.uploadWeights(ex.Gate), up: x.uploadWeights(ex.Up), down: x.uploadWeights(ex.Down)}
 		},
 		func(y, a, w Buf, n int) {
 			be.MatmulPartial(x.prof, y, a, w, n, Im, H, 0, 1)
@@ -448,12 +460,12 @@ func (x *opRun) combine(out Buf, L Layer) error {
 	if Is := cfg.SharedIntermediate; Is > 0 { // Qwen2-MoE's shared expert and its gate, as the forward runs them
 		hb := x.upload(h)
 		g, u, a, y, gl := x.alloc(N*Is), x.alloc(N*Is), x.alloc(N*Is), x.alloc(N*H), x.alloc(N)
-		be.Matmul(x.prof, g, hb, x.upload(L.Shared.Gate), nil, N, H, Is, kd)
-		be.Matmul(x.prof, u, hb, x.upload(L.Shared.Up), nil, N, H, Is, kd)
+		be.Matmul(x.prof, g, hb, x.uploadWeights(L.Shared.Gate), nil, N, H, Is, kd)
+		be.Matmul(x.prof, u, hb, x.uploadWeights(L.Shared.Up), nil, N, H, Is, kd)
 		be.SwiGLU(a, g, u, N*Is, kd)
-		be.MatmulPartial(x.prof, y, a, x.upload(L.Shared.Down), N, Is, H, 0, 1)
+		be.MatmulPartial(x.prof, y, a, x.uploadWeights(L.Shared.Down), N, Is, H, 0, 1)
 		be.MatmulFinish(y, nil, N, H, kd)
-		be.Matmul(x.prof, gl, hb, x.upload(L.SharedGate), nil, N, H, 1, kernels.F32)
+		be.Matmul(x.prof, gl, hb, x.uploadWeights(L.SharedGate), nil, N, H, 1, kernels.F32)
 		shared, gate = make([]float32, N*H), make([]float32, N)
 		if err := be.Download(shared, y); err != nil {
 			return err
@@ -487,7 +499,7 @@ func withTwo[T any](load func(name string, pos, n int) (T, error), prod []string
 // inputs → n outputs per token), an RMSNorm (w over rows vectors of k per token) or a RoPE (over heads).
 type layerOp struct {
 	kind       layerKind
-	w, bias    []float32
+	w, bias    W
 	k, n, rows int
 	heads      int
 }
@@ -504,10 +516,10 @@ const (
 // layerOpOf describes layer op s of layer L.
 func layerOpOf(cfg Config, L Layer, s string) layerOp {
 	H, hd := cfg.Hidden, cfg.HeadDim
-	mm := func(w, bias []float32, k, n int) layerOp {
+	mm := func(w, bias W, k, n int) layerOp {
 		return layerOp{kind: layerMatmul, w: w, bias: bias, k: k, n: n}
 	}
-	norm := func(w []float32, rows, k int) layerOp { return layerOp{kind: layerNorm, w: w, rows: rows, k: k} }
+	norm := func(w W, rows, k int) layerOp { return layerOp{kind: layerNorm, w: w, rows: rows, k: k} }
 	switch s {
 	case opAttnNorm:
 		return norm(L.AttnNorm, 1, H)
@@ -526,13 +538,13 @@ func layerOpOf(cfg Config, L Layer, s string) layerOp {
 	case opOProj:
 		return mm(L.O, L.OB, cfg.QDim(), H)
 	case opGateProj:
-		return mm(L.Gate, nil, H, cfg.Intermediate)
+		return mm(L.Gate, W{}, H, cfg.Intermediate)
 	case opUpProj:
-		return mm(L.Up, nil, H, cfg.Intermediate)
+		return mm(L.Up, W{}, H, cfg.Intermediate)
 	case opDownProj:
-		return mm(L.Down, nil, cfg.Intermediate, H)
+		return mm(L.Down, W{}, cfg.Intermediate, H)
 	case opRouter: // float32 output: RunOp and Oracle round to opDType
-		return mm(L.Router, nil, H, cfg.Experts)
+		return mm(L.Router, W{}, H, cfg.Experts)
 	case opQRope:
 		return layerOp{kind: layerRoPE, heads: cfg.Heads}
 	case opKRope:

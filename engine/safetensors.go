@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sort"
 
 	"bitalign/capture"
 	"bitalign/internal/atomicfile"
+	"bitalign/kernels"
 )
 
 // Checkpoints are read through capture's safetensors header parser (the one captures use: bounded, duplicate
@@ -24,74 +26,119 @@ type stEntry struct {
 	Offsets []int64 `json:"data_offsets"`
 }
 
-// stFile is an open safetensors file and its validated header, tensors by name.
+// stFile is a mapped safetensors file and its validated header, tensors by name.
 type stFile struct {
 	path    string
-	f       *os.File
+	m       *mapping
 	tensors map[string]capture.SafetensorsTensor
 }
 
-// openSafetensors opens path and validates its header with capture.ParseSafetensorsHeader on the same open
-// file (so the header and the data read later come from one file). Every error names the file; with several
-// problems in one header the one reported is always the same: capture checks the entries by name and the
-// overlaps by offset, and the dtype check below walks the tensors by offset.
+// mapping is a checkpoint file mapped read-only. Every weight that views it holds it (kernels.Weights' keep),
+// and it is unmapped by a cleanup once nothing does.
+type mapping struct{ data []byte }
+
+// openSafetensors validates path's header with capture.ParseSafetensorsHeader (reading only the header), then
+// maps the file. Every error names the file; with several problems in one header the one reported is always
+// the same: capture checks the entries by name and the overlaps by offset, and the dtype check below walks the
+// tensors by offset. Nothing is allocated from the header beyond the header itself: the data stays in the
+// mapping, whose size is the file's.
 func openSafetensors(path string) (*stFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %v", err)
 	}
-	st, err := readSafetensorsHeader(path, f)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return st, nil
-}
-
-func readSafetensorsHeader(path string, f *os.File) (*stFile, error) {
+	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("engine: %v", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("engine: %s: not a regular file", path)
 	}
 	h, err := capture.ParseSafetensorsHeader(f, fi.Size())
 	if err != nil {
 		return nil, fmt.Errorf("engine: %s: %v", path, err)
 	}
-	st := &stFile{path: path, f: f, tensors: make(map[string]capture.SafetensorsTensor, len(h.Tensors))}
+	st := &stFile{path: path, tensors: make(map[string]capture.SafetensorsTensor, len(h.Tensors))}
 	for _, t := range h.Tensors { // ordered by offset
 		switch t.DType {
 		case capture.BF16, capture.F16, capture.F32:
 		default:
 			return nil, fmt.Errorf("engine: %s: tensor %q: dtype %s not supported (bf16, f16, f32)", path, t.Name, t.DType)
 		}
+		if want := int64(numel(t.Shape)) * int64(t.DType.Size()); t.End-t.Begin != want {
+			return nil, fmt.Errorf("engine: %s: tensor %q: shape %v × %s needs %d bytes, data_offsets give %d", path, t.Name, t.Shape, t.DType, want, t.End-t.Begin)
+		}
 		st.tensors[t.Name] = t
 	}
+	data, unmap, err := mapFile(path, f, fi.Size())
+	if err != nil {
+		return nil, err
+	}
+	st.m = &mapping{data: data}
+	runtime.AddCleanup(st.m, func(unmap func() error) {
+		unmap() //nolint:errcheck // nothing to tell: no weight refers to the mapping any more
+	}, unmap)
 	return st, nil
 }
 
 var stNames = map[capture.DType]string{capture.BF16: "BF16", capture.F16: "F16", capture.F32: "F32"}
 
-// read loads tensor name into out (len(out) must equal its element count).
-func (st *stFile) read(name string, out []float32) error {
+// stored reports whether tensor name can be held in its stored dtype by a model of dtype want (kernels.F32, BF16
+// or F16): it is stored in want, or in bf16/f16 for an f32 model (widening is exact: the stored bits are the
+// model's values). It returns the tensor's bytes in the mapping.
+func (st *stFile) stored(name string, want kernels.DType) (raw []byte, dt kernels.DType, ok bool) {
 	t := st.tensors[name]
-	buf := make([]byte, t.End-t.Begin)
-	if _, err := st.f.ReadAt(buf, t.Begin); err != nil {
-		return fmt.Errorf("engine: %s: tensor %q: %v", st.path, name, err)
-	}
-	if len(buf) != len(out)*t.DType.Size() {
-		return fmt.Errorf("engine: %s: tensor %q: %d bytes for %d elements", st.path, name, len(buf), len(out))
-	}
-	decode(t.DType, buf, out)
-	return nil
+	raw = st.m.data[t.Begin:t.End]
+	return raw, t.DType, t.DType == want || (want == kernels.F32 && (t.DType == capture.BF16 || t.DType == capture.F16))
 }
 
-func (st *stFile) Close() error { return st.f.Close() }
+// view is tensor name as a zero-copy view of the mapping, when it is stored (see stored) and aligned; the caller
+// has checked kernels.CanonicalNaNs on its bytes.
+func (st *stFile) view(name string, want kernels.DType) (W, bool) {
+	raw, dt, ok := st.stored(name, want)
+	if !ok {
+		return W{}, false
+	}
+	return kernels.WeightsView(dt, raw, st.m)
+}
+
+// copyWeight is tensor name rounded to the model dtype want (today's rule for a checkpoint stored in another
+// dtype than its config's), or, when it is stored (a misaligned tensor, a non-canonical NaN), in its own dtype
+// with NaN made canonical: converted a block at a time, so that no float32 copy of a whole tensor is ever made.
+func (st *stFile) copyWeight(name string, want kernels.DType) (W, error) {
+	raw, dt, stored := st.stored(name, want)
+	size := dt.Size()
+	n := len(raw) / size
+	if len(raw) != n*size {
+		return W{}, fmt.Errorf("engine: %s: tensor %q: %d bytes of %s", st.path, name, len(raw), dt)
+	}
+	if stored {
+		want = dt
+	}
+	w := kernels.NewWeights(want, n)
+	const block = 1 << 16
+	buf := make([]float32, min(n, block))
+	for off := 0; off < n; off += block {
+		b := buf[:min(block, n-off)]
+		decode(dt, raw[off*size:(off+len(b))*size], b)
+		w.Store(off, b)
+	}
+	runtime.KeepAlive(st.m)
+	return w, nil
+}
+
+// Close drops this handle's reference to the mapping (which stays while weights view it).
+func (st *stFile) Close() error {
+	st.m = nil
+	return nil
+}
 
 // stTensor is one tensor to write.
 type stTensor struct {
 	name  string
 	shape []int64
-	data  []float32
+	data  W
 }
 
 // writeSafetensors writes tensors (sorted by name, as safetensors does) in dtype dt to path atomically.
@@ -100,7 +147,7 @@ func writeSafetensors(path string, dt capture.DType, tensors []stTensor) error {
 	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
 	var off int64
 	for _, t := range tensors {
-		n := int64(len(t.data)) * int64(dt.Size())
+		n := int64(t.data.Len()) * int64(dt.Size())
 		hdr[t.name] = stEntry{DType: stNames[dt], Shape: t.shape, Offsets: []int64{off, off + n}}
 		off += n
 	}
@@ -121,7 +168,13 @@ func writeSafetensors(path string, dt capture.DType, tensors []stTensor) error {
 			return err
 		}
 		for _, t := range tensors {
-			if _, err := w.Write(encode(dt, t.data)); err != nil {
+			b := t.data.Raw() // stored in dt already: its bytes as they are
+			if t.data.DType() != dt {
+				b = encode(dt, t.data.Float32())
+			}
+			_, err := w.Write(b)
+			runtime.KeepAlive(t.data)
+			if err != nil {
 				return err
 			}
 		}

@@ -62,32 +62,6 @@ func newLayout(cfg Config, tp, rank int) layout {
 	return l
 }
 
-// rows returns rows [r0, r0+n) of a (?, cols) matrix (a copy).
-func rows(w []float32, cols, r0, n int) []float32 {
-	return append([]float32(nil), w[r0*cols:(r0+n)*cols]...)
-}
-
-// nilRows is rows of a weight a layer may lack (a MoE layer's dense MLP): nil for nil.
-func nilRows(w []float32, cols, r0, n int) []float32 {
-	if w == nil {
-		return nil
-	}
-	return rows(w, cols, r0, n)
-}
-
-// nilCols is cols of a weight a layer may lack: nil for nil.
-func nilCols(w []float32, R, C, c0, n int) []float32 {
-	if w == nil {
-		return nil
-	}
-	return cols(w, R, C, c0, n)
-}
-
-// cols returns columns [c0, c0+n) of a (R, C) matrix as a (R, n) matrix.
-func cols(w []float32, R, C, c0, n int) []float32 {
-	out := make([]float32, 0, R*n)
-	for r := 0; r < R; r++ {
-		out = append(out, w[r*C+c0:r*C+c0+n]...)
-	}
-	return out
-}
+// A rank's weights are kernels.Weights views and copies of the model's, in the checkpoint's dtype: rows of a
+// column-parallel weight are a view (Weights.Rows), columns of a row-parallel one a copy (Weights.Cols, the
+// weight itself at TP 1).

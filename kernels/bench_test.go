@@ -97,3 +97,39 @@ func BenchmarkExactProducts(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(w))*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gelem/s")
 }
+
+// BenchmarkMatmulWeights is the canonical matmul with the same bf16-valued weight stored as float32 (the anchor:
+// how every weight was held before weights kept their checkpoint dtype) and as bf16 bits (widened while the
+// panels are packed), side by side in one run, at a Qwen2-1.5B-like K and a weight larger than the caches.
+func BenchmarkMatmulWeights(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 3))
+	const K, N = 1536, 4096
+	wv := randBF16(r, N*K, 0.05)
+	for _, M := range []int{1, 16, 256} {
+		x := randBF16(r, M*K, 1)
+		out := make([]float32, M*N)
+		for _, w := range []Weights{WeightsF32(wv), RoundWeights(BF16, wv)} {
+			b.Run(fmt.Sprintf("M=%d/K=%d/N=%d/w=%v", M, K, N, w.DType()), func(b *testing.B) {
+				cpu0 := cpuSeconds()
+				for b.Loop() {
+					MatmulForwardW(Canonical, BF16, out, x, w, nil, M, K, N)
+				}
+				flops := 2 * float64(M) * N * K * float64(b.N)
+				b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				b.ReportMetric(flops/(cpuSeconds()-cpu0)/1e9, "GFLOP/s/cpu-s")
+			})
+		}
+	}
+}
+
+// BenchmarkCanonicalNaNs is the scan a checkpoint's mapped tensors get before they are used as views
+// (WeightsView): bytes per second of bf16 data without NaNs.
+func BenchmarkCanonicalNaNs(b *testing.B) {
+	raw := RoundWeights(BF16, randBF16(rand.New(rand.NewPCG(4, 4)), 64<<10, 1)).Raw()
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if !CanonicalNaNs(BF16, raw) {
+			b.Fatal("NaN found")
+		}
+	}
+}

@@ -27,16 +27,21 @@ func SwiGLUForward(dt DType, out, gate, up []float32, n int) {
 // EmbeddingForward copies rows of the table: table is (V, C), tokens is (T), out is (T, C).
 // A token outside [0, V) is an error.
 func EmbeddingForward(dt DType, out, table []float32, tokens []int32, T, V, C int) error {
-	checkLen("EmbeddingForward", "table", table, V*C)
+	return EmbeddingForwardW(dt, out, WeightsF32(table), tokens, T, V, C)
+}
+
+// EmbeddingForwardW is EmbeddingForward with the table in its stored dtype (widened exactly, then rounded).
+func EmbeddingForwardW(dt DType, out []float32, table Weights, tokens []int32, T, V, C int) error {
+	checkWeights("EmbeddingForward", "table", table, V*C)
 	checkLen("EmbeddingForward", "out", out, T*C)
 	for t := 0; t < T; t++ {
 		id := int(tokens[t])
 		if id < 0 || id >= V {
 			return fmt.Errorf("kernels: EmbeddingForward: token %d at row %d outside the vocabulary [0, %d)", id, t, V)
 		}
-		row := table[id*C : (id+1)*C]
 		o := out[t*C : (t+1)*C]
-		for i, v := range row {
+		table.Widen(o, id*C)
+		for i, v := range o {
 			o[i] = dt.Round(v)
 		}
 	}

@@ -18,7 +18,21 @@ func MatmulForward(p Profile, dt DType, out, x, w, bias []float32, M, K, N int) 
 		checkLen("MatmulForward", "bias", bias, N)
 	}
 	bounds, tree := MatmulBounds(p, M, K)
+	matmulCore(out, x, WeightsF32(w), M, K, N, bounds, tree, epilogue{bias: bias, dt: dt})
+}
+
+// MatmulForwardW is MatmulForward with the weight in its stored dtype (w is (N, K): F32, BF16 or F16): each
+// weight is widened exactly as it is read (packed), so the bits are MatmulForward's on the widened values.
+func MatmulForwardW(p Profile, dt DType, out, x []float32, w Weights, bias []float32, M, K, N int) {
+	checkLen("MatmulForward", "x", x, M*K)
+	checkWeights("MatmulForward", "w", w, N*K)
+	checkLen("MatmulForward", "out", out, M*N)
+	if bias != nil {
+		checkLen("MatmulForward", "bias", bias, N)
+	}
+	bounds, tree := MatmulBounds(p, M, K)
 	matmulCore(out, x, w, M, K, N, bounds, tree, epilogue{bias: bias, dt: dt})
+	runtime.KeepAlive(w)
 }
 
 // MatmulPartial is one rank's share of a row-parallel matmul (o_proj, down_proj): x is (M, kLocal), the rank's
@@ -27,15 +41,21 @@ func MatmulForward(p Profile, dt DType, out, x, w, bias []float32, M, K, N int) 
 // without bias. An nvls AllReduce (tree order) then MatmulFinish gives the bits of MatmulForward for every tp
 // in {1, 2, 4, 8}. Standard: one sequential FMA chain over the local K.
 func MatmulPartial(p Profile, out, x, w []float32, M, kLocal, N, rank, tp int) error {
+	return MatmulPartialW(p, out, x, WeightsF32(w), M, kLocal, N, rank, tp)
+}
+
+// MatmulPartialW is MatmulPartial with the weight (N, kLocal) in its stored dtype (see MatmulForwardW).
+func MatmulPartialW(p Profile, out, x []float32, w Weights, M, kLocal, N, rank, tp int) error {
 	bounds, tree, err := PartialBounds(p, kLocal, tp)
 	if err != nil {
 		return err
 	}
 	_ = rank // canonical local boundaries do not depend on the rank (docs/arithmetic.md §3)
 	checkLen("MatmulPartial", "x", x, M*kLocal)
-	checkLen("MatmulPartial", "w", w, N*kLocal)
+	checkWeights("MatmulPartial", "w", w, N*kLocal)
 	checkLen("MatmulPartial", "out", out, M*N)
 	matmulCore(out, x, w, M, kLocal, N, bounds, tree, epilogue{raw: true})
+	runtime.KeepAlive(w)
 	return nil
 }
 
@@ -88,7 +108,9 @@ func exactProducts(v []float32) bool {
 // matmulCore computes, for every (m, n), one FMA chain per [bounds[s], bounds[s+1]) from +0 in ascending k,
 // combines the chains with combine and stores post.apply(n, y). The order of operations for one output is fixed by
 // bounds and combine alone; blocking, unrolling and goroutines only choose which outputs are computed together.
-func matmulCore(out, x, w []float32, M, K, N int, bounds []int, tree bool, post epilogue) {
+// A bf16 or f16 weight is widened (exactly) as it is packed into a panel, or block by block into a float32
+// scratch on the scalar path: the arithmetic only ever sees the widened values.
+func matmulCore(out, x []float32, w Weights, M, K, N int, bounds []int, tree bool, post epilogue) {
 	combine := seqSum
 	if tree {
 		combine = TreeSum
@@ -108,7 +130,7 @@ func matmulCore(out, x, w []float32, M, K, N int, bounds []int, tree bool, post 
 			go func() { defer wg.Done(); matmulPanels(out, x, w, M, K, N, lo, hi, bounds, combine, tree8, post) }()
 		}
 		if n16 := panels * panelWidth; n16 < N {
-			matmulBlock(exactProducts(x[:M*K]), out, x, w, K, N, 0, M, n16, N, bounds, combine, post)
+			matmulBlockW(exactProducts(x[:M*K]), out, x, w, K, N, 0, M, n16, N, bounds, combine, post)
 		}
 		wg.Wait()
 		return
@@ -135,7 +157,7 @@ func matmulCore(out, x, w []float32, M, K, N int, bounds []int, tree bool, post 
 			m0, m1, n0, n1 = 0, M, lo, hi
 		}
 		run := func() {
-			matmulBlock(fastX, out, x, w, K, N, m0, m1, n0, n1, bounds, combine, post)
+			matmulBlockW(fastX, out, x, w, K, N, m0, m1, n0, n1, bounds, combine, post)
 		}
 		if wk == workers-1 {
 			run()
@@ -147,18 +169,40 @@ func matmulCore(out, x, w []float32, M, K, N int, bounds []int, tree bool, post 
 	wg.Wait()
 }
 
-// matmulBlock computes outputs [m0, m1) × [n0, n1). fastX says x passed exactProducts. For each block of
+// widenBlock is the number of weight rows matmulBlockW widens at a time (matmulBlock's column block).
+const widenBlock = 64
+
+// matmulBlockW is matmulBlock on a weight in its stored dtype: F32 weights directly, bf16/f16 weights widened
+// widenBlock rows at a time into a scratch (the blocks are matmulBlock's own column blocks: the same outputs
+// are computed together, and an output's bits never depend on that anyway).
+func matmulBlockW(fastX bool, out, x []float32, w Weights, K, N, m0, m1, n0, n1 int, bounds []int, combine func([]float32) float32, post epilogue) {
+	if w.DType() == F32 {
+		matmulBlock(fastX, out, x, w.f32, 0, K, N, m0, m1, n0, n1, bounds, combine, post)
+		return
+	}
+	buf := make([]float32, min(widenBlock, n1-n0)*K)
+	for nc := n0; nc < n1; nc += widenBlock {
+		nce := min(n1, nc+widenBlock)
+		wb := buf[:(nce-nc)*K]
+		w.Widen(wb, nc*K)
+		matmulBlock(fastX, out, x, wb, nc, K, N, m0, m1, nc, nce, bounds, combine, post)
+	}
+}
+
+// matmulBlock computes outputs [m0, m1) × [n0, n1); w holds weight rows from wb on (row n at w[(n-wb)*K:]).
+// fastX says x passed exactProducts. For each block of
 // columns, the first row runs tile1x4Checked, which also checks the block's weights (they are read anyway, so
 // decode at M = 1 makes a single pass over the weights); when they pass, the other rows run the float32
 // multiply-add tiles, otherwise everything in the block runs FMA32 (the same bits either way).
-func matmulBlock(fastX bool, out, x, w []float32, K, N, m0, m1, n0, n1 int, bounds []int, combine func([]float32) float32, post epilogue) {
+func matmulBlock(fastX bool, out, x, w []float32, wb, K, N, m0, m1, n0, n1 int, bounds []int, combine func([]float32) float32, post epilogue) {
 	S := len(bounds) - 1
 	part := make([]float32, 8*S) // partials of one micro-tile: part[o*S+s]
 	tmp := make([]float32, S)
 	emit := func(m, n, o int) {
 		out[m*N+n] = post.apply(n, combine(part[o*S:(o+1)*S])) // combine may overwrite: the next tile rewrites part
 	}
-	const colBlock = 64 // keep a few weight rows hot in L1/L2 while sweeping the rows
+	wr := func(n int) []float32 { return w[(n-wb)*K : (n-wb+1)*K] }
+	const colBlock = widenBlock // keep a few weight rows hot in L1/L2 while sweeping the rows
 	for nc := n0; nc < n1; nc += colBlock {
 		nce := min(n1, nc+colBlock)
 		n4 := nc + (nce-nc)/4*4 // columns [nc, n4) in tiles of 4, [n4, nce) one by one (FMA32)
@@ -168,20 +212,20 @@ func matmulBlock(fastX bool, out, x, w []float32, K, N, m0, m1, n0, n1 int, boun
 			fast = fastX
 			x0 := x[m*K : (m+1)*K]
 			for n := nc; n < n4; n += 4 {
-				if fast && !tile1x4Checked(part, S, bounds, x0, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K]) {
+				if fast && !tile1x4Checked(part, S, bounds, x0, wr(n), wr(n+1), wr(n+2), wr(n+3)) {
 					fast = false
 					n = nc - 4 // weights outside the exact-product range: redo the row with FMA32
 					continue
 				}
 				if !fast {
-					tile1x4(false, part, S, bounds, x0, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K])
+					tile1x4(false, part, S, bounds, x0, wr(n), wr(n+1), wr(n+2), wr(n+3))
 				}
 				for o := 0; o < 4; o++ {
 					emit(m, n+o, o)
 				}
 			}
 			for n := n4; n < nce; n++ {
-				out[m*N+n] = post.apply(n, dot1(tmp, bounds, x0, w[n*K:(n+1)*K], combine))
+				out[m*N+n] = post.apply(n, dot1(tmp, bounds, x0, wr(n), combine))
 			}
 			m++
 		}
@@ -189,27 +233,27 @@ func matmulBlock(fastX bool, out, x, w []float32, K, N, m0, m1, n0, n1 int, boun
 			x0 := x[m*K : (m+1)*K]
 			x1 := x[(m+1)*K : (m+2)*K]
 			for n := nc; n < n4; n += 4 {
-				tile2x4(fast, part, S, bounds, x0, x1, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K])
+				tile2x4(fast, part, S, bounds, x0, x1, wr(n), wr(n+1), wr(n+2), wr(n+3))
 				for o := 0; o < 8; o++ {
 					emit(m+o/4, n+o%4, o)
 				}
 			}
 			for n := n4; n < nce; n++ {
 				for r := 0; r < 2; r++ {
-					out[(m+r)*N+n] = post.apply(n, dot1(tmp, bounds, x[(m+r)*K:(m+r+1)*K], w[n*K:(n+1)*K], combine))
+					out[(m+r)*N+n] = post.apply(n, dot1(tmp, bounds, x[(m+r)*K:(m+r+1)*K], wr(n), combine))
 				}
 			}
 		}
 		for ; m < m1; m++ {
 			x0 := x[m*K : (m+1)*K]
 			for n := nc; n < n4; n += 4 {
-				tile1x4(fast, part, S, bounds, x0, w[n*K:(n+1)*K], w[(n+1)*K:(n+2)*K], w[(n+2)*K:(n+3)*K], w[(n+3)*K:(n+4)*K])
+				tile1x4(fast, part, S, bounds, x0, wr(n), wr(n+1), wr(n+2), wr(n+3))
 				for o := 0; o < 4; o++ {
 					emit(m, n+o, o)
 				}
 			}
 			for n := n4; n < nce; n++ {
-				out[m*N+n] = post.apply(n, dot1(tmp, bounds, x0, w[n*K:(n+1)*K], combine))
+				out[m*N+n] = post.apply(n, dot1(tmp, bounds, x0, wr(n), combine))
 			}
 		}
 	}

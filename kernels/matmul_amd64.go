@@ -10,3 +10,9 @@ func fmaPanel4x16(x *float32, ldx int, panel *float32, klen int, acc *float32)
 
 //go:noescape
 func fmaPanel1x16(x *float32, panel *float32, klen int, acc *float32)
+
+//go:noescape
+func fmaPanel4x16BF16(x *float32, ldx int, panel *uint16, klen int, acc *float32)
+
+//go:noescape
+func fmaPanel1x16BF16(x *float32, panel *uint16, klen int, acc *float32)

@@ -12,3 +12,11 @@ func fmaPanel4x16(x *float32, ldx int, panel *float32, klen int, acc *float32) {
 func fmaPanel1x16(x *float32, panel *float32, klen int, acc *float32) {
 	panic("kernels: fmaPanel1x16 without AVX2")
 }
+
+func fmaPanel4x16BF16(x *float32, ldx int, panel *uint16, klen int, acc *float32) {
+	panic("kernels: fmaPanel4x16BF16 without AVX2")
+}
+
+func fmaPanel1x16BF16(x *float32, panel *uint16, klen int, acc *float32) {
+	panic("kernels: fmaPanel1x16BF16 without AVX2")
+}

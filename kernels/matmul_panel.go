@@ -1,5 +1,11 @@
 package kernels
 
+import (
+	"unsafe"
+
+	"bitalign/internal/fp"
+)
+
 // panelWidth is the number of columns of one packed weight panel (two 8-lane vectors).
 const panelWidth = 16
 
@@ -12,17 +18,25 @@ const panelMinRows = 1
 // in ascending k, from +0, with one fused multiply-add per step: the same bits as the scalar path. The panel
 // of 16 weight rows is packed k-major once and reused for every row of x.
 // tree8 says combine is TreeSum over 8 segments (canonical MatmulForward), which then runs on whole rows of partials.
-func matmulPanels(out, x, w []float32, M, K, N, n0, n1 int, bounds []int, combine func([]float32) float32, tree8 bool, post epilogue) {
+// A bf16 weight is packed as its bits (half the bytes to move) and widened exactly in the registers by the BF16
+// kernels; an f16 weight is widened while it is packed.
+func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int, combine func([]float32) float32, tree8 bool, post epilogue) {
 	S := len(bounds) - 1
-	packed := make([]float32, K*panelWidth+panelWidth) // +16: a valid pointer when K = 0
-	part := make([]float32, S*4*panelWidth)            // part[s*64 + r*16 + j]
+	bf16 := w.dt == BF16
+	var packed []float32
+	var packedBits []uint16
+	if bf16 {
+		packedBits = make([]uint16, K*panelWidth+panelWidth) // +16: a valid pointer when K = 0
+	} else {
+		packed = make([]float32, K*panelWidth+panelWidth)
+	}
+	part := make([]float32, S*4*panelWidth) // part[s*64 + r*16 + j]
 	tmp := make([]float32, S)
 	for n := n0; n+panelWidth <= n1; n += panelWidth {
-		for j := 0; j < panelWidth; j++ {
-			row := w[(n+j)*K : (n+j+1)*K]
-			for k, v := range row {
-				packed[k*panelWidth+j] = v
-			}
+		if bf16 {
+			packBF16Panel(packedBits, w.bits, K, n)
+		} else {
+			packPanel(packed, w, K, n)
 		}
 		m := 0
 		for ; m+4 <= M; m += 4 {
@@ -32,7 +46,11 @@ func matmulPanels(out, x, w []float32, M, K, N, n0, n1 int, bounds []int, combin
 				if len(x) > m*K+lo {
 					xp = &x[m*K+lo]
 				}
-				fmaPanel4x16(xp, K, &packed[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
+				if bf16 {
+					fmaPanel4x16BF16(xp, K, &packedBits[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
+				} else {
+					fmaPanel4x16(xp, K, &packed[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
+				}
 			}
 			if tree8 {
 				// the canonical tree over the 8 segment rows of 4×16 partials, all 64 outputs at once
@@ -60,7 +78,11 @@ func matmulPanels(out, x, w []float32, M, K, N, n0, n1 int, bounds []int, combin
 				if len(x) > m*K+lo {
 					xp = &x[m*K+lo]
 				}
-				fmaPanel1x16(xp, &packed[lo*panelWidth], hi-lo, &part[s*panelWidth])
+				if bf16 {
+					fmaPanel1x16BF16(xp, &packedBits[lo*panelWidth], hi-lo, &part[s*panelWidth])
+				} else {
+					fmaPanel1x16(xp, &packed[lo*panelWidth], hi-lo, &part[s*panelWidth])
+				}
 			}
 			for j := 0; j < panelWidth; j++ {
 				for s := 0; s < S; s++ {
@@ -68,6 +90,37 @@ func matmulPanels(out, x, w []float32, M, K, N, n0, n1 int, bounds []int, combin
 				}
 				out[m*N+n+j] = post.apply(n+j, combine(tmp))
 			}
+		}
+	}
+}
+
+// packPanel packs weight rows [n, n+panelWidth) of the (?, K) matrix w (F32 or F16) k-major into packed
+// (packed[k*panelWidth + j] = w[n+j][k]), widening f16 values exactly.
+func packPanel(packed []float32, w Weights, K, n int) {
+	for j := 0; j < panelWidth; j++ {
+		lo, hi := (n+j)*K, (n+j+1)*K
+		if w.dt == F16 {
+			for k, b := range w.bits[lo:hi] {
+				packed[k*panelWidth+j] = fp.F16ToF32(b)
+			}
+			continue
+		}
+		for k, v := range w.f32[lo:hi] {
+			packed[k*panelWidth+j] = v
+		}
+	}
+}
+
+// packBF16Panel is packPanel for bf16 bits, kept as bits (the kernels widen them): two columns per 32-bit store
+// (little-endian: column j in the low half), from two weight rows read side by side.
+func packBF16Panel(packed, bits []uint16, K, n int) {
+	p32 := unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(packed))), len(packed)/2)
+	for j := 0; j < panelWidth; j += 2 {
+		r0 := bits[(n+j)*K : (n+j+1)*K]
+		r1 := bits[(n+j+1)*K : (n+j+2)*K][:len(r0)]
+		d := p32[j/2:]
+		for k, b := range r0 {
+			d[k*(panelWidth/2)] = uint32(b) | uint32(r1[k])<<16
 		}
 	}
 }

@@ -20,6 +20,10 @@
 #         scripts/tc_bench.py prints one table beside cuBLAS bf16 (torch.mm) at the same shapes (and, when the
 #         wgmma module compiled, a second one with the mma.sync kernels at every M). Leaves $OUT/tc_*.ptx (to
 #         commit once kernels/cuda/tc/* moves into kernels/cuda).
+#   load  generates a Qwen2-1.5B-shaped bf16 sharded checkpoint (3.1 GB, 28 layers) once in $LOAD_DIR and times
+#         loading it onto GPU 0 (engine.Load plus every weight's upload) against cat of the same files in the same
+#         run, and the peak RSS of such a load in a fresh process (BenchmarkLoadCheckpoint: load/cat, rss/ckpt);
+#         then the same on the CPU. Not in the default list: `bash scripts/gpu.sh load`.
 #   torch runs the PyTorch library's GPU tests (bitalign.ops against the Go reference's bits, bitalign.hf's patched
 #         models: batch invariance, generate at batch 1 = batch 8, replay exit 0) and capture/python/tests/torch_proof.py
 #         (patched trainer vs patched generate, replay on cuda and cpu, the unpatched control group, speed) into
@@ -182,6 +186,18 @@ if [[ " $steps " == *" tc "* ]]; then
       python3 scripts/tc_bench.py "$OUT/tc-bench-mmasync.log" 2>&1 | tee "$OUT/tc-table-mmasync.log" || rc=1
     fi
   fi
+fi
+
+if [[ " $steps " == *" load "* ]]; then
+  echo "== load (checkpoint load and upload against cat, peak RSS; docs/benchmarks.md)"
+  export BITALIGN_LOAD_DIR="${LOAD_DIR:-/tmp/bitalign-load-qwen2-1.5b}" BITALIGN_LOAD_LAYERS="${LOAD_LAYERS:-28}"
+  mkdir -p "$BITALIGN_LOAD_DIR"
+  for dev in cuda cpu; do
+    (cd engine && BITALIGN_LOAD_DEVICE=$dev ../.gpu/engine.test -test.run '^$' -test.bench 'BenchmarkLoadCheckpoint' \
+      -test.benchtime "${LOADTIME:-5x}" -test.timeout 500s -test.v) 2>&1 | tee "$OUT/load-$dev.log" | grep -E "Benchmark|generated|FAIL|panic"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  done
+  free -g | head -2
 fi
 
 if [[ " $steps " == *" torch "* ]]; then

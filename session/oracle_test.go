@@ -145,11 +145,11 @@ func TestLocalErrorPlanted(t *testing.T) {
 	scaledRow := func() *engine.Model {
 		bad := *m
 		bad.Layers = append([]engine.Layer(nil), m.Layers...)
-		q := append([]float32(nil), m.Layers[1].Q...)
+		q := append([]float32(nil), m.Layers[1].Q.Float32()...)
 		for k := row * cfg.Hidden; k < (row+1)*cfg.Hidden; k++ {
 			q[k] = kernels.BF16.Round(q[k] * 1.25)
 		}
-		bad.Layers[1].Q = q
+		bad.Layers[1].Q = kernels.RoundWeights(kernels.BF16, q)
 		return &bad
 	}
 	bigEps := func() *engine.Model {

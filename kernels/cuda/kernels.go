@@ -61,7 +61,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 				return nil, err
 			}
 			if mt, ok := strings.CutPrefix(name, "matmul_dec"); ok {
-				n, err := strconv.Atoi(mt)
+				n, err := strconv.Atoi(strings.TrimSuffix(mt, BF16WeightSuffix))
 				if _, _, ok := rules.dec(n); err != nil || !ok {
 					return nil, fmt.Errorf("cudakernels: %s has no entry in launch.json's matmul.dec", name)
 				}
@@ -79,6 +79,26 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	}
 	k.loadTC(c)
 	return k, nil
+}
+
+// BF16WeightSuffix names a kernel's twin that reads bf16 weights (the checkpoint's bits, widened exactly as
+// they are loaded: the same bits as the float32 kernel on the widened values): matmul_dec1_bf16w, embedding_bf16w.
+const BF16WeightSuffix = "_bf16w"
+
+// HasBF16Weights reports whether the loaded PTX has the bf16-weight twin of every kernel that reads a weight
+// matrix (each matmul variant and the embedding): only then may weights live on the device as bf16. PTX built
+// before those kernels existed has none, and the weights are uploaded as float32.
+func (k *Kernels) HasBF16Weights() bool {
+	n := 0
+	for name := range k.fn {
+		if strings.HasPrefix(name, "matmul_") && name != "matmul_reduce" && !strings.HasSuffix(name, BF16WeightSuffix) || name == "embedding" {
+			if k.fn[name+BF16WeightSuffix] == nil {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
 }
 
 // entryNames lists the ".visible .entry NAME(" kernels of a PTX module.

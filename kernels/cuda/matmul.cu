@@ -8,6 +8,19 @@
 // order never depends on M, the tile or the launch.
 #include "common.cuh"
 
+// Weight loads. Every kernel here is instantiated for float32 weights and for bf16 weights (the _bf16w entries:
+// w holds the bf16 bits of the checkpoint, as the host mapped them). A bf16 weight is widened exactly as it is
+// loaded (its bits are the top half of the float32), so the chains see the same values as with float32
+// weights and the results are the same bits; x, bias and out are float32 either way.
+__device__ __forceinline__ float4 ld4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float ld1(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float4 ld4(const unsigned short* p) {  // 4 bf16, 8-byte aligned
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));  // little-endian: element 0 is v.x's low half
+    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
+                       __uint_as_float(v.y & 0xffff0000u));
+}
+__device__ __forceinline__ float ld1(const unsigned short* p) { return __uint_as_float((unsigned)__ldg(p) << 16); }
+
 // ---------------------------------------------------------------------------------------------------------
 // Large M: BM×128 output tiles (BM = 128 or 64), 16-deep K tiles double-buffered in shared memory, (BM/16)×8
 // outputs per thread, 256 threads. Grid (ceil(N/128), ceil(M/BM), nseg/G): block z runs the G segments
@@ -26,8 +39,8 @@
 // segment's end ke it is zero (those values are loaded but never used in a chain: see the partial tile below).
 // With VEC and every row of the tile inside the matrix (full, the same for the whole block), a quad is either
 // wholly inside the segment or wholly past it, so the load needs no branch.
-template <int ROWS, bool VEC>
-__device__ __forceinline__ void tile_load(float4 (&r)[ROWS / 64], const float* __restrict__ src, int rows, int K,
+template <int ROWS, bool VEC, typename T>
+__device__ __forceinline__ void tile_load(float4 (&r)[ROWS / 64], const T* __restrict__ src, int rows, int K,
                                           int r0, int k0, int ke, bool full) {
     const int tid = threadIdx.x;
     const int q = tid & 3;  // which 4 of the 16 k
@@ -36,14 +49,13 @@ __device__ __forceinline__ void tile_load(float4 (&r)[ROWS / 64], const float* _
         const int row = r0 + (tid >> 2) + 64 * i;
         const int k = k0 + 4 * q;
         if (VEC && full) {
-            const float4* p = reinterpret_cast<const float4*>(src + (size_t)row * K + k);
-            r[i] = k < ke ? __ldg(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            r[i] = k < ke ? ld4(src + (size_t)row * K + k) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         } else if (VEC && row < rows && k + 3 < ke) {
-            r[i] = __ldg(reinterpret_cast<const float4*>(src + (size_t)row * K + k));
+            r[i] = ld4(src + (size_t)row * K + k);
         } else {
             float v[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = (row < rows && k + j < ke) ? __ldg(src + (size_t)row * K + k + j) : 0.0f;
+            for (int j = 0; j < 4; j++) v[j] = (row < rows && k + j < ke) ? ld1(src + (size_t)row * K + k + j) : 0.0f;
             r[i] = make_float4(v[0], v[1], v[2], v[3]);
         }
     }
@@ -89,10 +101,10 @@ __device__ __forceinline__ void frag_fma(float (&acc)[RM][8], const float (&a)[R
         for (int j = 0; j < 8; j++) acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);  // the chain's next k
 }
 
-template <int BM, bool VEC>
+template <int BM, bool VEC, typename WT>
 __device__ __forceinline__ void matmul_tiled_body(float* __restrict__ out, float* __restrict__ part,
                                                   float* __restrict__ stack, const float* __restrict__ x,
-                                                  const float* __restrict__ w, const float* __restrict__ bias, int M,
+                                                  const WT* __restrict__ w, const float* __restrict__ bias, int M,
                                                   int K, int N, Segs segs, int G, int seq, int dt) {
     constexpr int RM = BM / 16;  // rows per thread
     constexpr int Q = RM * 2;    // float4s per thread
@@ -125,8 +137,8 @@ __device__ __forceinline__ void matmul_tiled_body(float* __restrict__ out, float
     {
         const int s = nonempty(s0);
         if (s < s1) {
-            tile_load<BM, VEC>(ra, x, M, K, m0, sb[s], sb[s + 1], fullA);
-            tile_load<TBN, VEC>(rb, w, N, K, n0, sb[s], sb[s + 1], fullB);
+            tile_load<BM, VEC, float>(ra, x, M, K, m0, sb[s], sb[s + 1], fullA);
+            tile_load<TBN, VEC, WT>(rb, w, N, K, n0, sb[s], sb[s + 1], fullB);
             tile_store<BM>(As[0], ra);
             tile_store<TBN>(Bs[0], rb);
         }
@@ -147,8 +159,8 @@ __device__ __forceinline__ void matmul_tiled_body(float* __restrict__ out, float
                 if (more) nk0 = sb[ns], nke = sb[ns + 1];
             }
             if (more) {  // in flight while this tile is used
-                tile_load<BM, VEC>(ra, x, M, K, m0, nk0, nke, fullA);
-                tile_load<TBN, VEC>(rb, w, N, K, n0, nk0, nke, fullB);
+                tile_load<BM, VEC, float>(ra, x, M, K, m0, nk0, nke, fullA);
+                tile_load<TBN, VEC, WT>(rb, w, N, K, n0, nk0, nke, fullB);
             }
             const int kn = min(TBK, ke - k0);
             if (kn == TBK) {  // row kk+1's values are loaded while row kk's are multiplied
@@ -238,13 +250,15 @@ __device__ __forceinline__ void matmul_tiled_body(float* __restrict__ out, float
 
 // matmul_t<BM>[_vec]: two blocks per SM (at most 128 registers a thread: 1 block of 160 registers measured
 // 12 % slower); _vec: K, N and every segment start are multiples of 4 (16-byte loads and stores).
-#define TILED1(BM, NAME, VEC)                                                                                    \
+#define TILED1(BM, NAME, VEC, WT)                                                                                \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(                                                   \
-        float* out, float* part, float* stack, const float* __restrict__ x, const float* __restrict__ w,          \
+        float* out, float* part, float* stack, const float* __restrict__ x, const WT* __restrict__ w,             \
         const float* __restrict__ bias, int M, int K, int N, Segs segs, int G, int seq, int dt) {                 \
-        matmul_tiled_body<BM, VEC>(out, part, stack, x, w, bias, M, K, N, segs, G, seq, dt);                      \
+        matmul_tiled_body<BM, VEC, WT>(out, part, stack, x, w, bias, M, K, N, segs, G, seq, dt);                  \
     }
-#define TILED(BM, NAME) TILED1(BM, NAME##_vec, true) TILED1(BM, NAME, false)
+#define TILED(BM, NAME)                                                                                          \
+    TILED1(BM, NAME##_vec, true, float) TILED1(BM, NAME, false, float)                                           \
+    TILED1(BM, NAME##_vec_bf16w, true, unsigned short) TILED1(BM, NAME##_bf16w, false, unsigned short)
 TILED(128, matmul_t128)
 TILED(64, matmul_t64)
 
@@ -276,9 +290,9 @@ extern "C" __global__ void matmul_reduce(float* __restrict__ out, const float* _
 // adjacent lanes, so the tree is three shuffle steps (xor 1, 2, 4), which add exactly the pairs of the tree
 // (a+b and b+a are the same bits). Grid ceil(N/ROWS), block ROWS·8 threads. No shared memory and no block
 // barrier: each thread reads its own slice of w and x through L1.
-template <int MT, int ROWS>
+template <int MT, int ROWS, typename WT>
 __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const float* __restrict__ x,
-                                                  const float* __restrict__ w, const float* __restrict__ bias,
+                                                  const WT* __restrict__ w, const float* __restrict__ bias,
                                                   int M, int K, int N, Segs segs, int seq, int dt) {
     const int lane_s = threadIdx.x & 7;
     const int n = blockIdx.x * ROWS + (threadIdx.x >> 3);
@@ -291,9 +305,9 @@ __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const
 
     if (active) {
         const int kb = segs.b[lane_s], ke = segs.b[lane_s + 1];
-        const float* wr = w + (size_t)n * K;
+        const WT* wr = w + (size_t)n * K;
         for (int k = kb; k < ke; k++) {  // exactly the segment's k, in order
-            const float wk = __ldg(wr + k);
+            const float wk = ld1(wr + k);
 #pragma unroll
             for (int m = 0; m < MT; m++)
                 if (m < M) acc[m] = __fmaf_rn(__ldg(x + (size_t)m * K + k), wk, acc[m]);
@@ -328,12 +342,13 @@ __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const
     }
 }
 
-#define SMALL(MT, ROWS)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(ROWS * 8) matmul_small##MT(                                     \
-        float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ w,                        \
+#define SMALL1(MT, ROWS, NAME, WT)                                                                               \
+    extern "C" __global__ void __launch_bounds__(ROWS * 8) NAME(                                                 \
+        float* __restrict__ out, const float* __restrict__ x, const WT* __restrict__ w,                           \
         const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
-        matmul_small_body<MT, ROWS>(out, x, w, bias, M, K, N, segs, seq, dt);                                     \
+        matmul_small_body<MT, ROWS, WT>(out, x, w, bias, M, K, N, segs, seq, dt);                                 \
     }
+#define SMALL(MT, ROWS) SMALL1(MT, ROWS, matmul_small##MT, float) SMALL1(MT, ROWS, matmul_small##MT##_bf16w, unsigned short)
 SMALL(1, 8)
 SMALL(2, 8)
 SMALL(4, 8)
@@ -366,9 +381,9 @@ struct DecStage {
     static constexpr int FLOATS = W + X;
 };
 
-template <int MT, int CH, int ST>
+template <int MT, int CH, int ST, typename WT>
 __device__ __forceinline__ void matmul_dec_body(float* __restrict__ out, const float* __restrict__ x,
-                                                const float* __restrict__ w, const float* __restrict__ bias, int M,
+                                                const WT* __restrict__ w, const float* __restrict__ bias, int M,
                                                 int K, int N, Segs segs, int seq, int dt) {
     using L = DecStage<MT, CH>;
     extern __shared__ __align__(16) float dsm[];  // [ST] stages, reused as part[8][MT][32] at the end
@@ -391,13 +406,20 @@ __device__ __forceinline__ void matmul_dec_body(float* __restrict__ out, const f
             for (int i = 0; i < QR; i++) {
                 const int e = threadIdx.x + 256 * i;
                 const int q = e % QR, col = (e / QR) % 32, s = e / (QR * 32);
-                const float* src = w;
+                const WT* src = w;
                 int bytes = 0;
                 if (s < nseg && n0 + col < N) {
                     const int k = sb[s] + c * CH + 4 * q;
                     if (k < sb[s + 1]) src = w + (size_t)(n0 + col) * K + k, bytes = 16;
                 }
-                cp_async16(st + (s * 32 + col) * L::ROW + 4 * q, src, bytes);  // bytes 0: zero-fill, no read
+                float* dst = st + (s * 32 + col) * L::ROW + 4 * q;
+                if constexpr (sizeof(WT) == 4) {
+                    cp_async16(dst, reinterpret_cast<const float*>(src), bytes);  // bytes 0: zero-fill, no read
+                } else {
+                    // bf16: four weights (8 bytes) loaded and widened by this thread into the same float slots
+                    // (a plain store: visible after the __syncthreads that precedes this stage's use)
+                    *reinterpret_cast<float4*>(dst) = bytes ? ld4(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
             }
             // x: 8 segments × MT rows × QR quads
             float* xs = st + L::W;
@@ -471,12 +493,13 @@ __device__ __forceinline__ void matmul_dec_body(float* __restrict__ out, const f
 }
 
 // Chunk and depth per M: 64-float spans where the stages fit in 227 KB, else 32.
-#define DEC(MT, CH, ST)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(256) matmul_dec##MT(                                            \
-        float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ w,                        \
+#define DEC1(MT, CH, ST, NAME, WT)                                                                              \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                                      \
+        float* __restrict__ out, const float* __restrict__ x, const WT* __restrict__ w,                           \
         const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
-        matmul_dec_body<MT, CH, ST>(out, x, w, bias, M, K, N, segs, seq, dt);                                     \
+        matmul_dec_body<MT, CH, ST, WT>(out, x, w, bias, M, K, N, segs, seq, dt);                                 \
     }
+#define DEC(MT, CH, ST) DEC1(MT, CH, ST, matmul_dec##MT, float) DEC1(MT, CH, ST, matmul_dec##MT##_bf16w, unsigned short)
 DEC(1, 64, 3)
 DEC(2, 64, 3)
 DEC(4, 64, 2)
