@@ -139,15 +139,6 @@ func tcGPU(t testing.TB) *gpu {
 	return g
 }
 
-// bf16Bits returns the bf16 bits of values that are bf16 values.
-func bf16Bits(v []float32) []uint16 {
-	b := make([]uint16, len(v))
-	for i, f := range v {
-		b[i] = kernels.ToBF16Bits(f)
-	}
-	return b
-}
-
 // tcData returns n bf16 values of mixed magnitude; specials plants NaN, ±Inf and ±0 at a few places.
 func tcData(r *rand.Rand, n int, sd float64, specials bool) []float32 {
 	x := make([]float32, n)
