@@ -15,6 +15,7 @@ import threading
 from .launch import Limits, Planner
 from .ptx import library
 
+_DEC = re.compile(r"matmul_dec(\d+)(?:_\w+)?$")
 _ENTRY = re.compile(r"\.visible \.entry (\w+)\(\s*(.*?)\)", re.S)
 _PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(u64|u32|s32|s64|f32|f64|b8)(?:\s+\.ptr(?:\s+\.\w+)*)?(?:\s+\.align\s+\d+)?\s+\w+(?:\[(\d+)\])?")
 
@@ -130,8 +131,9 @@ class Device:
             for name, ps in entry_params(src).items():
                 (f,) = _check(d.cuModuleGetFunction(m, name.encode()), "cuModuleGetFunction", name)
                 smem = 0
-                if name.startswith("matmul_dec"):
-                    smem = self.planner.dec_shared_bytes(int(name[len("matmul_dec") :]))
+                dec = _DEC.match(name)
+                if dec:  # matmul_dec<mt> and its bf16-weight twin matmul_dec<mt>_bf16w
+                    smem = self.planner.dec_shared_bytes(int(dec.group(1)))
                 elif name in r["big_smem_kernels"]:
                     smem = self.limits.smem_optin - r["smem_reserve"]
                 if smem:
