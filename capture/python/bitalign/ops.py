@@ -112,11 +112,16 @@ def eager(name, *args):
     launches, without the dispatcher's ~0.1 ms a call), else the custom op (tracing, torch.compile, fake and
     meta tensors, or an op this module's attribute no longer names: a test's stand-in is called as it is)."""
     op = getattr(_THIS, name)
+    if op is not _OPS.get(name):  # a Python wrapper of the op (sample), or a test's stand-in
+        return op(*args)
+    return _dispatch(name, *args)
+
+
+def _dispatch(name, *args):
     x = args[0]
-    if op is _OPS.get(name) and type(x) is torch.Tensor and x.device.type == "cuda" and \
-            not torch.compiler.is_compiling():
+    if type(x) is torch.Tensor and x.device.type == "cuda" and not torch.compiler.is_compiling():
         return _IMPL[name](*args)
-    return op(*args)
+    return _OPS[name](*args)
 
 
 def segs(bounds):
@@ -681,8 +686,8 @@ def _sample_args(logits, seqs, pos, temperature, seed, top_k, top_p):
     _check("sample", dtype=torch.int64, device=dev, seqs=seqs, pos=pos)
     _shape("sample", "seqs", seqs, logits.shape[0])
     _shape("sample", "pos", pos, logits.shape[0])
-    if not 0 <= seed < 1 << 64:
-        raise ValueError(f"bitalign.sample: seed {seed} is not an unsigned 64-bit integer")
+    if not -(1 << 63) <= seed < 1 << 63:  # the op's schema: int64 (sample() maps the unsigned seed onto it)
+        raise ValueError(f"bitalign.sample: seed {seed} is not a 64-bit integer")
     try:
         _sampling.params(temperature, top_k, top_p)
     except ValueError as e:
@@ -746,9 +751,18 @@ def restrict(logits, temperature, top_k=0, top_p=1.0):
     return torch.where(keep | torch.isnan(logits), logits, torch.full_like(logits, float("-inf")))
 
 
+def sample(logits, seqs, pos, temperature, seed, top_k=0, top_p=1.0):
+    """The token (T) int32 drawn from each row of logits (T, V) by docs/arithmetic.md §10 (see _sample_op);
+    seed is an unsigned 64-bit integer, handed to the op (whose schema holds int64) as its two's complement."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64:
+        raise ValueError(f"bitalign.sample: seed {seed!r} is not an unsigned 64-bit integer")
+    return _dispatch("sample", logits, seqs, pos, temperature, seed - (1 << 64) if seed >> 63 else seed, top_k,
+                     top_p)
+
+
 @_custom("sample")
-def sample(logits: torch.Tensor, seqs: torch.Tensor, pos: torch.Tensor, temperature: float, seed: int,
-           top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+def _sample_op(logits: torch.Tensor, seqs: torch.Tensor, pos: torch.Tensor, temperature: float, seed: int,
+               top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """The token (T) int32 the canonical rule draws after position pos[t] of sequence seqs[t] (both int64) from
     row t of logits (T, V): greedy argmax when temperature <= 0, else z = logits ⊘ temperature, top-k (0: off)
     and top-p (1: off) in the order (z desc, index asc), and Gumbel-max over the kept set with Philox noise
@@ -761,11 +775,12 @@ def sample(logits: torch.Tensor, seqs: torch.Tensor, pos: torch.Tensor, temperat
     out = torch.empty((T,), dtype=torch.int32, device=dev)
     if T:
         x = restrict(logits, temperature, top_k, top_p)
-        _run(dev, [(_planner(dev).sample(T), (_ptr(out), _ptr(x), T, V, temperature, seed, _ptr(seqs), _ptr(pos)))])
+        _run(dev, [(_planner(dev).sample(T), (_ptr(out), _ptr(x), T, V, temperature, seed & (1 << 64) - 1, _ptr(seqs),
+                                              _ptr(pos)))])
     return out
 
 
-@sample.register_fake
+@_sample_op.register_fake
 def _(logits, seqs, pos, temperature, seed, top_k=0, top_p=1.0):
     _sample_args(logits, seqs, pos, temperature, seed, top_k, top_p)
     return torch.empty((logits.shape[0],), dtype=torch.int32, device=logits.device)
