@@ -300,7 +300,7 @@ func (s *Session) FirstDivergenceOf(step, seq int64) (*SeqDivergence, error) {
 		if !o.Divergent() {
 			continue
 		}
-		p, err := s.buildPair(o.Op, o.Role, step, seq)
+		p, err := s.stackPair(o.Op, o.Role, step, seq)
 		if err != nil {
 			continue // the op has no tensor of this sequence
 		}

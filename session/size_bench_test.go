@@ -78,7 +78,7 @@ func diffOnce(tb testing.TB, a, b string) *Report {
 // the issue's goal is ≥ 0.5 on a 16-core machine.
 func BenchmarkDiffSize(b *testing.B) {
 	s := sizeFromEnv(b, ciSize)
-	for _, v := range []sizeVariant{sizeIdentical, sizeTensors, sizeBit} {
+	for _, v := range sizeVariants {
 		b.Run(string(v), func(b *testing.B) {
 			pa, pb := sizePair(b, s, v)
 			acopy := filepath.Join(filepath.Dir(pa), s.String()+"-trainer-copy.arrow")
@@ -111,6 +111,32 @@ func BenchmarkDiffSize(b *testing.B) {
 			b.ReportMetric(n/tCmp.Seconds()/1e9, "cmp-GB/s")
 			b.ReportMetric(n/tDiff.Seconds()/1e9, "diff-GB/s")
 			b.ReportMetric(tCmp.Seconds()/tDiff.Seconds(), "x-cmp")
+		})
+	}
+}
+
+// BenchmarkOpenSize times what `bitalign open A B` does before its first screen, on the pairs of
+// BenchmarkDiffSize: Load (open, check, diff, the logprob comparison) and the TUI's view of the report
+// (Source().Report(), the overview's data and verdict). The issue's goal: ≤ 2 s for a multi-GB pair.
+func BenchmarkOpenSize(b *testing.B) {
+	s := sizeFromEnv(b, ciSize)
+	for _, v := range sizeVariants {
+		b.Run(string(v), func(b *testing.B) {
+			pa, pb := sizePair(b, s, v)
+			diffOnce(b, pa, pb) // the page cache
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				l, err := Load(context.Background(), Inputs{A: pa, B: pb, Device: "cpu"}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r := l.Source().Report()
+				if r.Identical != (v == sizeIdentical) || len(r.Ops) == 0 {
+					b.Fatalf("%s: identical = %v, %d ops", v, r.Identical, len(r.Ops))
+				}
+				l.Close()
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s-to-verdict")
 		})
 	}
 }

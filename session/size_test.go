@@ -109,7 +109,12 @@ const (
 	sizeIdentical sizeVariant = "identical" // the same bytes
 	sizeTensors   sizeVariant = "tensors"   // three tensors differ in about half their elements by 1 ULP
 	sizeBit       sizeVariant = "bit"       // one bit of one element in the middle of the capture
+	sizeAll       sizeVariant = "all"       // every float tensor differs in about half its elements by 1 ULP (a
+	// replay against another stack's forward: the whole capture diverges)
 )
+
+// sizeVariants are the variants the size benchmarks run.
+var sizeVariants = []sizeVariant{sizeIdentical, sizeTensors, sizeBit, sizeAll}
 
 // sizeDivergent are the (op, seq) whose tensors differ in the "tensors" variant (the first is the first
 // divergence); sizeFlip is the op of the flipped bit (its middle element, seq 0).
@@ -148,7 +153,7 @@ func writeSizeCapture(tb testing.TB, path, side string, s sizeSpec, v sizeVarian
 			data := buf[:n]
 			fillSize(data, o, uint64(seq))
 			switch {
-			case divergent[[2]string{o.name, strconv.Itoa(seq)}]:
+			case divergent[[2]string{o.name, strconv.Itoa(seq)}], v == sizeAll && o.dt != capture.I32:
 				perturb(data, o.dt, uint64(seq)+uint64(o.index)<<8)
 			case v == sizeBit && seq == 0 && o.name == s.sizeFlip():
 				data[n/2] ^= 0x04
