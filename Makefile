@@ -77,6 +77,7 @@ gpu-build:
 	$(GO) test -c $(GPUFLAGS) -o .gpu/engine.test ./engine
 	$(GO) test -c $(GPUFLAGS) -o .gpu/nvls.test ./nvls
 	$(GO) test -c $(GPUFLAGS) -o .gpu/ui.test ./ui
+	$(GO) test -c $(GPUFLAGS) -o .gpu/session.test ./session
 	gzip -f .gpu/bitalign .gpu/*.test
 
 # Renders the main TUI screens (overview, heatmap, bit view, replay verdict, help) to screenshots/*.png.
