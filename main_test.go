@@ -84,6 +84,16 @@ func TestCLIDemoDiffExitCodes(t *testing.T) {
 	if code, out, errs := run(t, "replay", "--checkpoint", filepath.Join(faulted, "checkpoint"), "--capture", filepath.Join(faulted, "sampler")); code != 1 || !strings.Contains(out, "layers.2.mlp_norm") {
 		t.Fatalf("replay of the faulted sampler: exit %d, want 1 naming layers.2.mlp_norm: %s\n%s", code, errs, out)
 	}
+	// replay --ops: only layer 2, the verdict saying so; a pattern matching no op is bad input
+	if code, out, errs := run(t, "replay", "--checkpoint", filepath.Join(faulted, "checkpoint"), "--capture", filepath.Join(faulted, "sampler"),
+		"--ops", "layers.2.*"); code != 1 || !strings.HasPrefix(out, "bitalign replay: first divergence: layers.2.mlp_norm") ||
+		!strings.Contains(strings.SplitN(out, "\n", 2)[0], "(ops matching layers.2.*)") {
+		t.Fatalf("replay --ops layers.2.*: exit %d, want 1 naming layers.2.mlp_norm and the pattern: %s\n%s", code, errs, out)
+	}
+	if code, _, errs := run(t, "replay", "--checkpoint", filepath.Join(faulted, "checkpoint"), "--capture", filepath.Join(faulted, "sampler"),
+		"--ops", "layers.2.*,layers.9*"); code != 2 || !strings.Contains(errs, `"layers.9*" matches no op of `) {
+		t.Fatalf("replay --ops matching nothing: exit %d, want 2: %s", code, errs)
+	}
 }
 
 func TestCLIBadInput(t *testing.T) {
