@@ -265,3 +265,33 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// TestSizePairFingerprints: the size pair's variants, small (2 layers, 2 × 16 tokens), as fingerprint
+// captures against fingerprints and against the full captures, find the full diff's first divergence and
+// per-op verdicts (the benchmarks' pair is a real diff, and fingerprints agree with it).
+func TestSizePairFingerprints(t *testing.T) {
+	s := sizeSpec{layers: 2, seqs: 2, tokens: 16}
+	dir := t.TempDir()
+	for _, v := range sizeVariants {
+		t.Run(string(v), func(t *testing.T) {
+			pa, pb := filepath.Join(dir, "a.arrow"), filepath.Join(dir, string(v)+".arrow")
+			writeSizeCapture(t, pa, "trainer", s, sizeIdentical)
+			writeSizeCapture(t, pb, "sampler", s, v)
+			a, b := openTestCapture(t, pa), openTestCapture(t, pb)
+			full := fpDiff(t, a, b)
+			want := map[sizeVariant]string{sizeTensors: s.sizeDivergent()[0][0], sizeBit: s.sizeFlip(), sizeAll: capture.OpEmbed}[v]
+			if full.Identical != (v == sizeIdentical) || (want != "") != (full.First != nil) || full.First != nil && full.First.Op != want {
+				t.Fatalf("full diff: identical %v, first %+v; want %q", full.Identical, full.First, want)
+			}
+			if v == sizeBit && full.Mismatched != 1 {
+				t.Errorf("one flipped bit: %d elements differ", full.Mismatched)
+			}
+			fa := writeFP(t, a, filepath.Join(dir, string(v)+"-a.fp.arrow"))
+			fb := writeFP(t, b, filepath.Join(dir, string(v)+"-b.fp.arrow"))
+			none := map[string]bool{}
+			sameVerdicts(t, "fp/fp", full, fpDiff(t, fa, fb), none)
+			sameVerdicts(t, "fp/full", full, fpDiff(t, fa, b), none)
+			sameVerdicts(t, "full/fp", full, fpDiff(t, a, fb), none)
+		})
+	}
+}
