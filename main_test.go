@@ -100,6 +100,9 @@ func TestCLIBadInput(t *testing.T) {
 	dir := t.TempDir()
 	junk := filepath.Join(dir, "junk.arrow")
 	os.WriteFile(junk, []byte("definitely not an arrow file"), 0o644)
+	junkPQ, badPQ := filepath.Join(dir, "junk.parquet"), filepath.Join(dir, "bad.parquet")
+	os.WriteFile(junkPQ, []byte("definitely not a parquet file"), 0o644)
+	os.WriteFile(badPQ, []byte("PAR1 but nothing after it PAR1"), 0o644)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -119,6 +122,9 @@ func TestCLIBadInput(t *testing.T) {
 		{"MoE fault on the dense demo", []string{"demo", "--out", filepath.Join(dir, "d"), "--model", "dense", "--fault", "router-split-k"}, "--model moe"},
 		{"routing weights without routing", []string{"replay", "--checkpoint", dir, "--capture", junk, "--routing-weights"}, "--routing-from"},
 		{"routing replay as html", []string{"replay", "--checkpoint", dir, "--capture", junk, "--routing-from", junk, "--format", "html"}, "html"},
+		{"junk .parquet to diff", []string{"diff", junkPQ, junk}, junkPQ + ": not a valid Parquet file"},
+		{"junk .parquet to open", []string{"open", junk, junkPQ}, junkPQ + ": not a valid Parquet file"},
+		{"truncated Parquet", []string{"diff", badPQ, junk}, badPQ + ": not a valid Parquet file"},
 		{"routing from a missing capture", []string{"replay", "--checkpoint", dir, "--capture", junk, "--routing-from", filepath.Join(dir, "nope")}, "nope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

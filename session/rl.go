@@ -5,9 +5,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -476,8 +478,11 @@ func sniffInput(path string) (logprobs.Kind, error) {
 	if err != nil && strings.Contains(err.Error(), "pickle") {
 		return k, err
 	}
+	if err != nil && errors.Is(err, logprobs.ErrNotTable) {
+		return k, err // named as a table (.parquet, .jsonl): say what it is not, not that it is no capture
+	}
 	if err != nil {
-		return logprobs.KindCapture, nil
+		return logprobs.KindCapture, nil // capture.Open words the problem
 	}
 	return k, nil
 }
@@ -542,6 +547,9 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 				PositionsSet: in.RL.PositionsSet})
 			if err != nil {
 				return nil, CaptureInfo{}, err
+			}
+			if t.Side == "" { // the file does not say: its name does
+				t.Side = filepath.Base(path)
 			}
 			var size int64
 			if st, err := os.Stat(path); err == nil {
