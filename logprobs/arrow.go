@@ -405,6 +405,21 @@ func readParquet(ctx context.Context, path string, o Options) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("logprobs: %s: %v", path, err)
 	}
+	// Without the stored Arrow schema pqarrow gives no schema metadata: the file's key-value metadata, where
+	// Arrow writers put the same keys (bitalign.logprobs.side, ...), takes its place.
+	var keys, vals []string
+	for _, kv := range pf.MetaData().KeyValueMetadata() {
+		if kv == nil || strings.HasPrefix(kv.Key, arrowSchemaKey) {
+			continue
+		}
+		v := ""
+		if kv.Value != nil {
+			v = *kv.Value
+		}
+		keys, vals = append(keys, kv.Key), append(vals, v)
+	}
+	md := arrow.NewMetadata(keys, vals)
+	s = arrow.NewSchema(s.Fields(), &md)
 	l, err := resolve(path, "Parquet file", s, o.columns())
 	if err != nil {
 		return nil, err

@@ -258,6 +258,16 @@ func tableOf(ix *sideIndex) (*logprobs.Table, int64, []string, error) {
 	return t, step, warn, nil
 }
 
+// dropLogits forgets the logits of t's sequences (views of a capture's mapping: see seqLogits); t may be nil.
+func dropLogits(t *logprobs.Table) {
+	if t == nil {
+		return
+	}
+	for i := range t.Seqs {
+		t.Seqs[i].Logits = nil
+	}
+}
+
 // seqLogits is a sequence's n logits rows of vocab values (row k is row r of unit u, at(k)) as float32: a view
 // of the capture's mapping (valid until it is closed) when they are consecutive rows of one f32 unit, as when
 // a tensor holds a sequence's prefill, else decoded into a new slice.
@@ -511,6 +521,8 @@ func (l *Loaded) addRL(ctx context.Context, o RLOptions, progress func(view.Prog
 	if err != nil {
 		return err
 	}
+	dropLogits(ta) // compared: nothing may read the mapping through them once the captures are closed
+	dropLogits(tb)
 	rr.Captures = true
 	rr.First = map[int64]*SeqDivergence{}
 	if len(l.Report.Divergent()) > 0 {
@@ -568,6 +580,7 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 		if err != nil {
 			return nil, CaptureInfo{}, err
 		}
+		dropLogits(t) // views of c's mapping, closed on return (and a file table has none to compare with)
 		if t == nil {
 			return nil, CaptureInfo{}, fmt.Errorf("session: %s: the capture has no %s op to compare with the logprob table %s", path, opLogprobs, other)
 		}
