@@ -18,9 +18,10 @@
 #         (patched trainer vs patched generate, replay on cuda and cpu, the unpatched control group, speed) into
 #         $OUT/torch-proof (proof.json is its summary). Not in the default list: `bash scripts/gpu.sh torch`.
 #   size  issue 15's diff at size on this machine's cores: session's BenchmarkDiffSize and BenchmarkOpenSize on a
-#         generated Qwen2-1.5B-shaped pair (SIZE=LAYERS,SEQS,TOKENS, default 28,4,256: 2.7 GiB per side; the
+#         generated Qwen2-1.5B-shaped pair (SIZE=LAYERS,SEQS,TOKENS, default 28,4,256: 2.8 GiB per side; the
 #         files stay in $SIZEDIR), then the real `cmp` and `bitalign diff` timed on the same files in the same
-#         call. Needs about 6 × the pair's size of disk. Not in the default list: `bash scripts/gpu.sh size`.
+#         call (SIZEBENCHTIME iterations, default 3x). Needs about 6 × the pair's size of disk. Not in the default list:
+#         `bash scripts/gpu.sh size`.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -140,7 +141,7 @@ if [[ " $steps " == *" size "* ]]; then
   dir="${SIZEDIR:-/tmp/bitalign-size}"
   mkdir -p "$dir"
   (cd session && BITALIGN_SIZE="${SIZE:-28,4,256}" BITALIGN_BENCH_DIR="$dir" ../.gpu/session.test -test.run '^$' \
-    -test.bench 'DiffSize|OpenSize' -test.benchtime "${BENCHTIME:-3x}" -test.timeout 580s) 2>&1 |
+    -test.bench 'DiffSize|OpenSize' -test.benchtime "${SIZEBENCHTIME:-3x}" -test.timeout 580s) 2>&1 |
     tee "$OUT/size.log" | grep -E "Benchmark|FAIL|panic|ok" || rc=1
   ls -l "$dir" | tee -a "$OUT/size.log"
   a=$(ls "$dir"/*-trainer.arrow | head -1)

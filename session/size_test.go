@@ -16,7 +16,7 @@ import (
 // A capture pair at size (issue 15, "Replay and diff at size"): a Qwen2-1.5B-shaped op set (hidden 1536,
 // 12/2 heads of 128, intermediate 8960, V 151936, bf16 activations, f32 logits and logprobs, i32 tokens),
 // one tensor per (op, sequence) of T tokens as bitalign_capture records a prefill. The full model (28 layers,
-// 4 × 256 tokens) is 2.7 GiB per side, the issue's pair; the CI default (4 layers, 2 × 128) about 240 MB.
+// 4 × 256 tokens) is 2.8 GiB (3.0 GB) per side, the issue's pair; the CI default (4 layers, 2 × 128) 242 MB.
 
 // sizeSpec is the generated pair's shape.
 type sizeSpec struct{ layers, seqs, tokens int }
@@ -24,7 +24,7 @@ type sizeSpec struct{ layers, seqs, tokens int }
 // ciSize is the size the CI benchmark builds (within 2 cores and 24 GB: 3 files of about 240 MB).
 var ciSize = sizeSpec{layers: 4, seqs: 2, tokens: 128}
 
-// sizeFromEnv is BITALIGN_SIZE ("LAYERS,SEQS,TOKENS", e.g. "28,4,256" for the issue's 2.7 GiB pair), else def.
+// sizeFromEnv is BITALIGN_SIZE ("LAYERS,SEQS,TOKENS", e.g. "28,4,256" for the issue's 2.8 GiB pair), else def.
 func sizeFromEnv(tb testing.TB, def sizeSpec) sizeSpec {
 	s := os.Getenv("BITALIGN_SIZE")
 	if s == "" {
