@@ -48,10 +48,13 @@ test-torch: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
+# -fuzzminimizetime: an input with new coverage is minimised before fuzzing goes on, one run per byte or chunk
+# removed; the default minute per input (the seeds are whole Parquet and Arrow files) stalls a 30 s run.
+FUZZFLAGS := -fuzztime 30s -fuzzminimizetime 3s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzOpenArrow -fuzztime 30s ./capture
-	$(GO) test -run '^$$' -fuzz FuzzOpenSafetensors -fuzztime 30s ./capture
-	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 30s ./logprobs
+	$(GO) test -run '^$$' -fuzz FuzzOpenArrow $(FUZZFLAGS) ./capture
+	$(GO) test -run '^$$' -fuzz FuzzOpenSafetensors $(FUZZFLAGS) ./capture
+	$(GO) test -run '^$$' -fuzz FuzzRead $(FUZZFLAGS) ./logprobs
 
 # CUDA kernels: nvcc exists only on the GPU machine (docs/gpu.md). `make ptx` regenerates every PTX that
 # bitalign embeds (kernels/cuda/*.cu, nvls/cuda/collectives.cu for 1, 2, 4 and 8 ranks) with NVCCFLAGS, the
@@ -92,6 +95,7 @@ gpu-build:
 	$(GO) test -c $(GPUFLAGS) -o .gpu/engine.test ./engine
 	$(GO) test -c $(GPUFLAGS) -o .gpu/nvls.test ./nvls
 	$(GO) test -c $(GPUFLAGS) -o .gpu/ui.test ./ui
+	$(GO) test -c $(GPUFLAGS) -o .gpu/session.test ./session
 	gzip -f .gpu/bitalign .gpu/*.test
 
 # Renders the main TUI screens (overview, heatmap, bit view, replay verdict, help) to screenshots/*.png.

@@ -13,6 +13,7 @@ import (
 func newReplayCmd() *cobra.Command {
 	var ckpt, capPath, save, device, profile, routingFrom string
 	var routingWeights bool
+	var ops []string
 	var rf reportFlags
 	var tp int
 	cmd := &cobra.Command{
@@ -27,10 +28,16 @@ directory and removed. A checkpoint of another model than the capture's is refus
 (its layers.L.mlp.experts, and with --routing-weights its expert_weights: R3, routing replay) and reports both
 verdicts: what changes between them is what routing caused, what remains is numerics. Formats text, md, json.
 
+--ops PATTERN,... (globs, as diff --ops) replays, writes and compares only the ops they match: the forward
+still computes what those ops need and stops after the last layer they name (an op after the layers, such as
+logits, runs it whole). The report says which ops it compared; a pattern matching no op of the capture is an
+error (exit 2).
+
 Exit status: 0 when the capture reproduces bit for bit, 1 when it diverges from the replay, 2 on bad input.
 With --routing-from: 0 when it reproduces with its own routing.`,
 		Example: `  bitalign replay --checkpoint run/checkpoint --capture run/sampler --save run/replay
   bitalign replay --checkpoint run/checkpoint --capture run/sampler -o replay.md
+  bitalign replay --checkpoint run/checkpoint --capture run/sampler --ops 'layers.12.*'
   bitalign replay --checkpoint moe/checkpoint --capture moe/sampler --routing-from moe/trainer`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -46,8 +53,12 @@ With --routing-from: 0 when it reproduces with its own routing.`,
 			}
 			bar := newProgressBar(cmd)
 			so := session.StepOptions{TP: tp, Profile: prof, Device: device, Save: save, Progress: bar.update,
-				RoutingFrom: routingFrom, RoutingWeights: routingWeights}
+				RoutingFrom: routingFrom, RoutingWeights: routingWeights, Ops: ops}
 			if routingFrom != "" {
+				if len(ops) > 0 {
+					bar.done()
+					return usageErr("replay: --ops and --routing-from: the routing replay compares every op; use one at a time")
+				}
 				if rf.format == "html" {
 					bar.done()
 					return usageErr("replay: --routing-from writes text, md or json, not html")
@@ -97,6 +108,7 @@ With --routing-from: 0 when it reproduces with its own routing.`,
 	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks of the replay (1, 2, 4, 8)")
 	cmd.Flags().StringVar(&routingFrom, "routing-from", "", "also replay with this capture's MoE routing (R3) and report both verdicts")
 	cmd.Flags().BoolVar(&routingWeights, "routing-weights", false, "with --routing-from: take its expert weights too")
+	cmd.Flags().StringSliceVar(&ops, "ops", nil, "replay, write and compare only ops matching these glob patterns (comma-separated, e.g. 'layers.12.*')")
 	rf.add(cmd)
 	return cmd
 }

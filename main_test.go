@@ -84,12 +84,25 @@ func TestCLIDemoDiffExitCodes(t *testing.T) {
 	if code, out, errs := run(t, "replay", "--checkpoint", filepath.Join(faulted, "checkpoint"), "--capture", filepath.Join(faulted, "sampler")); code != 1 || !strings.Contains(out, "layers.2.mlp_norm") {
 		t.Fatalf("replay of the faulted sampler: exit %d, want 1 naming layers.2.mlp_norm: %s\n%s", code, errs, out)
 	}
+	// replay --ops: only layer 2, the verdict saying so; a pattern matching no op is bad input
+	if code, out, errs := run(t, "replay", "--checkpoint", filepath.Join(faulted, "checkpoint"), "--capture", filepath.Join(faulted, "sampler"),
+		"--ops", "layers.2.*"); code != 1 || !strings.HasPrefix(out, "bitalign replay: first divergence: layers.2.mlp_norm") ||
+		!strings.Contains(strings.SplitN(out, "\n", 2)[0], "(ops matching layers.2.*)") {
+		t.Fatalf("replay --ops layers.2.*: exit %d, want 1 naming layers.2.mlp_norm and the pattern: %s\n%s", code, errs, out)
+	}
+	if code, _, errs := run(t, "replay", "--checkpoint", filepath.Join(faulted, "checkpoint"), "--capture", filepath.Join(faulted, "sampler"),
+		"--ops", "layers.2.*,layers.9*"); code != 2 || !strings.Contains(errs, `"layers.9*" matches no op of `) {
+		t.Fatalf("replay --ops matching nothing: exit %d, want 2: %s", code, errs)
+	}
 }
 
 func TestCLIBadInput(t *testing.T) {
 	dir := t.TempDir()
 	junk := filepath.Join(dir, "junk.arrow")
 	os.WriteFile(junk, []byte("definitely not an arrow file"), 0o644)
+	junkPQ, badPQ := filepath.Join(dir, "junk.parquet"), filepath.Join(dir, "bad.parquet")
+	os.WriteFile(junkPQ, []byte("definitely not a parquet file"), 0o644)
+	os.WriteFile(badPQ, []byte("PAR1 but nothing after it PAR1"), 0o644)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -109,6 +122,9 @@ func TestCLIBadInput(t *testing.T) {
 		{"MoE fault on the dense demo", []string{"demo", "--out", filepath.Join(dir, "d"), "--model", "dense", "--fault", "router-split-k"}, "--model moe"},
 		{"routing weights without routing", []string{"replay", "--checkpoint", dir, "--capture", junk, "--routing-weights"}, "--routing-from"},
 		{"routing replay as html", []string{"replay", "--checkpoint", dir, "--capture", junk, "--routing-from", junk, "--format", "html"}, "html"},
+		{"junk .parquet to diff", []string{"diff", junkPQ, junk}, junkPQ + ": not a valid Parquet file"},
+		{"junk .parquet to open", []string{"open", junk, junkPQ}, junkPQ + ": not a valid Parquet file"},
+		{"truncated Parquet", []string{"diff", badPQ, junk}, badPQ + ": not a valid Parquet file"},
 		{"routing from a missing capture", []string{"replay", "--checkpoint", dir, "--capture", junk, "--routing-from", filepath.Join(dir, "nope")}, "nope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

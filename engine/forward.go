@@ -60,6 +60,8 @@ type rank struct {
 	logitsT int
 	step    int64    // the step being run (the routing replay's key)
 	routing *Routing // another run's routing replayed in the MoE layers; nil: the rank's own
+	// stopLayer > 0: the forward runs layers 0..stopLayer-1 and returns no logits (RunOptions.StopLayer)
+	stopLayer int
 }
 
 // kvCache holds one sequence's k (after RoPE) and v for every layer, for this rank's kv heads.
@@ -267,7 +269,11 @@ func (r *rank) forward(segs []segment) (*fwdResult, error) {
 	if r.v.fusionLayer >= 0 {
 		sum = r.alloc(T * H)
 	}
-	for l, w := range r.layers {
+	layers := r.layers
+	if r.stopLayer > 0 {
+		layers = layers[:r.stopLayer] // the ops asked for end here: nothing after them is computed
+	}
+	for l, w := range layers {
 		op := func(s string) string { return LayerOp(l, s) }
 		be.RMSNorm(r.v.norm, h, x, w.attnNorm, T, H, cfg.Eps, dt)
 		if err := emit(op(opAttnNorm), h, H); err != nil {
@@ -369,6 +375,9 @@ func (r *rank) forward(segs []segment) (*fwdResult, error) {
 		if c := r.caches[s.seq]; c != nil {
 			c.n = s.start + len(s.toks)
 		}
+	}
+	if r.stopLayer > 0 {
+		return nil, be.Err()
 	}
 	be.RMSNorm(r.v.norm, h, x, r.norm, T, H, cfg.Eps, dt)
 	if err := emit(OpFinalNorm, h, H); err != nil {

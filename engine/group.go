@@ -34,6 +34,8 @@ type groupOptions struct {
 	captureDir  string
 	meta        capture.Meta
 	routing     *Routing
+	ops         func(op string) bool // which ops the capture records; nil: all
+	stopLayer   int                  // > 0: the forward runs this many layers only
 }
 
 func newGroup(m *Model, o groupOptions) (*group, error) {
@@ -83,6 +85,9 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 		}
 		r := newRank(m, newLayout(cfg, o.tp, i), be, comms[i], ring, o.v, o.maxPos)
 		r.step, r.routing = o.meta.Step, o.routing
+		if o.stopLayer > 0 && o.stopLayer < cfg.Layers {
+			r.stopLayer = o.stopLayer
+		}
 		if err := be.Err(); err != nil {
 			g.abort()
 			return nil, err
@@ -91,7 +96,7 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 			meta := o.meta
 			meta.TP, meta.PP, meta.DP = o.tp, 1, 1
 			meta.Model = cfg.ModelJSON()
-			if r.rec, err = newRecorder(o.captureDir, cfg, i, meta); err != nil {
+			if r.rec, err = newRecorder(o.captureDir, cfg, i, meta, o.ops); err != nil {
 				g.abort()
 				return nil, err
 			}

@@ -44,6 +44,12 @@ type RunOptions struct {
 	// Routing replays another run's routing in every mixture-of-experts layer (RoutingFromCapture); nil: the
 	// run's own router decides.
 	Routing *Routing
+	// Ops, when set, is which ops the capture records (the others are computed, not written); nil: every op.
+	Ops func(op string) bool
+	// StopLayer > 0 runs layers 0..StopLayer-1 only: the forward stops there (no final norm, logits,
+	// logprobs or samples: Output's sequences have none). Train only; 0 or ≥ the model's layers: the whole
+	// forward.
+	StopLayer int
 }
 
 // TrainOptions configure Train.
@@ -92,6 +98,9 @@ func (o *RunOptions) fill(n int) error {
 	}
 	if len(o.SeqIDs) != n {
 		return fmt.Errorf("engine: %d sequence ids for %d sequences", len(o.SeqIDs), n)
+	}
+	if o.StopLayer < 0 {
+		return fmt.Errorf("engine: stop layer %d: want 0 (the whole forward) or a layer count", o.StopLayer)
 	}
 	seen := map[int64]bool{}
 	for _, id := range o.SeqIDs {
@@ -153,7 +162,8 @@ func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, si
 		batch = len(seqs)
 	}
 	g, err := newGroup(m, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, collectives: opts.Collectives, maxPos: maxLen,
-		captureDir: opts.CaptureDir, meta: opts.meta(side, batch, opts.Profile, seqs, openEnded), routing: opts.Routing})
+		captureDir: opts.CaptureDir, meta: opts.meta(side, batch, opts.Profile, seqs, openEnded), routing: opts.Routing,
+		ops: opts.Ops, stopLayer: opts.StopLayer})
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +187,13 @@ func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, si
 			res, err := g.forward(segs)
 			if err != nil {
 				return err
+			}
+			if res == nil { // stopped at StopLayer: no logits, so no logprobs or samples
+				for j, s := range segs {
+					out.Seqs = append(out.Seqs, SeqOutput{ID: s.seq, Tokens: append([]int32(nil), seqs[b0+j]...), Prompt: s.sampleFrom + 1})
+					g.dropCache(s.seq)
+				}
+				continue
 			}
 			var targets []int32
 			for j, s := range segs {
@@ -246,6 +263,9 @@ type active struct {
 func (m *Model) Sample(ctx context.Context, prompts [][]int32, opts SampleOptions) (*Output, error) {
 	if err := opts.fill(len(prompts)); err != nil {
 		return nil, err
+	}
+	if opts.StopLayer > 0 {
+		return nil, fmt.Errorf("engine: sample: a stop layer (%d) leaves no logits to sample from", opts.StopLayer)
 	}
 	v, stale, err := runVariant(SideSampler, opts.RunOptions, m.Config)
 	if err != nil {

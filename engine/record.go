@@ -13,10 +13,11 @@ type recorder struct {
 	cfg  Config
 	step int64
 	idx  map[string]int32
+	want func(op string) bool // which ops are written; nil: all
 }
 
 // newRecorder creates DIR/rankN.arrow for one rank.
-func newRecorder(dir string, cfg Config, rank int, meta capture.Meta) (*recorder, error) {
+func newRecorder(dir string, cfg Config, rank int, meta capture.Meta, want func(op string) bool) (*recorder, error) {
 	meta.Rank = rank
 	w, err := capture.Create(filepath.Join(dir, "rank"+strconv.Itoa(rank)+".arrow"), meta)
 	if err != nil {
@@ -26,8 +27,11 @@ func newRecorder(dir string, cfg Config, rank int, meta capture.Meta) (*recorder
 	for i, op := range OpNames(cfg) {
 		idx[op] = int32(i)
 	}
-	return &recorder{w: w, cfg: cfg, step: meta.Step, idx: idx}, nil
+	return &recorder{w: w, cfg: cfg, step: meta.Step, idx: idx, want: want}, nil
 }
+
+// skip reports whether op is left out of the capture (RunOptions.Ops).
+func (rec *recorder) skip(op string) bool { return rec.want != nil && !rec.want(op) }
 
 // shardOf returns the global column offset, the full width and whether this rank writes op's output.
 func (rec *recorder) shardOf(lay layout, op string) (start, full int, write bool) {
@@ -49,7 +53,7 @@ func (rec *recorder) shardOf(lay layout, op string) (start, full int, write bool
 
 // emit records op's output b (rows × width, packed over segs) for every segment.
 func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, offs []int) error {
-	if rec == nil {
+	if rec == nil || rec.skip(op) {
 		return r.be.Err()
 	}
 	dt := opDType(rec.cfg, op)
@@ -84,7 +88,7 @@ func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, 
 // emitHost records a replicated per-token op whose rows (width values each, packed over segs) are on the host:
 // ints for I32, else floats (the MoE routing).
 func (rec *recorder) emitHost(r *rank, op string, dt capture.DType, width int, segs []segment, offs []int, floats []float32, ints []int32) error {
-	if rec == nil {
+	if rec == nil || rec.skip(op) {
 		return r.be.Err()
 	}
 	for i, s := range segs {
@@ -106,7 +110,7 @@ func (rec *recorder) emitHost(r *rank, op string, dt capture.DType, width int, s
 
 // emitTokens records the input token ids of every segment.
 func (rec *recorder) emitTokens(r *rank, segs []segment) error {
-	if rec == nil {
+	if rec == nil || rec.skip(OpTokens) {
 		return nil
 	}
 	for _, s := range segs {
@@ -118,12 +122,18 @@ func (rec *recorder) emitTokens(r *rank, segs []segment) error {
 }
 
 func (rec *recorder) writeI32(rank int, op string, seq int64, pos int, vals []int32) error {
+	if rec.skip(op) {
+		return nil
+	}
 	return rec.w.Write(capture.Tensor{Step: rec.step, Seq: seq, Pos: int64(pos), NTok: int64(len(vals)), Op: op,
 		Index: rec.idx[op], Role: "out", DType: capture.I32, Shape: []int64{int64(len(vals))},
 		Rank: int32(rank), Shard: capture.NoShard, Data: encodeI32(vals)})
 }
 
 func (rec *recorder) writeF32(rank int, op string, seq int64, pos int, vals []float32) error {
+	if rec.skip(op) {
+		return nil
+	}
 	return rec.w.Write(capture.Tensor{Step: rec.step, Seq: seq, Pos: int64(pos), NTok: int64(len(vals)), Op: op,
 		Index: rec.idx[op], Role: "out", DType: capture.F32, Shape: []int64{int64(len(vals))},
 		Rank: int32(rank), Shard: capture.NoShard, Data: encode(capture.F32, vals)})

@@ -28,6 +28,9 @@ type ReplayOptions struct {
 	Batch       int // sequences per forward; 0: all
 	// Routing replays another capture's routing in the MoE layers (RoutingFromCapture); nil: the model's own.
 	Routing *Routing
+	// Ops and StopLayer: as RunOptions (record only some ops; stop the forward after the last layer they need).
+	Ops       func(op string) bool
+	StopLayer int
 }
 
 // Replay re-executes the step captured at capturePath from its token ids with the trainer mode (every
@@ -139,6 +142,6 @@ func (m *Model) Replay(ctx context.Context, capturePath, outDir string, opts Rep
 	sp := extra.Sampling // nil: the default
 	to := TrainOptions{RunOptions: RunOptions{TP: max(opts.TP, 1), Profile: opts.Profile, Seed: meta.Seed, Step: step,
 		SeqIDs: ids, Sampling: sp, CaptureDir: outDir, Backend: opts.Backend, Collectives: opts.Collectives,
-		Routing: opts.Routing}, Batch: opts.Batch, PromptLens: plen}
+		Routing: opts.Routing, Ops: opts.Ops, StopLayer: opts.StopLayer}, Batch: opts.Batch, PromptLens: plen}
 	return m.train(ctx, inputs, to, SideReplay, open)
 }

@@ -378,12 +378,23 @@ func layoutName(perSeq bool) string {
 	return "per-token"
 }
 
+// arrowSchemaKey is the Parquet metadata key under which Arrow writers store their schema.
+const arrowSchemaKey = "ARROW:schema"
+
 func readParquet(ctx context.Context, path string, o Options) (*Table, error) {
 	pf, err := file.OpenParquetFile(path, false)
 	if err != nil {
-		return nil, fmt.Errorf("logprobs: %s: %v", path, err)
+		return nil, fmt.Errorf("logprobs: %s: not a valid Parquet file (%v)", path, err)
 	}
 	defer pf.Close()
+	// The Arrow schema a writer may store in the file's metadata ("ARROW:schema") is decoded by arrow-go
+	// without bounds: a corrupt one asks for any number of fields (FuzzRead found 300 GB). The Parquet schema
+	// alone gives every column bitalign reads (lists and large lists alike), so the stored one is set aside.
+	for _, kv := range pf.MetaData().KeyValueMetadata() {
+		if kv != nil && kv.Key == arrowSchemaKey {
+			kv.Key = arrowSchemaKey + " (ignored)"
+		}
+	}
 	// Parallel off: pqarrow's column goroutines are not Read's, so a panic on a corrupt file there could not
 	// be turned into an error (the fast path, readParquetLists, runs its own goroutines and recovers).
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1 << 16}, memory.DefaultAllocator)
@@ -394,6 +405,21 @@ func readParquet(ctx context.Context, path string, o Options) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("logprobs: %s: %v", path, err)
 	}
+	// Without the stored Arrow schema pqarrow gives no schema metadata: the file's key-value metadata, where
+	// Arrow writers put the same keys (bitalign.logprobs.side, ...), takes its place.
+	var keys, vals []string
+	for _, kv := range pf.MetaData().KeyValueMetadata() {
+		if kv == nil || strings.HasPrefix(kv.Key, arrowSchemaKey) {
+			continue
+		}
+		v := ""
+		if kv.Value != nil {
+			v = *kv.Value
+		}
+		keys, vals = append(keys, kv.Key), append(vals, v)
+	}
+	md := arrow.NewMetadata(keys, vals)
+	s = arrow.NewSchema(s.Fields(), &md)
 	l, err := resolve(path, "Parquet file", s, o.columns())
 	if err != nil {
 		return nil, err

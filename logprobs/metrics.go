@@ -1,6 +1,7 @@
 package logprobs
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"bitalign/internal/fp"
 )
@@ -194,18 +196,40 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
+	cores := workers
 	workers = max(1, min(workers, len(jobs)))
+	// a batch of sequences per grab (at most 256), small enough that every worker gets some
+	chunk := int64(min(256, max(1, len(jobs)/(4*workers))))
+	// helpers share the logits measures of sequences (comparer.addDist), which are most of the work when the
+	// logits differ and few sequences keep few workers busy
+	help := make(chan *distJob, max(0, cores-1))
+	if a.Vocab > 0 && b.Vocab > 0 {
+		var hw sync.WaitGroup
+		defer func() {
+			close(help)
+			hw.Wait()
+		}()
+		for range cores - 1 {
+			hw.Add(1)
+			go func() {
+				defer hw.Done()
+				c := &comparer{}
+				for j := range help {
+					j.work(c)
+				}
+			}()
+		}
+	}
 	errs := make([]error, workers)
 	hists := make([]DeltaHist, workers)
 	var wg sync.WaitGroup
-	const chunk = 256
 	var next int64
 	var mu sync.Mutex
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := comparer{hist: &hists[w]}
+			c := comparer{hist: &hists[w], help: help}
 			for {
 				if ctx.Err() != nil {
 					errs[w] = ctx.Err()
@@ -218,7 +242,7 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 				if lo >= len(jobs) {
 					return
 				}
-				for k := lo; k < min(lo+chunk, len(jobs)); k++ {
+				for k := lo; k < min(lo+int(chunk), len(jobs)); k++ {
 					if err := c.seq(s, &a.Seqs[jobs[k].ia], &b.Seqs[jobs[k].ib], &s.Seqs[k]); err != nil {
 						errs[w] = err
 						return
@@ -281,6 +305,9 @@ type comparer struct {
 	posBuf      []int32
 	topA        []int
 	topB        []int
+	pairs       [][2]int32 // this sequence's token pairs (A's index, B's) whose logits are measured
+	terms       []distTerm
+	help        chan *distJob // Compare's helpers, which take blocks of the logits measures
 }
 
 // offset is what moves side t's positions of sequence q onto the summary's numbering.
@@ -367,7 +394,7 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 		c.done(out)
 		return nil
 	}
-	c.absBuf, c.posBuf = c.absBuf[:0], c.posBuf[:0]
+	c.absBuf, c.posBuf, c.pairs = c.absBuf[:0], c.posBuf[:0], c.pairs[:0]
 	err := s.walk(qa, qb, func(pos int64, ia, ib int) {
 		diff := func() {
 			if out.FirstDiff < 0 {
@@ -402,13 +429,16 @@ func (c *comparer) seq(s *Summary, qa, qb *Seq, out *SeqStats) error {
 			diff()
 		}
 		if dist {
-			c.dist(s, st, qa, qb, ia, ib)
+			c.pairs = append(c.pairs, [2]int32{int32(ia), int32(ib)})
 		}
 		c.absBuf = append(c.absBuf, absd)
 		c.posBuf = append(c.posBuf, int32(pos))
 	})
 	if err != nil {
 		return err
+	}
+	if dist {
+		c.addDist(s, st, qa, qb)
 	}
 	if st.Tokens == 0 {
 		out.PosLo, out.PosHi = 0, 0
@@ -590,31 +620,38 @@ func profile(pos []int32, abs []float32, lo, hi int64) []float32 {
 	return p
 }
 
-// dist adds the full-vocabulary measures of one token (log-softmax in float64, docs/rl-metrics.md).
-func (c *comparer) dist(s *Summary, st *Stats, qa, qb *Seq, ia, ib int) {
-	v := s.A.Vocab
-	la, lb := qa.Logits[ia*v:(ia+1)*v], qb.Logits[ib*v:(ib+1)*v]
+// distTerm is one token's full-vocabulary measures (docs/rl-metrics.md): computed apart from the walk so that
+// the tokens of a sequence can be measured on several cores, then summed in token order (addDist), which keeps
+// every sum's order, and so its bits, independent of the cores.
+type distTerm struct {
+	ok, greedyDiffer bool
+	kl, tv, topK     float64 // tv before halving; topK the overlap fraction
+}
+
+// dist measures one token's logits rows (log-softmax in float64). Bitwise-equal rows, the common case, need
+// no exponentials: their terms are exactly what the full computation gives (every difference is +0, the top k
+// coincide), so only the validity scan runs.
+func (c *comparer) dist(la, lb []float32, k int) distTerm {
+	if bytes.Equal(fp.F32Bytes(la), fp.F32Bytes(lb)) {
+		if !validRow(la) {
+			return distTerm{}
+		}
+		return distTerm{ok: true, topK: float64(k) / float64(k)}
+	}
 	lseA, okA := logSumExp(la)
 	lseB, okB := logSumExp(lb)
 	if !okA || !okB {
-		return
+		return distTerm{}
 	}
-	st.Dist++
-	if qa.Greedy[ia] != qb.Greedy[ib] {
-		st.GreedyDiffer++
-	}
-	var kl, tv float64
-	for k := range v {
-		lpa, lpb := float64(la[k])-lseA, float64(lb[k])-lseB
+	t := distTerm{ok: true, greedyDiffer: greedyRow(la) != greedyRow(lb)}
+	for j := range la {
+		lpa, lpb := float64(la[j])-lseA, float64(lb[j])-lseB
 		pa, pb := math.Exp(lpa), math.Exp(lpb)
 		if pb > 0 {
-			kl += pb * (lpb - lpa)
+			t.kl += pb * (lpb - lpa)
 		}
-		tv += math.Abs(pa - pb)
+		t.tv += math.Abs(pa - pb)
 	}
-	st.sumKL += kl
-	st.sumTV += tv / 2
-	k := min(s.Thresholds.TopK, v)
 	c.topA = topK(c.topA[:0], la, k)
 	c.topB = topK(c.topB[:0], lb, k)
 	inter := 0
@@ -623,11 +660,87 @@ func (c *comparer) dist(s *Summary, st *Stats, qa, qb *Seq, ia, ib int) {
 			inter++
 		}
 	}
-	st.sumTopK += float64(inter) / float64(k)
+	t.topK = float64(inter) / float64(k)
+	return t
 }
 
-// logSumExp of a logits row in float64; false when a value is NaN or +Inf, or every value −Inf.
-func logSumExp(x []float32) (float64, bool) {
+// distBlock is how many logits a share of a sequence's measures covers (whole tokens, at least one), so
+// that a few long sequences still spread over every core.
+const distBlock = 1 << 18
+
+// distJob is one sequence's measures, split into blocks of tokens that any worker of Compare may take.
+type distJob struct {
+	next    atomic.Int64
+	nblocks int
+	run     func(c *comparer, block int)
+	wg      sync.WaitGroup
+}
+
+// work runs blocks of j until none is left (with c's scratch space).
+func (j *distJob) work(c *comparer) {
+	for b := int(j.next.Add(1) - 1); b < j.nblocks; b = int(j.next.Add(1) - 1) {
+		j.run(c, b)
+		j.wg.Done()
+	}
+}
+
+// addDist measures the token pairs c.pairs of one sequence, shared with Compare's idle helpers (c.help), and
+// adds them to st in token order.
+func (c *comparer) addDist(s *Summary, st *Stats, qa, qb *Seq) {
+	v := s.A.Vocab
+	k := min(s.Thresholds.TopK, v)
+	n := len(c.pairs)
+	if cap(c.terms) < n {
+		c.terms = make([]distTerm, n)
+	}
+	terms := c.terms[:n]
+	per := max(1, distBlock/v) // tokens per block
+	j := &distJob{nblocks: (n + per - 1) / per}
+	j.run = func(w *comparer, b int) {
+		for i := b * per; i < min(n, (b+1)*per); i++ {
+			p := c.pairs[i]
+			terms[i] = w.dist(qa.Logits[int(p[0])*v:(int(p[0])+1)*v], qb.Logits[int(p[1])*v:(int(p[1])+1)*v], k)
+		}
+	}
+	j.wg.Add(j.nblocks)
+	for range min(cap(c.help), j.nblocks-1) {
+		select {
+		case c.help <- j:
+		default:
+		}
+	}
+	j.work(c)
+	j.wg.Wait()
+	for _, t := range terms {
+		if !t.ok {
+			continue
+		}
+		st.Dist++
+		if t.greedyDiffer {
+			st.GreedyDiffer++
+		}
+		st.sumKL += t.kl
+		st.sumTV += t.tv / 2
+		st.sumTopK += t.topK
+	}
+}
+
+// validRow is finiteMax's verdict without the maximum: no NaN, no +Inf, some value above −Inf (on the bits).
+func validRow(x []float32) bool {
+	const negInf = 0xff800000
+	var notNegInf uint32
+	for _, v := range x {
+		b := math.Float32bits(v)
+		if b&0x7fffffff >= 0x7f800000 && b != negInf { // NaN or +Inf
+			return false
+		}
+		notNegInf |= b ^ negInf
+	}
+	return notNegInf != 0
+}
+
+// finiteMax is the largest value of a logits row; false when a value is NaN or +Inf, or every value −Inf.
+func finiteMax(x []float32) (float64, bool) {
 	m := math.Inf(-1)
 	for _, v := range x {
 		if v != v || math.IsInf(float64(v), 1) {
@@ -635,7 +748,13 @@ func logSumExp(x []float32) (float64, bool) {
 		}
 		m = max(m, float64(v))
 	}
-	if math.IsInf(m, -1) {
+	return m, !math.IsInf(m, -1)
+}
+
+// logSumExp of a logits row in float64; false when a value is NaN or +Inf, or every value −Inf.
+func logSumExp(x []float32) (float64, bool) {
+	m, ok := finiteMax(x)
+	if !ok {
 		return 0, false
 	}
 	var sum float64
@@ -662,25 +781,18 @@ func topK(dst []int, x []float32, k int) []int {
 	return dst
 }
 
-// Greedy is the argmax of each row of logits (V per row; the first of equal maxima; NaN rows give NoToken).
-func Greedy(logits []float32, v int) []int32 {
-	n := len(logits) / v
-	out := make([]int32, n)
-	for r := range n {
-		row := logits[r*v : (r+1)*v]
-		best := NoToken
-		for k, x := range row {
-			if x != x {
-				best = NoToken
-				break
-			}
-			if best == NoToken || x > row[best] {
-				best = int32(k)
-			}
+// greedyRow is the argmax of a logits row (the first of equal maxima; a row with a NaN gives NoToken).
+func greedyRow(row []float32) int32 {
+	best := NoToken
+	for k, x := range row {
+		if x != x {
+			return NoToken
 		}
-		out[r] = best
+		if best == NoToken || x > row[best] {
+			best = int32(k)
+		}
 	}
-	return out
+	return best
 }
 
 // merge adds a sequence's counts and sums (in the caller's order).

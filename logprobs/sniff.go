@@ -40,6 +40,10 @@ const PickleHint = `bitalign never unpickles (a pickle can run any code). Export
     import bitalign_capture as bc
     bc.write_logprobs("sampler.parquet", "sampler", seq_ids, tokens, logprobs)   # torch or numpy arrays`
 
+// ErrNotTable is wrapped by Sniff's error for a file named as a logprob table (.parquet, .jsonl, ...) whose
+// content is neither that nor a capture: commands report that instead of trying the file as a capture.
+var ErrNotTable = errors.New("neither a bitalign capture nor a logprob table (Parquet, Arrow IPC or JSONL)")
+
 // Sniff tells what path holds from its first bytes (and, for an Arrow IPC file, its schema metadata), not
 // from its name. A pickle or a torch.save zip is refused with PickleHint.
 func Sniff(path string) (Kind, error) {
@@ -84,7 +88,13 @@ func Sniff(path string) (Kind, error) {
 	if n == 0 {
 		return KindUnknown, fmt.Errorf("logprobs: %s: empty file", path)
 	}
-	return KindUnknown, fmt.Errorf("logprobs: %s: neither a bitalign capture nor a logprob table (Parquet, Arrow IPC or JSONL)", path)
+	switch ext {
+	case ".parquet", ".pq":
+		return KindUnknown, fmt.Errorf("logprobs: %s: not a valid Parquet file (it does not begin with PAR1): %w", path, ErrNotTable)
+	case ".jsonl", ".ndjson", ".json":
+		return KindUnknown, fmt.Errorf("logprobs: %s: not JSON lines (its first character is not '{'): %w", path, ErrNotTable)
+	}
+	return KindUnknown, fmt.Errorf("logprobs: %s: %v", path, ErrNotTable)
 }
 
 // isPickle: pickle protocol 2–5 ("\x80\x02".."\x80\x05") or the zip torch.save writes since PyTorch 1.6.

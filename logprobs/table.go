@@ -52,9 +52,9 @@ type Seq struct {
 	// Logprob per token: log p(token | the tokens before it).
 	Logprob []float32
 	// Logits: when the source holds them (a capture's `logits` op at every position), the full-vocabulary
-	// logits that scored each token, Table.Vocab floats per token; Greedy is each row's argmax. nil otherwise.
+	// logits that scored each token, Table.Vocab floats per token (from a capture: a view of its mapping when
+	// the tokens' rows lie in one f32 tensor in order). nil otherwise.
 	Logits []float32
-	Greedy []int32
 	// Sample is, from a capture, the token its sampling rule drew for each token's position (its `sample`
 	// op at the position before; NoToken where not captured); nil for a file.
 	Sample []int32

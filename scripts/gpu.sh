@@ -33,6 +33,11 @@
 #         control's TP divergence, the row-parallel exchange's latency against NCCL all_reduce, into
 #         $OUT/tp-proof (tp-proof.json per model). Needs two GPUs (nvidia-h200-x2): with one it says so and skips.
 #         Not in the default list: `bash scripts/gpu.sh tp`. TPFLAGS: more tp_proof.py flags.
+#   size  issue 15's diff at size on this machine's cores: session's BenchmarkDiffSize and BenchmarkOpenSize on a
+#         generated Qwen2-1.5B-shaped pair (SIZE=LAYERS,SEQS,TOKENS, default 28,4,256: 2.8 GiB per side; the
+#         files stay in $SIZEDIR), then the real `cmp` and `bitalign diff` timed on the same files in the same
+#         call (SIZEBENCHTIME iterations, default 3x). Needs about 6 × the pair's size of disk. Not in the default list:
+#         `bash scripts/gpu.sh size`.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -228,6 +233,28 @@ if [[ " $steps " == *" tp "* ]]; then
     done
     rm -rf "$OUT/tp-proof"/*/*/checkpoint "$OUT/tp-proof"/*/*/*.arrow "$OUT/tp-proof"/*/*/*/*.arrow  # reports come back
   fi
+fi
+
+if [[ " $steps " == *" size "* ]]; then
+  echo "== size (diff and open at size against cmp, $(nproc) cores)"
+  dir="${SIZEDIR:-/tmp/bitalign-size}"
+  mkdir -p "$dir"
+  (cd session && BITALIGN_SIZE="${SIZE:-28,4,256}" BITALIGN_BENCH_DIR="$dir" ../.gpu/session.test -test.run '^$' \
+    -test.bench 'DiffSize|OpenSize' -test.benchtime "${SIZEBENCHTIME:-3x}" -test.timeout 580s) 2>&1 |
+    tee "$OUT/size.log" | grep -E "Benchmark|FAIL|panic|ok" || rc=1
+  ls -l "$dir" | tee -a "$OUT/size.log"
+  a=$(ls "$dir"/*-trainer.arrow | head -1)
+  for i in 1 2 3; do # cmp must read both files to the end: A against its byte copy
+    TIMEFORMAT="cmp A A-copy: %R s"
+    { time cmp "$a" "${a%.arrow}-copy.arrow"; } 2>&1 | tee -a "$OUT/size.log"
+  done
+  for b in "${a%-trainer.arrow}"-sampler-*.arrow; do
+    for i in 1 2 3; do
+      TIMEFORMAT="bitalign diff A $(basename "$b"): %R s"
+      { time .gpu/bitalign diff "$a" "$b" -o "$OUT/size-$(basename "$b" .arrow).txt" --overwrite >/dev/null 2>&1; } 2>&1 |
+        tee -a "$OUT/size.log"
+    done
+  done
 fi
 
 echo "gpu.sh: exit $rc"

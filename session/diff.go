@@ -59,8 +59,9 @@ func WithIgnoreMissing() Option { return func(c *config) { c.ignoreMissing = tru
 func WithTolerance(t Tolerance) Option { return func(c *config) { c.tolerance = &t } }
 
 // matchOps returns which op names of names (sorted, unique) match one of patterns, or an error naming a
-// malformed pattern or one that matches nothing.
-func matchOps(patterns []string, names []string) (map[string]bool, error) {
+// malformed pattern or one that matches nothing (of where: "either capture", a capture's path). diff --ops,
+// replay --ops and fingerprint --full-ops parse their patterns here.
+func matchOps(patterns []string, names []string, where string) (map[string]bool, error) {
 	keep := map[string]bool{}
 	for _, pat := range patterns {
 		if _, err := path.Match(pat, ""); err != nil {
@@ -74,7 +75,7 @@ func matchOps(patterns []string, names []string) (map[string]bool, error) {
 			}
 		}
 		if n == 0 {
-			return nil, fmt.Errorf("session: op pattern %q matches no op of either capture", pat)
+			return nil, fmt.Errorf("session: op pattern %q matches no op of %s", pat, where)
 		}
 	}
 	return keep, nil
@@ -116,7 +117,7 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 			names = append(names, kk.k.op)
 		}
 		slices.Sort(names)
-		keep, err := matchOps(cfg.ops, slices.Compact(names))
+		keep, err := matchOps(cfg.ops, slices.Compact(names), "either capture")
 		if err != nil {
 			return nil, err
 		}

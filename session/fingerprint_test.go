@@ -180,6 +180,7 @@ func TestFingerprintFindsEveryFlippedBit(t *testing.T) {
 				b    *capture.Capture
 			}{{"fp/full", b}, {"fp/fp", writeFP(t, b, path+".fp")}} {
 				r := fpDiff(t, fa, pair.b)
+				sameVerdicts(t, fmt.Sprintf("%s, bit %d of %s seq %d", pair.name, bit, ts[ti].Op, ts[ti].Seq), fpDiff(t, base, b), r, map[string]bool{})
 				row := int64(bit/8) / 12 // 6 bf16 features: 12 bytes a row
 				if r.First == nil || r.First.Op != ts[ti].Op || r.First.At.Seq != ts[ti].Seq || r.First.At.Pos != row || !r.First.Located {
 					t.Fatalf("%s: bit %d of %s seq %d (pos %d): first divergence %+v", pair.name, bit, ts[ti].Op, ts[ti].Seq, row, r.First)
@@ -308,4 +309,63 @@ func pathSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestFingerprintDemoFlippedBit: the engine's identical demo pair with one bit flipped in one of the sampler's
+// tensors (a layer's q_proj, mid-sequence): fingerprint against fingerprint, against full either way round, and
+// with the op in full find the full diff's first divergence and per-op verdicts (causes from the demo's
+// producer graph included).
+func TestFingerprintDemoFlippedBit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the engine's demo")
+	}
+	dir := t.TempDir()
+	if err := engine.Demo(dir, engine.DemoOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ta := openTestCapture(t, filepath.Join(dir, "trainer"))
+	sb := openTestCapture(t, filepath.Join(dir, "sampler"))
+	if r := fpDiff(t, ta, sb); !r.Identical {
+		t.Fatalf("the demo without a fault is not identical: %s", r.Verdict())
+	}
+	const op = "layers.1.attn.q_proj"
+	var ts []capture.Tensor
+	flipped := -1
+	for i := 0; i < sb.Len(); i++ {
+		x, err := sb.Tensor(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Data = bytes.Clone(x.Data)
+		if flipped < 0 && x.Op == op && x.Seq == 1 && x.Pos >= 3 {
+			x.Data[len(x.Data)/2] ^= 0x08
+			flipped = i
+		}
+		ts = append(ts, x)
+	}
+	if flipped < 0 || len(sb.Files()) != 1 {
+		t.Fatalf("no %s tensor of seq 1 from pos 3 in the sampler (%d files)", op, len(sb.Files()))
+	}
+	fb := filepath.Join(dir, "sampler-flipped.arrow")
+	if err := capture.WriteAll(fb, sb.Meta(), ts); err != nil {
+		t.Fatal(err)
+	}
+	b := openTestCapture(t, fb)
+	full := fpDiff(t, ta, b)
+	if full.First == nil || full.First.Op != op || full.Mismatched != 1 {
+		t.Fatalf("full diff: first %+v, %d mismatched; want one element of %s", full.First, full.Mismatched, op)
+	}
+	fa := writeFP(t, ta, filepath.Join(dir, "trainer.fp.arrow"))
+	fbp := writeFP(t, b, filepath.Join(dir, "sampler-flipped.fp.arrow"))
+	none := map[string]bool{}
+	sameVerdicts(t, "fp/fp", full, fpDiff(t, fa, fbp), none)
+	sameVerdicts(t, "fp/full", full, fpDiff(t, fa, b), none)
+	sameVerdicts(t, "full/fp", full, fpDiff(t, ta, fbp), none)
+	ga := writeFP(t, ta, filepath.Join(dir, "trainer.fp2.arrow"), op)
+	gb := writeFP(t, b, filepath.Join(dir, "sampler-flipped.fp2.arrow"), op)
+	mixed := fpDiff(t, ga, gb)
+	sameVerdicts(t, "fp+full", full, mixed, map[string]bool{op: true})
+	if f := mixed.First; f.A != full.First.A || f.B != full.First.B || f.ULP != full.First.ULP {
+		t.Errorf("with %s in full: %v/%v %d ULP, full diff %v/%v %d ULP", op, f.A, f.B, f.ULP, full.First.A, full.First.B, full.First.ULP)
+	}
 }

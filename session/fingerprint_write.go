@@ -33,7 +33,7 @@ func WriteFingerprints(ctx context.Context, c *capture.Capture, path string, opt
 	full := map[string]bool{}
 	if len(opts.FullOps) > 0 {
 		var err error
-		if full, err = matchOps(opts.FullOps, slices.Compact(names)); err != nil {
+		if full, err = matchOps(opts.FullOps, slices.Compact(names), c.Path()); err != nil {
 			return 0, err
 		}
 	}

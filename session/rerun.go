@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"bitalign/engine"
 	"bitalign/kernels"
@@ -25,6 +26,9 @@ type StepOptions struct {
 	// RoutingWeights takes its layers.L.mlp.expert_weights too. ReplayStep ignores them.
 	RoutingFrom    string
 	RoutingWeights bool
+	// Ops (glob patterns, as Diff's WithOps) replays and writes only the ops they match, running the forward
+	// up to the last layer those ops need (ReplayStep); nil: every op.
+	Ops []string
 }
 
 // setup is what every replay checks first: the progress callback (never nil), the backend of o.Device, and that
@@ -49,6 +53,44 @@ func (o StepOptions) setup(saves ...string) (func(view.Progress), engine.Backend
 		}
 	}
 	return progress, backend, backendName, nil
+}
+
+// replayOps resolves replay --ops against the capture's ops: the ops to write (nil: all) and the layers the
+// forward must run (engine.ReplayOptions.StopLayer: up to the last asked layer; 0, the whole forward, when an op
+// after the layers is asked). A pattern that is malformed or matches no op of the capture is an error.
+func replayOps(capPath string, patterns []string) (map[string]bool, int, error) {
+	if len(patterns) == 0 {
+		return nil, 0, nil
+	}
+	c, err := openCapture(capPath)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer c.Close()
+	var names []string
+	for i := 0; i < c.Len(); i++ {
+		names = append(names, c.Entry(i).Op)
+	}
+	slices.Sort(names)
+	keep, err := matchOps(patterns, slices.Compact(names), capPath)
+	if err != nil {
+		return nil, 0, err
+	}
+	stop, whole := 0, false
+	for op := range keep {
+		if l, _, ok := engine.SplitLayerOp(op); ok {
+			stop = max(stop, l+1)
+		} else if op != engine.OpTokens && op != engine.OpEmbed {
+			whole = true // final_norm, logits, logprobs, sample: after every layer
+		}
+	}
+	switch {
+	case whole:
+		stop = 0
+	case stop == 0:
+		stop = 1 // tokens and embed only: the forward's shortest run
+	}
+	return keep, stop, nil
 }
 
 // loadForReplay loads the checkpoint and refuses it when it is not the capture's model.
@@ -79,6 +121,9 @@ func ReplayStep(ctx context.Context, checkpoint, capPath string, o StepOptions) 
 	if err != nil {
 		return nil, "", err
 	}
+	if _, _, err := replayOps(capPath, o.Ops); err != nil { // before the checkpoint: a bad pattern fails fast
+		return nil, "", err
+	}
 	m, err := loadForReplay(checkpoint, capPath, progress)
 	if err != nil {
 		return nil, "", err
@@ -105,11 +150,21 @@ func replayInto(ctx context.Context, m *engine.Model, capPath, save string, o St
 		out = filepath.Join(tmp, "replay")
 	}
 	tp := max(o.TP, 1)
-	if _, err := m.Replay(ctx, capPath, out, engine.ReplayOptions{TP: tp, Profile: o.Profile, Backend: backend,
-		Collectives: engine.GPUCollectives(backend, tp), Routing: routing}); err != nil {
+	keep, stop, err := replayOps(capPath, o.Ops)
+	if err != nil {
 		return nil, err
 	}
-	l, err := load(ctx, Inputs{A: capPath, B: out, Device: "cpu"}, m, progress) // the diff replays nothing
+	ro := engine.ReplayOptions{TP: tp, Profile: o.Profile, Backend: backend, Collectives: engine.GPUCollectives(backend, tp),
+		Routing: routing, StopLayer: stop}
+	in := Inputs{A: capPath, B: out, Device: "cpu"}
+	if keep != nil {
+		ro.Ops = func(op string) bool { return keep[op] }
+		in.Options = []Option{WithOps(o.Ops...)}
+	}
+	if _, err := m.Replay(ctx, capPath, out, ro); err != nil {
+		return nil, err
+	}
+	l, err := load(ctx, in, m, progress) // the diff replays nothing
 	if err != nil {
 		return nil, err
 	}

@@ -5,9 +5,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,7 +230,10 @@ func tableOf(ix *sideIndex) (*logprobs.Table, int64, []string, error) {
 			q.Sample = make([]int32, hi-lo)
 		}
 		if t.Vocab > 0 {
-			q.Logits = make([]float32, int64(hi-lo)*vocab)
+			q.Logits = seqLogits(hi-lo, func(k int) (*unit, int64) {
+				lr := logits[rowKey{seq, rows[lo+k].pos}]
+				return lr.u, lr.r
+			}, vocab)
 		}
 		for k, rw := range rows[lo:hi] {
 			if rw.pos+1 > logprobs.MaxTokens {
@@ -246,26 +251,54 @@ func tableOf(ix *sideIndex) (*logprobs.Table, int64, []string, error) {
 					q.Sample[k] = tok
 				}
 			}
-			if q.Logits != nil {
-				lr := logits[rowKey{seq, rw.pos}]
-				dst := q.Logits[int64(k)*vocab : int64(k+1)*vocab]
-				src := lr.u.data[lr.r*vocab*int64(lr.u.dt.Size()):]
-				for x := range dst {
-					if lr.u.dt == capture.BF16 {
-						dst[x] = fp.BF16ToF32(binary.LittleEndian.Uint16(src[2*x:]))
-					} else {
-						dst[x] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*x:]))
-					}
-				}
-			}
-		}
-		if q.Logits != nil {
-			q.Greedy = logprobs.Greedy(q.Logits, t.Vocab)
 		}
 		t.Seqs = append(t.Seqs, q)
 		lo = hi
 	}
 	return t, step, warn, nil
+}
+
+// dropLogits forgets the logits of t's sequences (views of a capture's mapping: see seqLogits); t may be nil.
+func dropLogits(t *logprobs.Table) {
+	if t == nil {
+		return
+	}
+	for i := range t.Seqs {
+		t.Seqs[i].Logits = nil
+	}
+}
+
+// seqLogits is a sequence's n logits rows of vocab values (row k is row r of unit u, at(k)) as float32: a view
+// of the capture's mapping (valid until it is closed) when they are consecutive rows of one f32 unit, as when
+// a tensor holds a sequence's prefill, else decoded into a new slice.
+func seqLogits(n int, at func(k int) (*unit, int64), vocab int64) []float32 {
+	u0, r0 := at(0)
+	view := u0.dt == capture.F32
+	for k := 1; k < n && view; k++ {
+		u, r := at(k)
+		view = u == u0 && r == r0+int64(k)
+	}
+	if view {
+		if v, ok := fp.F32View(u0.data[r0*vocab*4 : (r0+int64(n))*vocab*4]); ok {
+			return v
+		}
+	}
+	out := make([]float32, int64(n)*vocab)
+	for k := range n {
+		u, r := at(k)
+		dst := out[int64(k)*vocab : int64(k+1)*vocab]
+		src := u.data[r*vocab*int64(u.dt.Size()):]
+		if u.dt == capture.BF16 {
+			for x := range dst {
+				dst[x] = fp.BF16ToF32(binary.LittleEndian.Uint16(src[2*x:]))
+			}
+			continue
+		}
+		for x := range dst {
+			dst[x] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*x:]))
+		}
+	}
+	return out
 }
 
 // FirstDivergenceOf finds one sequence's first divergent op (SeqDivergence): over the ops the report found
@@ -279,7 +312,7 @@ func (s *Session) FirstDivergenceOf(step, seq int64) (*SeqDivergence, error) {
 		if !o.Divergent() {
 			continue
 		}
-		p, err := s.buildPair(o.Op, o.Role, step, seq)
+		p, err := s.stackPair(o.Op, o.Role, step, seq)
 		if err != nil {
 			continue // the op has no tensor of this sequence
 		}
@@ -455,8 +488,11 @@ func sniffInput(path string) (logprobs.Kind, error) {
 	if err != nil && strings.Contains(err.Error(), "pickle") {
 		return k, err
 	}
+	if err != nil && errors.Is(err, logprobs.ErrNotTable) {
+		return k, err // named as a table (.parquet, .jsonl): say what it is not, not that it is no capture
+	}
 	if err != nil {
-		return logprobs.KindCapture, nil
+		return logprobs.KindCapture, nil // capture.Open words the problem
 	}
 	return k, nil
 }
@@ -485,6 +521,8 @@ func (l *Loaded) addRL(ctx context.Context, o RLOptions, progress func(view.Prog
 	if err != nil {
 		return err
 	}
+	dropLogits(ta) // compared: nothing may read the mapping through them once the captures are closed
+	dropLogits(tb)
 	rr.Captures = true
 	rr.First = map[int64]*SeqDivergence{}
 	if len(l.Report.Divergent()) > 0 {
@@ -522,6 +560,9 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 			if err != nil {
 				return nil, CaptureInfo{}, err
 			}
+			if t.Side == "" { // the file does not say: its name does
+				t.Side = filepath.Base(path)
+			}
 			var size int64
 			if st, err := os.Stat(path); err == nil {
 				size = st.Size()
@@ -539,6 +580,7 @@ func loadTables(ctx context.Context, in Inputs, l *Loaded, ka, kb logprobs.Kind,
 		if err != nil {
 			return nil, CaptureInfo{}, err
 		}
+		dropLogits(t) // views of c's mapping, closed on return (and a file table has none to compare with)
 		if t == nil {
 			return nil, CaptureInfo{}, fmt.Errorf("session: %s: the capture has no %s op to compare with the logprob table %s", path, opLogprobs, other)
 		}

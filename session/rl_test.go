@@ -87,7 +87,8 @@ func TestLogprobFixtureMatchesNumPy(t *testing.T) {
 			if rl == nil || !l.Report.TablePair() {
 				t.Fatal("no logprob section")
 			}
-			if rl.A.Layout != "per-token" || rl.B.Layout != "per-sequence" || rl.B.Side != map[bool]string{true: "sampler"}[rl.B.Format == "parquet"] {
+			if rl.A.Layout != "per-token" || rl.B.Layout != "per-sequence" || rl.B.Side != map[bool]string{true: "sampler", false: "sampler.jsonl"}[rl.B.Format == "parquet"] ||
+				rl.A.Side != "trainer.parquet" { // JSONL and this Parquet file name no side: their file names do
 				t.Errorf("layouts %s, %s, sides %q %q", rl.A.Layout, rl.B.Layout, rl.A.Side, rl.B.Side)
 			}
 			checkStats(t, "overall", &rl.Overall, want.Overall)

@@ -95,6 +95,17 @@ func (s *Session) Pair(op, role string, step, seq int64) (*Pair, error) {
 }
 
 func (s *Session) buildPair(op, role string, step, seq int64) (*Pair, error) {
+	p, err := s.stackPair(op, role, step, seq)
+	if err != nil {
+		return nil, err
+	}
+	p.computeLevels()
+	return p, nil
+}
+
+// stackPair is buildPair without the comparison (Levels, Hist, ...): both sides' rows, for callers that only
+// look at their bytes.
+func (s *Session) stackPair(op, role string, step, seq int64) (*Pair, error) {
 	k := opKey{op, role}
 	if fingerprintMode(s.ia, s.ib, k) {
 		return nil, locatedError(s.ia, s.ib, k)
@@ -155,7 +166,6 @@ func (s *Session) buildPair(op, role string, step, seq int64) (*Pair, error) {
 	}
 	p.A, p.HasA = stack(ua, lo, p.Rows, u0.rowLen, f.size)
 	p.B, p.HasB = stack(ub, lo, p.Rows, u0.rowLen, f.size)
-	p.computeLevels()
 	return p, nil
 }
 

@@ -12,8 +12,17 @@ import (
 // maxMissingListed bounds the missing tensors the text and Markdown reports list (JSON lists all).
 const maxMissingListed = 20
 
-// Verdict is the one-line summary of a report, the same in every format.
+// Verdict is the one-line summary of a report, the same in every format. A replay of some ops (replay --ops)
+// says which: the replay holds nothing else.
 func (r *Report) Verdict() string {
+	v := r.verdict()
+	if r.Command == "replay" && r.Compared > 0 && len(r.Filter) > 0 {
+		v += " (ops matching " + strings.Join(r.Filter, ", ") + ")"
+	}
+	return v
+}
+
+func (r *Report) verdict() string {
 	if r.Compared == 0 {
 		v := "nothing compared"
 		var parts []string

@@ -1,0 +1,141 @@
+package logprobs
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// refDist is the full-vocabulary measures of one token as docs/rl-metrics.md defines them, computed for every
+// row alike (no shortcut for equal rows): what dist must give bit for bit.
+func refDist(la, lb []float32, k int) (ok, greedyDiffer bool, kl, tv, top float64) {
+	lse := func(x []float32) (float64, bool) {
+		m := math.Inf(-1)
+		for _, v := range x {
+			if v != v || math.IsInf(float64(v), 1) {
+				return 0, false
+			}
+			m = max(m, float64(v))
+		}
+		if math.IsInf(m, -1) {
+			return 0, false
+		}
+		var s float64
+		for _, v := range x {
+			s += math.Exp(float64(v) - m)
+		}
+		return m + math.Log(s), true
+	}
+	argmax := func(x []float32) int {
+		best := 0
+		for i, v := range x {
+			if v > x[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	lseA, okA := lse(la)
+	lseB, okB := lse(lb)
+	if !okA || !okB {
+		return false, false, 0, 0, 0
+	}
+	for j := range la {
+		lpa, lpb := float64(la[j])-lseA, float64(lb[j])-lseB
+		pa, pb := math.Exp(lpa), math.Exp(lpb)
+		if pb > 0 {
+			kl += pb * (lpb - lpa)
+		}
+		tv += math.Abs(pa - pb)
+	}
+	inter := 0
+	ta, tb := topK(nil, la, k), topK(nil, lb, k)
+	for _, x := range ta {
+		if slices.Contains(tb, x) {
+			inter++
+		}
+	}
+	return true, argmax(la) != argmax(lb), kl, tv / 2, float64(inter) / float64(k)
+}
+
+// distPair is a pair of sequences of n tokens with vocab logits each: most rows bitwise equal, some differing
+// in a few logits, one with −Inf entries (equal on both sides), one with a NaN, one all −Inf.
+func distPair(n, vocab int) (*Table, *Table) {
+	r := rand.New(rand.NewPCG(3, 4))
+	la := make([]float32, n*vocab)
+	for i := range la {
+		la[i] = float32(r.NormFloat64() * 3)
+	}
+	lb := slices.Clone(la)
+	for t := 0; t < n; t++ {
+		row := lb[t*vocab : (t+1)*vocab]
+		switch {
+		case t%7 == 3: // a few logits moved
+			for j := 0; j < 5; j++ {
+				row[r.IntN(vocab)] += 0.25
+			}
+		case t%11 == 5: // a new argmax
+			row[r.IntN(vocab)] = 40
+		}
+	}
+	ninf := float32(math.Inf(-1))
+	for j := 0; j < vocab; j += 3 {
+		la[2*vocab+j], lb[2*vocab+j] = ninf, ninf
+	}
+	lb[4*vocab+1] = float32(math.NaN())
+	for j := 0; j < vocab; j++ {
+		la[6*vocab+j], lb[6*vocab+j] = ninf, ninf
+	}
+	seq := func(l []float32) Seq {
+		return Seq{ID: 1, Prompt: -1, Logprob: make([]float32, n), Logits: l}
+	}
+	a, b := table("a", Absolute, seq(la)), table("b", Absolute, seq(lb))
+	a.Vocab, b.Vocab = vocab, vocab
+	return a, b
+}
+
+// TestDistMatchesReference: the logits measures (the equal-row shortcut, the per-token terms summed in token
+// order) give the reference's sums bit for bit, on one core and split over several.
+func TestDistMatchesReference(t *testing.T) {
+	const n, vocab = 300, 4096 // 1.2 M logits: above distMinPar, so the split runs
+	a, b := distPair(n, vocab)
+	th := DefaultThresholds
+	var want Stats
+	for i := 0; i < n; i++ {
+		ok, gd, kl, tv, top := refDist(a.Seqs[0].Logits[i*vocab:(i+1)*vocab], b.Seqs[0].Logits[i*vocab:(i+1)*vocab], th.TopK)
+		if !ok {
+			continue
+		}
+		want.Dist++
+		if gd {
+			want.GreedyDiffer++
+		}
+		want.sumKL += kl
+		want.sumTV += tv
+		want.sumTopK += top
+	}
+	if want.Dist != n-2 || want.GreedyDiffer == 0 || want.sumKL == 0 {
+		t.Fatalf("the pair does not exercise the measures: %+v", want)
+	}
+	for _, workers := range []int{1, 2, 8} {
+		th.Workers = workers
+		s, err := Compare(context.Background(), a, b, th)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &s.Seqs[0].Stats
+		if got.Dist != want.Dist || got.GreedyDiffer != want.GreedyDiffer {
+			t.Errorf("%d workers: dist %d greedy %d, want %d %d", workers, got.Dist, got.GreedyDiffer, want.Dist, want.GreedyDiffer)
+		}
+		for _, c := range []struct {
+			name      string
+			got, want float64
+		}{{"Σ KL", got.sumKL, want.sumKL}, {"Σ TV", got.sumTV, want.sumTV}, {"Σ top-k", got.sumTopK, want.sumTopK}} {
+			if math.Float64bits(c.got) != math.Float64bits(c.want) {
+				t.Errorf("%d workers: %s = %v (%#x), want %v (%#x)", workers, c.name, c.got, math.Float64bits(c.got), c.want, math.Float64bits(c.want))
+			}
+		}
+	}
+}
