@@ -686,7 +686,7 @@ def _sample_args(logits, seqs, pos, temperature, seed, top_k, top_p):
     _check("sample", dtype=torch.int64, device=dev, seqs=seqs, pos=pos)
     _shape("sample", "seqs", seqs, logits.shape[0])
     _shape("sample", "pos", pos, logits.shape[0])
-    if not -(1 << 63) <= seed < 1 << 63:  # the op's schema: int64 (sample() maps the unsigned seed onto it)
+    if isinstance(seed, int) and not -(1 << 63) <= seed < 1 << 63:  # int64, the op's schema (traced: a SymInt)
         raise ValueError(f"bitalign.sample: seed {seed} is not a 64-bit integer")
     try:
         _sampling.params(temperature, top_k, top_p)

@@ -2,7 +2,7 @@
 in a right-padded batch, in a left-padded batch and from generate's KV cache are the same bits), its seeded
 sampling draws the same tokens at batch 1 and batch 8, the standard profile run through the same test shows
 the test can fail, and `bitalign replay` of a patched trainer capture reproduces it (exit 0). Needs torch with
-CUDA (and cuda-bindings); the replay test needs BITALIGN_BIN. Not yet run on a GPU."""
+CUDA (and cuda-bindings); the replay test needs BITALIGN_BIN. Passed on an H200 (docs/kernels-torch.md)."""
 
 import os
 import subprocess

@@ -186,3 +186,17 @@ def test_tp_ops_launches_pack_against_the_ptx(monkeypatch):
     assert {"matmul_dec1", "matmul_small8", "matmul_reduce", "ls_max_part", "ls_max_fin", "ls_sum_seg", "ls_tree",
             "logprobs", "ls_finish"} <= set(seen), seen
     assert any(k.startswith("matmul_t") for k in seen), seen
+
+
+@pytest.mark.parametrize("seed", [0, (1 << 63) - 1, 1 << 63, 16045690984503111693, (1 << 64) - 1])
+def test_sample_takes_every_unsigned_64_bit_seed(seed):
+    """The op's schema holds int64: sample() hands it the seed's two's complement, so seeds >= 2^63 (which the
+    H200 run refused) reach the kernel, eager on fake CUDA tensors and traced by torch.compile."""
+    def call(dev):
+        return ops.sample(torch.empty(3, 100, device=dev), torch.empty(3, dtype=I64, device=dev),
+                          torch.empty(3, dtype=I64, device=dev), 1.0, seed, 5, 0.9)
+
+    assert tuple(call("meta").shape) == (3,)
+    with FakeTensorMode(allow_non_fake_inputs=False):
+        assert call("cuda").dtype == torch.int32
+    assert tuple(torch.compile(call, fullgraph=True)("meta").shape) == (3,)
