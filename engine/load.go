@@ -7,13 +7,12 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"bitalign/capture"
+	"bitalign/internal/par"
 	"bitalign/kernels"
 )
 
@@ -192,35 +191,7 @@ func firstError(errs []error) error {
 }
 
 // parallel runs f(0..n-1) over at most GOMAXPROCS goroutines, each taking the next index.
-func parallel(n int, f func(i int)) {
-	workers := min(n, runtime.GOMAXPROCS(0))
-	if workers <= 1 {
-		for i := 0; i < n; i++ {
-			f(i)
-		}
-		return
-	}
-	var next int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
-}
+func parallel(n int, f func(i int)) { par.Each(n, 0, nil, f) }
 
 // loadJob is one tensor to make a weight of.
 type loadJob struct {

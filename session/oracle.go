@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 
 	"bitalign/capture"
 	"bitalign/engine"
+	"bitalign/internal/par"
 	"bitalign/kernels"
 )
 
@@ -154,41 +154,21 @@ func LocalErrors(ctx context.Context, s *Session, m *engine.Model, opts LocalOpt
 	slices.SortFunc(jobs, func(x, y LocalErr) int {
 		return cmp.Or(cmp.Compare(x.Index, y.Index), cmp.Compare(x.Step, y.Step), cmp.Compare(x.Seq, y.Seq))
 	})
-	workers := opts.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
 	var (
 		mu   sync.Mutex
 		done int
-		next int
-		wg   sync.WaitGroup
 	)
-	for range min(workers, len(jobs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= len(jobs) || ctx.Err() != nil {
-					return
-				}
-				j := &jobs[i]
-				j.A = sides[0].measure(m, j.Op, j.Step, j.Seq)
-				j.B = sides[1].measure(m, j.Op, j.Step, j.Seq)
-				mu.Lock()
-				done++
-				if opts.Progress != nil {
-					opts.Progress(done, len(jobs))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	par.Each(len(jobs), opts.Workers, func() bool { return ctx.Err() != nil }, func(i int) {
+		j := &jobs[i]
+		j.A = sides[0].measure(m, j.Op, j.Step, j.Seq)
+		j.B = sides[1].measure(m, j.Op, j.Step, j.Seq)
+		mu.Lock()
+		done++
+		if opts.Progress != nil {
+			opts.Progress(done, len(jobs))
+		}
+		mu.Unlock()
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
