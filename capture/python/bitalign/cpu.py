@@ -313,15 +313,20 @@ def attention(q, k, v, pos, heads, kv_heads, hd, scale, profile, out_dtype):
     return round_dt(div(acc, l[..., None]), out_dtype).reshape(T, heads * hd)
 
 
-def sample(logits, seqs, pos, temperature, seed):
-    """Sample (§10) without top-k/top-p: row t of logits (T, V) drawn after position pos[t] of sequence seqs[t]:
-    greedy (value desc, index asc) when temperature <= 0, else the Gumbel-max of z = x ⊘ temperature with
-    score = z ⊕ (−Log(−Log(u))), u = bitalign.sampling.uniform(seed, seq, pos, index); NaN never drawn. The twin
-    of bitalign.ops.sample."""
+def sample(logits, seqs, pos, temperature, seed, top_k=0, top_p=1.0):
+    """Sample (§10): row t of logits (T, V) drawn after position pos[t] of sequence seqs[t]: greedy (value desc,
+    index asc) when temperature <= 0, else the Gumbel-max of z = x ⊘ temperature with score = z ⊕
+    (−Log(−Log(u))), u = bitalign.sampling.uniform(seed, seq, pos, index); NaN never drawn. With top-k or top-p,
+    each row goes through bitalign.sampling.draw (the numpy reference of the whole rule). The twin of
+    bitalign.ops.sample."""
     import numpy as np
 
     from . import sampling
 
+    if temperature > 0 and (0 < top_k < logits.shape[1] or top_p < 1):
+        x, s, p = logits.to(torch.float32).cpu().numpy(), seqs.cpu().numpy(), pos.cpu().numpy()
+        tok = [sampling.draw(x[r], temperature, top_k, top_p, int(seed), int(s[r]), int(p[r])) for r in range(len(x))]
+        return torch.tensor(tok, dtype=torch.int32, device=logits.device)
     x = logits.to(torch.float32)
     if temperature <= 0:
         return torch.where(torch.isnan(x), float("-inf"), x).argmax(1).to(torch.int32)  # the first of equal maxima
