@@ -169,15 +169,7 @@ func TestLoadBadCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	stFile := filepath.Join(good, "model.safetensors")
-	orig, err := os.ReadFile(stFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hlen := binary.LittleEndian.Uint64(orig[:8])
-	var hdr map[string]json.RawMessage
-	if err := json.Unmarshal(orig[8:8+hlen], &hdr); err != nil {
-		t.Fatal(err)
-	}
+	orig, hdr, data := readSafetensors(t, stFile)
 	// withHeader rebuilds the file with an edited header and the same data.
 	withHeader := func(edit func(map[string]json.RawMessage)) []byte {
 		h := map[string]json.RawMessage{}
@@ -186,8 +178,7 @@ func TestLoadBadCheckpoints(t *testing.T) {
 		}
 		edit(h)
 		hb, _ := json.Marshal(h)
-		out := binary.LittleEndian.AppendUint64(nil, uint64(len(hb)))
-		return append(append(out, hb...), orig[8+hlen:]...)
+		return safetensorsFile(hb, data)
 	}
 	dupHeader := []byte(`{"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}`)
 	cases := []struct {

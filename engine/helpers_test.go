@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -177,4 +179,23 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// readSafetensors reads a safetensors file: its bytes, its header's entries and the tensor data after the header.
+func readSafetensors(t *testing.T, path string) (orig []byte, hdr map[string]json.RawMessage, data []byte) {
+	t.Helper()
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hlen := binary.LittleEndian.Uint64(orig[:8])
+	if err := json.Unmarshal(orig[8:8+hlen], &hdr); err != nil {
+		t.Fatal(err)
+	}
+	return orig, hdr, orig[8+hlen:]
+}
+
+// safetensorsFile is a safetensors file of the header bytes hb and data.
+func safetensorsFile(hb, data []byte) []byte {
+	return append(append(binary.LittleEndian.AppendUint64(nil, uint64(len(hb))), hb...), data...)
 }

@@ -99,27 +99,18 @@ func TestLoadMisalignedAndNaN(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "model.safetensors")
-	orig, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hlen := binary.LittleEndian.Uint64(orig[:8])
-	var hdr map[string]json.RawMessage
-	if err := json.Unmarshal(orig[8:8+hlen], &hdr); err != nil {
-		t.Fatal(err)
-	}
+	_, hdr, stored := readSafetensors(t, path)
 	// a NaN with a payload in model.norm.weight[3]
 	var e stEntry
 	json.Unmarshal(hdr["model.norm.weight"], &e)
-	data := append([]byte(nil), orig[8+hlen:]...)
+	data := append([]byte(nil), stored...)
 	binary.LittleEndian.PutUint16(data[e.Offsets[0]+6:], 0x7F81)
 	hb, _ := json.Marshal(hdr)
 	hb = append(hb, ' ') // odd header length: every tensor starts at an odd address
 	if len(hb)%2 == 0 {
 		hb = append(hb, ' ')
 	}
-	file := append(binary.LittleEndian.AppendUint64(nil, uint64(len(hb))), hb...)
-	if err := os.WriteFile(path, append(file, data...), 0o644); err != nil {
+	if err := os.WriteFile(path, safetensorsFile(hb, data), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	back, err := Load(dir)
@@ -200,16 +191,13 @@ func TestLoadBadData(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "model.safetensors")
-	orig, _ := os.ReadFile(path)
-	hlen := binary.LittleEndian.Uint64(orig[:8])
-	var hdr map[string]json.RawMessage
-	json.Unmarshal(orig[8:8+hlen], &hdr)
+	_, hdr, data := readSafetensors(t, path)
 	var e stEntry
 	json.Unmarshal(hdr["model.norm.weight"], &e)
 	e.DType = "F32" // twice the bytes the offsets hold
 	hdr["model.norm.weight"], _ = json.Marshal(e)
 	hb, _ := json.Marshal(hdr)
-	os.WriteFile(path, append(append(binary.LittleEndian.AppendUint64(nil, uint64(len(hb))), hb...), orig[8+hlen:]...), 0o644)
+	os.WriteFile(path, safetensorsFile(hb, data), 0o644)
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "model.norm.weight") {
 		t.Fatalf("lying dtype: %v", err)
 	}

@@ -14,30 +14,10 @@ import (
 // 0's output and checks that every rank got the same bits.
 func rowParallel(t *testing.T, p kernels.Profile, ord nvls.Order, x, w, bias []float32, M, K, N, tp int) []float32 {
 	t.Helper()
-	cs, err := nvls.NewCPUGroup(tp, nvls.WithOrder(ord))
-	if err != nil {
-		t.Fatal(err)
+	partial := func(out, x, w []float32, M, kl, N, r, tp int) error {
+		return kernels.MatmulPartial(p, out, x, w, M, kl, N, r, tp)
 	}
-	kl := K / tp
-	outs := make([][]float32, tp)
-	testrank.NoErrors(t, testrank.Each(tp, func(r int) error {
-		out := make([]float32, M*N)
-		if err := kernels.MatmulPartial(p, out, kernels.Columns(x, M, K, r*kl, (r+1)*kl), kernels.Columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, r, tp); err != nil {
-			return err
-		}
-		if err := cs[r].AllReduce(out); err != nil {
-			return err
-		}
-		kernels.MatmulFinish(kernels.F32, out, bias, M, N)
-		outs[r] = out
-		return nil
-	}))
-	for r := range outs {
-		if i, u, ok := kernels.FirstDiff(outs[r], outs[0]); ok {
-			t.Fatalf("rank %d differs from rank 0 at %d by %d ulp", r, i, u)
-		}
-	}
-	return outs[0]
+	return rowParallelWith(t, partial, ord, kernels.F32, x, w, bias, M, K, N, tp)
 }
 
 // TestMatmulTPInvariance: MatmulPartial over tp = 1, 2, 4, 8 + the nvls tree all-reduce == MatmulForward.
@@ -179,6 +159,15 @@ func TestLogSoftmaxAccuracy(t *testing.T) {
 func rowParallelTC(t *testing.T, partial func(out, x, w []float32, M, kl, N, tp int) error, ord nvls.Order, dt kernels.DType,
 	x, w, bias []float32, M, K, N, tp int) []float32 {
 	t.Helper()
+	ranked := func(out, x, w []float32, M, kl, N, _, tp int) error { return partial(out, x, w, M, kl, N, tp) }
+	return rowParallelWith(t, ranked, ord, dt, x, w, bias, M, K, N, tp)
+}
+
+// rowParallelWith runs partial on tp ranks (goroutines, rank r given its K slice) + the nvls all-reduce in
+// order ord + MatmulFinish to dt; it returns rank 0's output and checks that every rank got the same bits.
+func rowParallelWith(t *testing.T, partial func(out, x, w []float32, M, kl, N, r, tp int) error, ord nvls.Order,
+	dt kernels.DType, x, w, bias []float32, M, K, N, tp int) []float32 {
+	t.Helper()
 	cs, err := nvls.NewCPUGroup(tp, nvls.WithOrder(ord))
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +176,7 @@ func rowParallelTC(t *testing.T, partial func(out, x, w []float32, M, kl, N, tp 
 	outs := make([][]float32, tp)
 	testrank.NoErrors(t, testrank.Each(tp, func(r int) error {
 		out := make([]float32, M*N)
-		if err := partial(out, kernels.Columns(x, M, K, r*kl, (r+1)*kl), kernels.Columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, tp); err != nil {
+		if err := partial(out, kernels.Columns(x, M, K, r*kl, (r+1)*kl), kernels.Columns(w, N, K, r*kl, (r+1)*kl), M, kl, N, r, tp); err != nil {
 			return err
 		}
 		if err := cs[r].AllReduce(out); err != nil {
