@@ -38,6 +38,9 @@
 #         files stay in $SIZEDIR), then the real `cmp` and `bitalign diff` timed on the same files in the same
 #         call (SIZEBENCHTIME iterations, default 3x). Needs about 6 × the pair's size of disk. Not in the default list:
 #         `bash scripts/gpu.sh size`.
+#   sweep every tiled-matmul plan (tile rows, segments per block) at the Qwen2-1.5B and Qwen2.5-7B projection
+#         shapes beside cuBLAS SGEMM, after checking that they give the same bits (scripts/plan_sweep.py): the
+#         figures launch.json's matmul rules are fitted to. Not in the default list: `bash scripts/gpu.sh sweep`.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -214,6 +217,12 @@ if [[ " $steps " == *" torch "* ]]; then
     ${PROOFFLAGS:-} 2>&1 | grep -v "Writing model shards" | tee "$OUT/torch-proof.log" | tail -30
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   rm -rf "$OUT/torch-proof"/*/checkpoint "$OUT/torch-proof"/*/*.arrow  # the reports and proof.json come back
+fi
+
+if [[ " $steps " == *" sweep "* ]]; then
+  echo "== sweep (every tiled-matmul plan beside cuBLAS SGEMM, same bits checked first)"
+  python3 scripts/plan_sweep.py --json "$OUT/plan-sweep.json" ${SWEEPFLAGS:-} 2>&1 | tee "$OUT/plan-sweep.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
 fi
 
 if [[ " $steps " == *" tp "* ]]; then

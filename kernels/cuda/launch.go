@@ -47,8 +47,9 @@ type launchRules struct {
 		TileMSmallMaxM     int `json:"tile_m_small_max_m"`
 		TileBlock          int `json:"tile_block"`
 		BlocksPerSM        int `json:"blocks_per_sm"`
-		WaveNum            int `json:"wave_num"`
-		WaveDen            int `json:"wave_den"`
+		FullWaveNum        int `json:"full_wave_num"`
+		FullWaveDen        int `json:"full_wave_den"`
+		ManyWaves          int `json:"many_waves"`
 		ReduceBlock        int `json:"reduce_block"`
 	} `json:"matmul"`
 	RMSNorm struct {
@@ -96,7 +97,7 @@ func parseRules(b []byte) (launchRules, error) {
 	}
 	m := r.Matmul
 	for _, v := range []int{m.DecMaxM, m.SmallMaxM, m.DecCols, m.DecBlock, m.SmallCols, m.SmallThreadsPerCol, m.TileN,
-		m.TileM, m.TileMSmall, m.TileBlock, m.BlocksPerSM, m.WaveNum, m.WaveDen, m.ReduceBlock, r.RMSNorm.RowBlock,
+		m.TileM, m.TileMSmall, m.TileBlock, m.BlocksPerSM, m.FullWaveNum, m.FullWaveDen, m.ManyWaves, m.ReduceBlock, r.RMSNorm.RowBlock,
 		r.RMSNorm.RowSegments, r.RMSNorm.RowsPerBlock, r.RMSNorm.Block, r.Attention.KB, r.Attention.Warps,
 		r.Attention.Tasks, r.Attention.MaxHeadDim, r.Attention.RowsPerBlock, r.Attention.Block, r.Elementwise.Block,
 		r.LogSoftmax.Chunk, r.LogSoftmax.Block, r.LogSoftmax.MaxFinRowsPerBlock, r.LogSoftmax.TreeBlock,
@@ -195,9 +196,9 @@ type MatmulPlan struct {
 // segments, matmul_dec (w and x streamed through shared memory by cp.async, one warp per segment, one lane per
 // column); at most small_max_m rows, unaligned, matmul_small (each thread streams its own w row slice); else the
 // tiled kernel, each block running G of the segments in a row and adding their partials in the tree's order,
-// G the largest that still fills the GPU once (blocks_per_sm blocks per SM, wave_num/wave_den of a wave: at
-// K = N = 4096 that measured G = 8 at M ≥ 1024, 4 at 512, 2 at 256, 1 at 128, docs/gpu.md). The standard
-// profile adds its parts left to right, so its G is 1 or nseg.
+// G the largest whose grid loses little to its last wave (waveFits; docs/benchmarks.md has the sweep of every
+// G at the Qwen2 shapes that this rule was fitted to). The standard profile adds its parts left to right, so its
+// G is 1 or nseg.
 func planMatmul(l Limits, M, K, N int, b []int, tree, vec bool, force tileConfig) MatmulPlan {
 	m := &rules.Matmul
 	if M <= 0 || N <= 0 {
@@ -220,8 +221,7 @@ func planMatmul(l Limits, M, K, N int, b []int, tree, vec bool, force tileConfig
 		tc.bm = force.bm
 	}
 	tiles := ceilDiv(int64(N), m.TileN) * ceilDiv(int64(M), tc.bm)
-	want := m.BlocksPerSM * l.SMs * m.WaveNum / m.WaveDen
-	for tc.g > 1 && tiles*(nseg/tc.g) < want {
+	for tc.g > 1 && !waveFits(tiles*(nseg/tc.g), m.BlocksPerSM*l.SMs) {
 		tc.g /= 2
 	}
 	if force.g != 0 && nseg%force.g == 0 {
@@ -247,6 +247,15 @@ func planMatmul(l Limits, M, K, N int, b []int, tree, vec bool, force tileConfig
 		p.Launches = append(p.Launches, flat("matmul_reduce", int64(M)*int64(N), m.ReduceBlock, m.ReduceBlock))
 	}
 	return p
+}
+
+// waveFits: a grid of blocks on slots resident blocks is worth its fewer partials when it has many_waves waves
+// or more (the blocks of the last wave then overlap the others' ends), or when its last wave is at least
+// full_wave_num/full_wave_den full (blocks ≥ that fraction of whole waves).
+func waveFits(blocks, slots int) bool {
+	m := &rules.Matmul
+	waves := (blocks + slots - 1) / slots
+	return blocks >= m.ManyWaves*slots || blocks*m.FullWaveDen >= m.FullWaveNum*waves*slots
 }
 
 // planRMSNorm: canonical rows that fit the per-row kernel's shared memory (its row_segments segments' strides)

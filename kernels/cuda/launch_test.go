@@ -52,6 +52,15 @@ func launchPlans(l Limits) []byte {
 				}
 			}
 		}
+		// the projections of Qwen2-1.5B and Qwen2.5-7B (q/k/v stacked, o, gate, down), where the choice of G
+		// was measured (scripts/plan_sweep.py)
+		for _, kn := range [][2]int{{1536, 2048}, {1536, 1536}, {1536, 8960}, {8960, 1536}, {3584, 4608}, {3584, 3584},
+			{3584, 18944}, {18944, 3584}} {
+			for _, M := range []int{512, 1024, 4096, 8192} {
+				bounds, tree := kernels.MatmulBounds(p, M, kn[0])
+				matmulLine(&b, l, p, M, kn[0], kn[1], 1, bounds, tree)
+			}
+		}
 		for _, tp := range []int{2, 4, 8} {
 			for _, M := range []int{1, 16, 33, 512, 4096} {
 				for _, kl := range []int{768, 1120, 1001} {

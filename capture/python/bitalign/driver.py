@@ -8,6 +8,7 @@ the kernel, never a garbled launch. Launch shapes come from bitalign.launch (the
 """
 
 import ctypes
+import functools
 import re
 import struct
 import threading
@@ -43,39 +44,50 @@ def entry_params(ptx_text):
     return out
 
 
+_FMT = {"u64": "Q", "s64": "Q", "u32": "I", "s32": "I", "f32": "f", "f64": "d"}
+_INT = {"u64": 64, "s64": 64, "u32": 32, "s32": 32}
+
+
+@functools.lru_cache(maxsize=None)
+def _layout(params):
+    """(struct.Struct, offsets) of a parameter list (a tuple): each slot 8-byte aligned, as pack() lays them out."""
+    fmt, offs, o = ["<"], [], 0
+    for kind, size in params:
+        pad = -o % 8
+        if pad:
+            fmt.append(f"{pad}x")
+            o += pad
+        offs.append(o)
+        fmt.append(f"{size}s" if kind == "b8" else _FMT[kind])
+        o += size
+    return struct.Struct("".join(fmt)), tuple(offs)
+
+
 def pack(kernel, params, args):
     """The launch's argument bytes, one slot per PTX parameter, and the slots' offsets."""
+    params = tuple(params)
     if len(args) != len(params):
         raise TypeError(f"bitalign: {kernel} takes {len(params)} arguments, got {len(args)}")
-    buf = bytearray()
-    offs = []
+    st, offs = _layout(params)
+    vals = []
     for i, ((kind, size), a) in enumerate(zip(params, args)):
-        while len(buf) % 8:
-            buf.append(0)
-        offs.append(len(buf))
         try:
-            if kind == "b8":
+            bits = _INT.get(kind)
+            if bits:
+                v = int(a)
+                if not -(1 << (bits - 1)) <= v < 1 << bits:
+                    raise ValueError(f"{v} does not fit {bits} bits")
+                vals.append(v & ((1 << bits) - 1))
+            elif kind == "b8":
                 b = bytes(a)
                 if len(b) != size:
                     raise ValueError(f"is {len(b)} bytes, the kernel's struct {size}")
-                buf += b
-            elif kind in ("u64", "s64"):
-                v = int(a)
-                if not -(1 << 63) <= v < 1 << 64:
-                    raise ValueError(f"{v} does not fit 64 bits")
-                buf += struct.pack("<Q", v & 0xFFFFFFFFFFFFFFFF)
-            elif kind in ("u32", "s32"):
-                v = int(a)
-                if not -(1 << 31) <= v < 1 << 32:
-                    raise ValueError(f"{v} does not fit 32 bits")
-                buf += struct.pack("<I", v & 0xFFFFFFFF)
-            elif kind == "f32":
-                buf += struct.pack("<f", float(a))
+                vals.append(b)
             else:
-                buf += struct.pack("<d", float(a))
+                vals.append(float(a))
         except (TypeError, ValueError, OverflowError) as e:
             raise ValueError(f"bitalign: {kernel}: argument {i} ({kind}): {e}") from None
-    return bytes(buf), offs
+    return st.pack(*vals), list(offs)
 
 
 def _check(res, call, what=""):
@@ -151,9 +163,14 @@ class Device:
         if f is None:
             raise DriverError(f"bitalign: kernel {l.kernel} is not in the loaded PTX")
         data, offs = pack(l.kernel, self._params[l.kernel], args)
-        store = (ctypes.c_char * max(len(data), 1)).from_buffer_copy(data or b"\0")
-        base = ctypes.addressof(store)
-        ptrs = (ctypes.c_void_p * max(len(offs), 1))(*[base + o for o in offs])
+        bufs = _tls.__dict__.setdefault("bufs", {})  # per thread: cuLaunchKernel copies them before it returns
+        b = bufs.get(l.kernel)
+        if b is None:
+            store = (ctypes.c_char * max(len(data), 1))()
+            base = ctypes.addressof(store)
+            b = bufs[l.kernel] = (store, (ctypes.c_void_p * max(len(offs), 1))(*[base + o for o in offs]))
+        store, ptrs = b
+        ctypes.memmove(store, data, len(data))
         d = self._d
         _check(d.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
         _check(
@@ -163,11 +180,11 @@ class Device:
             "cuLaunchKernel",
             f"{l.kernel} grid {l.grid} block {l.block} smem {l.smem}",
         )
-        del store, ptrs  # cuLaunchKernel copied the arguments
 
 
 _devices = {}
 _lock = threading.Lock()
+_tls = threading.local()
 
 
 def device(index):

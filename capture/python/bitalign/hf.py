@@ -70,30 +70,41 @@ def segments(mask):
     """
     if mask.dim() != 2:
         raise _err(f"an attention mask row must be (queries, keys), has shape {tuple(mask.shape)}")
-    m = mask.to(torch.bool).cpu()
-    T, S = m.shape
+    m = mask.to(torch.bool)
+    return _runs(_mask_stats(m).cpu().tolist(), m.shape[-1], lambda t: m[t])
+
+
+def _mask_stats(mb):
+    """mb (..., Tq, S) bool → int32 (3, ..., Tq) on mb's device: per query its first and last visible key and how
+    many it sees (count 0: none; first/last are then meaningless). Three reductions, so that a CUDA mask's runs
+    are found from 12 bytes a query copied to the host, not from the whole mask."""
+    S = mb.shape[-1]
+    mi = mb.to(torch.int32)
+    first = mi.argmax(-1)  # the first maximal element: the first visible key
+    last = (S - 1) - mi.flip(-1).argmax(-1)
+    return torch.stack([first.to(torch.int32), last.to(torch.int32), mi.sum(-1, dtype=torch.int32)])
+
+
+def _runs(stats, S, row):
+    """segments() from one batch row's _mask_stats as lists [first, last, count] (each Tq long); row(t) gives query
+    t's mask row (bool, S) for the error message of a query whose keys are not one run."""
+    first, last, count = stats
+    T = len(first)
     if T == 0 or S == 0:
         return []
-    mi = m.to(torch.int32)
-    seen = m.any(1)
-    first = mi.argmax(1)
-    last = S - 1 - mi.flip(1).argmax(1)
-    count = mi.sum(1)
-    bad = seen & (count != last - first + 1)
-    if bad.any():
-        t = int(bad.nonzero()[0, 0])
-        keys = m[t].nonzero().flatten().tolist()
-        raise _err(f"query {t} sees keys {keys[:8]}{'…' if len(keys) > 8 else ''}: not one contiguous run of a "
-                   "sequence's keys (a mask bitalign cannot express as one sequence's causal attention)")
+    for t in range(T):
+        if count[t] and count[t] != last[t] - first[t] + 1:
+            keys = row(t).nonzero().flatten().tolist()
+            raise _err(f"query {t} sees keys {keys[:8]}{'…' if len(keys) > 8 else ''}: not one contiguous run of a "
+                       "sequence's keys (a mask bitalign cannot express as one sequence's causal attention)")
     out = []
-    first, last, seen = first.tolist(), last.tolist(), seen.tolist()
     t = 0
     while t < T:
-        if not seen[t]:
+        if not count[t]:
             t += 1
             continue
         r0, k0 = t, first[t]
-        while t < T and seen[t] and first[t] == k0:
+        while t < T and count[t] and first[t] == k0:
             t += 1
         out.append((r0, t, k0, torch.tensor([last[i] - k0 for i in range(r0, t)], dtype=torch.int32)))
     return out
@@ -116,10 +127,9 @@ def _row_segments(mask, B, Tq, S, device):
             _last_mask[1][0] == (B, Tq, S, mask._version, device):
         return _last_mask[1][1]
     given = mask
-    if mask is None:
-        segs = [segments(causal_mask(Tq, S))] * B
+    if mask is None:  # causal, the queries the last Tq keys: one run
+        segs = [[(0, Tq, 0, torch.arange(S - Tq, S, dtype=torch.int32))] if Tq and S else []] * B
     else:
-        mask = _host_mask(mask)
         if mask.dim() == 4:
             if mask.shape[1] != 1:
                 raise _err(f"per-head attention masks {tuple(mask.shape)} are not supported")
@@ -131,8 +141,8 @@ def _row_segments(mask, B, Tq, S, device):
             mb = mb.expand(B, -1, -1)
         if tuple(mb.shape) != (B, Tq, S):
             raise _err(f"attention mask {tuple(mask.shape)} for {B} rows of {Tq} queries over {S} keys")
-        mb = mb.to(torch.bool)
-        segs = [segments(mb[b]) for b in range(B)]
+        stats = _host_stats(given, mb)
+        segs = [_runs([st[b] for st in stats], S, lambda t, b=b: mb[b, t].cpu()) for b in range(B)]
     segs = _on_device(segs, device)
     if given is not None:  # the mask transformers passes every layer of one forward: its runs once
         try:
@@ -171,30 +181,54 @@ def _f32(x):
     return y
 
 
-@torch.library.custom_op("bitalign_hf::attention", mutates_args=())
-def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], scale: float,
+def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], scale: float,
                   profile: str, out_dtype: str) -> torch.Tensor:
     """q (B, heads, Tq, hd), k and v (B, kv_heads, S, hd) in the model dtype, mask (B, 1, Tq, S) bool or None
     (causal, the queries the last Tq keys) → (B, Tq, heads, hd) in the model dtype: ops.attention per run of
     segments()."""
     B, H, Tq, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
-    out = torch.zeros((B, Tq, H, hd), dtype=q.dtype, device=q.device)
     rows = _row_segments(mask, B, Tq, S, q.device)
     top = max((k0 + n - 1 for runs in rows for _, _, k0, n, _ in runs), default=S - 1)
     if S > Tq and top != S - 1:  # with a cache (more keys than queries) the forward's own keys must come last
         raise _err(f"no query sees the last {S - 1 - top} of {S} keys (a static or preallocated cache?): bitalign.hf "
                    "needs the keys of a sequence to end at its last query (transformers' DynamicCache, or no cache)")
     for b, runs in enumerate(rows):
-        for r0, r1, k0, n, pos in runs:
+        for r0, r1, k0, n, _ in runs:
             if k0 + n > S:
                 raise _err(f"row {b}: queries {r0}…{r1 - 1} see keys up to {k0 + n - 1} of {S}")
-            qs = _f32(q[b, :, r0:r1].transpose(0, 1).reshape(r1 - r0, H * hd))
-            ks = _f32(k[b, :, k0:k0 + n].transpose(0, 1).reshape(n, KV * hd))
-            vs = _f32(v[b, :, k0:k0 + n].transpose(0, 1).reshape(n, KV * hd))
-            o = ops.eager("attention", qs, ks, vs, pos, H, KV, hd, scale, profile, out_dtype)
-            out[b, r0:r1].copy_(o.view(r1 - r0, H, hd))  # exact: o holds model-dtype values
-    return out
+    # the whole batch widened once, token-major ((B, T, heads·hd): a run's rows are one contiguous slice), and
+    # every run's output written into one float32 tensor (rows no run covers, queries that see no key, are 0)
+    qs, ks, vs = _tokens_f32(q), _tokens_f32(k), _tokens_f32(v)
+    covered = sum(r1 - r0 for runs in rows for r0, r1, _, _, _ in runs) == B * Tq
+    out = (torch.empty if covered else torch.zeros)((B, Tq, H * hd), dtype=torch.float32, device=q.device)
+    for b, runs in enumerate(rows):
+        for r0, r1, k0, n, pos in runs:
+            o = out[b, r0:r1]
+            dst = o if o.data_ptr() % 16 == 0 else torch.empty_like(o)
+            ops.attention_into(dst, _slice(qs, b, r0, r1), _slice(ks, b, k0, k0 + n), _slice(vs, b, k0, k0 + n), pos,
+                               H, KV, hd, scale, profile, out_dtype)
+            if dst is not o:
+                o.copy_(dst)
+    return out.view(B, Tq, H, hd).to(q.dtype)  # exact: out holds model-dtype values
+
+
+def _tokens_f32(x):
+    """(B, heads, T, hd) in the model dtype → (B, T, heads·hd) float32 (exact), contiguous, in one copy."""
+    B, h, T, hd = x.shape
+    y = torch.empty((B, T, h, hd), dtype=torch.float32, device=x.device)
+    y.copy_(x.transpose(1, 2))
+    return y.view(B, T, h * hd)
+
+
+def _slice(x, b, r0, r1):
+    """Rows r0…r1-1 of batch row b of a contiguous (B, T, C) float32 tensor: contiguous; cloned when the view's
+    start is not 16-byte aligned (C not a multiple of 4), as the kernels' loads need."""
+    s = x[b, r0:r1]
+    return s if s.data_ptr() % 16 == 0 else s.clone()
+
+
+_attention_op = torch.library.custom_op("bitalign_hf::attention", mutates_args=())(_attention_impl)
 
 
 @_attention_op.register_fake
@@ -229,9 +263,10 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
         # Tq (a DynamicCache appends; no cache: all of them): _attention_op checks that the last query sees them.
         B, H, Tq, _ = query.shape
         ro(query.transpose(1, 2).reshape(B, Tq, H * hd), key[:, :, -Tq:].transpose(1, 2).reshape(B, Tq, -1))
-    out = _attention_op(query, key.contiguous(), value.contiguous(), attention_mask, attention_scale(hd),
-                        p.profile, p.dt)
-    return out, None
+    args = (query, key, value, attention_mask, attention_scale(hd), p.profile, p.dt)
+    if type(query) is torch.Tensor and query.device.type == "cuda" and not torch.compiler.is_compiling():
+        return _attention_impl(*args), None  # eager: the implementation itself, as ops.eager does
+    return _attention_op(*args), None
 
 
 def _bitalign_mask(*args, **kwargs):
@@ -242,29 +277,33 @@ def _bitalign_mask(*args, **kwargs):
     kwargs.pop("dtype", None)
     kwargs.pop("config", None)
     m = sdpa_mask(*args, **kwargs)
-    if isinstance(m, torch.Tensor) and type(m) is torch.Tensor and m.device.type == "cuda" and \
-            not torch.compiler.is_compiling():
-        # start the mask's copy to the host now, before the first layer's launches: the first attention then
-        # waits for this copy only, while the GPU already has that layer's norm and projections queued
-        host = torch.empty(m.shape, dtype=m.dtype, pin_memory=True)
-        host.copy_(m, non_blocking=True)
+    if isinstance(m, torch.Tensor) and type(m) is torch.Tensor and m.device.type == "cuda" and m.dim() == 4 and \
+            m.shape[1] == 1 and m.dtype == torch.bool and not torch.compiler.is_compiling():
+        # the mask's runs come from three numbers a query (_mask_stats), computed on the GPU and copied to the
+        # host now, before the first layer's launches: the first attention then waits for this small copy only,
+        # while the GPU already has that layer's norm and projections queued
+        st = _mask_stats(m[:, 0])
+        host = torch.empty(st.shape, dtype=st.dtype, pin_memory=True)
+        host.copy_(st, non_blocking=True)
         ev = torch.cuda.Event()
         ev.record()
         _pending_mask[:] = [weakref.ref(m), m._version, host, ev]
     return m
 
 
-_pending_mask = [None, None, None, None]  # [weakref to the mask, its _version, its pinned host copy, copy done]
+_pending_mask = [None, None, None, None]  # [weakref to the mask, its _version, its stats' pinned copy, copy done]
 
 
-def _host_mask(mask):
-    """mask on the host: the copy _bitalign_mask started when it is that mask, else a copy now."""
+def _host_stats(mask, mb):
+    """_mask_stats(mb) as lists on the host ([first, last, count], each (B, Tq)): the copy _bitalign_mask started
+    when mask is that mask (and mb all of it), else computed now on mb's device."""
     ref, version, host, ev = _pending_mask
-    if ref is not None and ref() is mask and mask._version == version:
+    if ref is not None and ref() is mask and mask._version == version and tuple(host.shape[1:]) == tuple(mb.shape[:2]) \
+            and mask.shape[-1] == mb.shape[-1]:
         ev.synchronize()
         _pending_mask[:] = [None, None, None, None]
-        return host
-    return mask.cpu()
+        return host.tolist()
+    return _mask_stats(mb).cpu().tolist()
 
 
 def register():
@@ -297,6 +336,7 @@ class _Patch:
         self.attn = None  # the config's previous attention implementation
         self.tables = None
         self.children = []  # attention modules given a RotaryOut child
+        self.plain = {}  # id(Linear) → its (float32 weight, bias) when ops.linear computes it alone (not TP)
         self.wides = collections.OrderedDict()  # id(narrowed tensor) → (weakref, its float32 source, _version)
 
     def narrow(self, y32):
@@ -494,6 +534,7 @@ def _install(model, st, cfg):
         N, K = w.shape
         if _tp_linear(m, st, w, b, out_dt):
             return
+        st.plain[id(m)] = (w, b)
 
         def forward(x):
             _dtype_of(x, st, "Linear input")
@@ -551,10 +592,23 @@ def _install(model, st, cfg):
             st.replace(m, one(i))
 
     def mlp(m):
+        mods = (m.gate_proj, m.up_proj, m.down_proj)
+
         def forward(x):
-            g, u = m.gate_proj(x), m.up_proj(x)
-            a = ops.eager("swiglu", st.wide(g), st.wide(u), st.dt)
-            return m.down_proj(st.narrow(a))
+            ws = [st.plain.get(id(p)) for p in mods]
+            if torch.compiler.is_compiling() or None in ws or not _unobserved(*mods):
+                g, u = m.gate_proj(x), m.up_proj(x)
+                a = ops.eager("swiglu", st.wide(g), st.wide(u), st.dt)
+                return m.down_proj(st.narrow(a))
+            # nothing observes the three projections (no hook, not sharded): their outputs stay float32 on the
+            # device, never narrowed to the model dtype and widened again (the same bits: both are exact)
+            _dtype_of(x, st, "Linear input")
+            (wg, bg), (wu, bu), (wd, bd) = ws
+            x32 = st.wide(x).reshape(-1, wg.shape[1])
+            g = ops.eager("linear", x32, wg, bg, st.profile, st.dt)
+            u = ops.eager("linear", x32, wu, bu, st.profile, st.dt)
+            y = ops.eager("linear", ops.eager("swiglu", g, u, st.dt), wd, bd, st.profile, st.dt)
+            return st.narrow(y.view(*x.shape[:-1], wd.shape[0]))
 
         st.replace(m, forward)
 
@@ -632,6 +686,16 @@ def _tp_linear(m, st, w, b, out_dt):
     return True
 
 
+def _unobserved(*mods):
+    """No forward hook or pre-hook on any of mods, nor a global one: calling their forwards directly (skipping
+    the module call) changes nothing anyone sees."""
+    from torch.nn.modules import module as _m
+
+    if _m._global_forward_hooks or _m._global_forward_pre_hooks:
+        return False
+    return not any(p._forward_hooks or p._forward_pre_hooks for p in mods)
+
+
 def _dtype_of(x, st, what):
     if x.dtype != st.dtype:
         raise _err(f"{what} is {x.dtype}, the patched model computes {st.dtype}")
@@ -657,6 +721,7 @@ def _restore(model, st):
     if st.attn is not None or getattr(model.config, "_attn_implementation_internal", None) == ATTN:
         model.config._attn_implementation_internal = st.attn
     st.weights.clear()
+    st.plain.clear()
     st.wides.clear()
     st.tables = None
 

@@ -165,8 +165,7 @@ class Planner:
             bm = force_bm
         g = nseg
         tiles = _cdiv(N, m["tile_n"]) * _cdiv(M, bm)
-        want = m["blocks_per_sm"] * self.lim.sms * m["wave_num"] // m["wave_den"]
-        while g > 1 and tiles * (nseg // g) < want:
+        while g > 1 and not self._wave_fits(tiles * (nseg // g), m["blocks_per_sm"] * self.lim.sms):
             g //= 2
         if force_g and nseg % force_g == 0:
             g = force_g
@@ -182,6 +181,12 @@ class Planner:
         if nparts > 1:
             ls.append(self.matmul_reduce(M, N))
         return MatmulPlan(ls, g, bm, part, stack)
+
+    def _wave_fits(self, blocks, slots):
+        """kernels/cuda/launch.go waveFits: many_waves waves or more, or a last wave full_wave_num/full_wave_den full."""
+        m = self.r["matmul"]
+        waves = -(-blocks // slots)
+        return blocks >= m["many_waves"] * slots or blocks * m["full_wave_den"] >= m["full_wave_num"] * waves * slots
 
     def matmul_reduce(self, M, N):
         """matmul_reduce over (M, N) outputs: the tiled matmul's second launch, and bitalign.tp's finish of the

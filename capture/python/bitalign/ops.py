@@ -162,15 +162,24 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], profi
     return out
 
 
+_PLANS = {}  # (device, M, K, N, bounds, tree) → (the launch plan, the Segs bytes): plans are pure functions of these
 _NO_ROUND = -1  # the kernels' dt code for no output rounding at all (kernels/cuda NoRound: a partial)
 
 
-def _matmul(dev, out, x, w, bias, M, K, N, bounds, tree, dt):
+def _matmul(dev, out, x, w, bias, M, K, N, bounds, tree, dt, force_bm=0, force_g=0):
     """Launches the plan for M (kernels/cuda matmul): bounds are the chains' K-ranges, tree whether their partials
-    are added by the tree (else left to right)."""
-    vec = K % 4 == 0 and all(b % 4 == 0 for b in bounds)
-    plan = _planner(dev).matmul(M, K, N, bounds, tree, vec)
-    seq, sg = (0 if tree else 1), segs(bounds)
+    are added by the tree (else left to right); force_bm/force_g override the tiled kernel's tile rows and
+    segments per block (benchmarks: every choice gives the same bits)."""
+    key = (dev, M, K, N, tuple(bounds), tree, force_bm, force_g)
+    hit = _PLANS.get(key)
+    if hit is None:
+        vec = K % 4 == 0 and all(b % 4 == 0 for b in bounds)
+        if len(_PLANS) >= 4096:  # a bound on the shapes remembered (each decode step's M is one)
+            _PLANS.clear()
+        plan = _planner(dev).matmul(M, K, N, bounds, tree, vec, force_bm=force_bm, force_g=force_g)
+        hit = _PLANS[key] = (plan, segs(bounds))
+    plan, sg = hit
+    seq = 0 if tree else 1
     if plan.bm == 0:
         _run(dev, [(plan.launches[0], (_ptr(out), _ptr(x), _ptr(w), _ptr(bias), M, K, N, sg, seq, dt))])
         return
@@ -365,12 +374,31 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos
     cache k_cache, v_cache (S, kv_heads·head_dim), key j at position j; row t sees keys 0…pos[t] (< S, checked
     by the caller). 64-key blocks in order, online softmax (docs/arithmetic.md §7): prefill and decode give the
     same bits for the same position."""
-    dev, dt = _att_args(q, k_cache, v_cache, pos, heads, kv_heads, head_dim, profile, out_dtype)
-    _aligned("attention", q=q, k_cache=k_cache, v_cache=v_cache, pos=pos)
-    T, S = q.shape[0], k_cache.shape[0]
     out = torch.empty_like(q)
+    _attention_launch(out, q, k_cache, v_cache, pos, heads, kv_heads, head_dim, scale, profile, out_dtype)
+    return out
+
+
+def attention_into(out, q, k_cache, v_cache, pos, heads, kv_heads, head_dim, scale, profile, out_dtype):
+    """attention() written into out (float32, q's shape, contiguous, 16-byte aligned: e.g. a run's rows of a
+    batch's output), for eager callers that launch one run after another into one tensor (bitalign.hf). On
+    plain CUDA tensors outside tracing the kernel writes out itself; otherwise (tracing, other devices, a test's
+    stand-in for attention) out is given the op's result."""
+    if type(q) is torch.Tensor and q.device.type == "cuda" and _THIS.attention is _OPS.get("attention") and \
+            not torch.compiler.is_compiling():
+        _attention_launch(out, q, k_cache, v_cache, pos, heads, kv_heads, head_dim, scale, profile, out_dtype)
+    else:
+        out.copy_(eager("attention", q, k_cache, v_cache, pos, heads, kv_heads, head_dim, scale, profile, out_dtype))
+
+
+def _attention_launch(out, q, k_cache, v_cache, pos, heads, kv_heads, head_dim, scale, profile, out_dtype):
+    dev, dt = _att_args(q, k_cache, v_cache, pos, heads, kv_heads, head_dim, profile, out_dtype)
+    _check("attention", out=out)
+    _shape("attention", "out", out, *q.shape)
+    _aligned("attention", out=out, q=q, k_cache=k_cache, v_cache=v_cache, pos=pos)
+    T, S = q.shape[0], k_cache.shape[0]
     if T == 0:
-        return out
+        return
     l, tq, mode = _planner(dev).attention(profile, False, False, T, heads, kv_heads, head_dim)
     if l.kernel != "attention":
         args = (_ptr(out), _ptr(q), _ptr(k_cache), _ptr(v_cache), _ptr(pos), T, heads, kv_heads, head_dim, scale, dt, tq)
@@ -378,7 +406,6 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos
         args = (_ptr(out), _ptr(q), _ptr(k_cache), _ptr(v_cache), _ptr(pos), T, S, heads, kv_heads, head_dim, scale,
                 mode, dt)
     _run(dev, [(l, args)])
-    return out
 
 
 @attention.register_fake

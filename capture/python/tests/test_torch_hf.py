@@ -407,8 +407,8 @@ def test_unpatched_model_computes_transformers_bits_again(cpu_ops, arch):
 def test_mask_runs_computed_once_per_forward(cpu_ops, monkeypatch):
     """Every layer gets the same mask: its runs are found once per batch row, not once per layer."""
     calls = []
-    real = bh.segments
-    monkeypatch.setattr(bh, "segments", lambda m: calls.append(1) or real(m))
+    real = bh._runs
+    monkeypatch.setattr(bh, "_runs", lambda *a: calls.append(1) or real(*a))
     m = bh.patch(model("qwen3", layers=4))
     ids, mask = padded(SEQS, left=True)
     with torch.no_grad():
