@@ -17,6 +17,22 @@ extern "C" __global__ void swiglu(float* out, const float* gate, const float* up
     }
 }
 
+// swiglu4: swiglu four elements a thread through 16-byte loads and stores (n a multiple of 4, every pointer
+// 16-byte aligned; the plan chooses it, planSwiGLU): the same bits, element by element, in fewer instructions and
+// wider memory transactions. out may alias gate or up.
+extern "C" __global__ void swiglu4(float* out, const float* gate, const float* up, long long n, int dt) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n / 4) {
+        const float4 g = reinterpret_cast<const float4*>(gate)[i], u = reinterpret_cast<const float4*>(up)[i];
+        float4 o;
+        o.x = round_dt(__fmul_rn(round_dt(bt_silu(g.x), dt), u.x), dt);
+        o.y = round_dt(__fmul_rn(round_dt(bt_silu(g.y), dt), u.y), dt);
+        o.z = round_dt(__fmul_rn(round_dt(bt_silu(g.z), dt), u.z), dt);
+        o.w = round_dt(__fmul_rn(round_dt(bt_silu(g.w), dt), u.w), dt);
+        reinterpret_cast<float4*>(out)[i] = o;
+    }
+}
+
 // round_buf: x[i] = round_dt(x[i]) in place (the op-boundary rounding).
 extern "C" __global__ void round_buf(float* x, long long n, int dt) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

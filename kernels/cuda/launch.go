@@ -314,6 +314,16 @@ func planElementwise(kernel string, n int64) Launch {
 	return flat(kernel, n, b, b)
 }
 
+// planSwiGLU: swiglu4 (four elements a thread, 16-byte accesses) when n is a multiple of 4 and the three
+// buffers are 16-byte aligned, else swiglu; both take (out, gate, up, n, dt) and give the same bits.
+func planSwiGLU(n int64, aligned bool) Launch {
+	if aligned && n%4 == 0 {
+		b := rules.Elementwise.Block
+		return flat("swiglu4", n/4, b, b)
+	}
+	return planElementwise("swiglu", n)
+}
+
 // planLogSoftmaxMax: ls_max_part over chunk-column blocks of each row, then ls_max_fin; nb is the partial
 // maxima per row.
 func planLogSoftmaxMax(T, vLocal int) (part, fin Launch, nb int) {

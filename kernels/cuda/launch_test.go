@@ -97,6 +97,9 @@ func launchPlans(l Limits) []byte {
 		for _, k := range []string{"residual", "swiglu", "round_buf", "add_bias", "embedding", "rope"} {
 			planLine(&b, "elementwise", fmt.Sprintf("kernel=%s n=%d", k, n), planElementwise(k, n))
 		}
+		for _, aligned := range []bool{false, true} {
+			planLine(&b, "swiglu", fmt.Sprintf("n=%d aligned=%t", n, aligned), planSwiGLU(n, aligned))
+		}
 	}
 	for _, T := range []int{1, 8, 4096} {
 		for _, V := range []int{1, 4096, 4097, 151936, 152064 / 8} {

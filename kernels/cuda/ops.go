@@ -141,7 +141,8 @@ func (k *Kernels) SwiGLUForward(c *cuda.Ctx, dt kernels.DType, out, gate, up cud
 	if n <= 0 {
 		return nil
 	}
-	return k.launch(c, planElementwise("swiglu", int64(n)), out, gate, up, int64(n), DTCode(dt))
+	aligned := (uint64(out)|uint64(gate)|uint64(up))%16 == 0
+	return k.launch(c, planSwiGLU(int64(n), aligned), out, gate, up, int64(n), DTCode(dt))
 }
 
 // Round rounds n elements of x to dt in place (kernels.DType.RoundSlice).

@@ -221,6 +221,13 @@ class Planner:
         b = self.r["elementwise"]["block"]
         return _flat(kernel, n, b, b)
 
+    def swiglu(self, n, aligned):
+        """kernels/cuda/launch.go planSwiGLU: swiglu4 for n a multiple of 4 with 16-byte aligned buffers."""
+        if aligned and n % 4 == 0:
+            b = self.r["elementwise"]["block"]
+            return _flat("swiglu4", n // 4, b, b)
+        return self.elementwise("swiglu", n)
+
     def logsoftmax_max(self, T, v_local):
         s = self.r["logsoftmax"]
         nb = _cdiv(v_local, s["chunk"])

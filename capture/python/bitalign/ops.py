@@ -448,7 +448,8 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, out_dtype: str) -> torch.Tensor
     _aligned("swiglu", gate=gate, up=up)
     out = torch.empty_like(gate)
     if gate.numel():
-        l = _planner(dev).elementwise("swiglu", gate.numel())
+        aligned = (out.data_ptr() | gate.data_ptr() | up.data_ptr()) % 16 == 0
+        l = _planner(dev).swiglu(gate.numel(), aligned)
         _run(dev, [(l, (_ptr(out), _ptr(gate), _ptr(up), gate.numel(), dt))])
     return out
 

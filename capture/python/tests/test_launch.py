@@ -64,6 +64,8 @@ def test_plans_match_the_go_launchers():
             got = str(l)
         elif op == "elementwise":
             got_args, got = args, str(pl.elementwise(a["kernel"], int(a["n"])))
+        elif op == "swiglu":
+            got_args, got = args, str(pl.swiglu(int(a["n"]), _b(a["aligned"])))
         elif op == "logsoftmax_max":
             part, fin, nb = pl.logsoftmax_max(int(a["T"]), int(a["V"]))
             got_args, got = f"T={a['T']} V={a['V']} nb={nb}", f"{part}; {fin}"
@@ -81,7 +83,7 @@ def test_plans_match_the_go_launchers():
         if (got_args, got) != (args, want):
             bad.append((op, args, want, got_args, got))
     assert not bad, f"{len(bad)} of {len(rows)} plans differ from Go's; first: {bad[0]}"
-    assert seen == {"matmul", "rmsnorm", "attention", "elementwise", "logsoftmax_max", "logsoftmax_sum",
+    assert seen == {"matmul", "rmsnorm", "attention", "elementwise", "swiglu", "logsoftmax_max", "logsoftmax_sum",
                     "logsoftmax_finish", "logprobs", "sample"}
     assert len(rows) > 1000
 
