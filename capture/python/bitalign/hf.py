@@ -186,6 +186,11 @@ def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Opt
     """q (B, heads, Tq, hd), k and v (B, kv_heads, S, hd) in the model dtype, mask (B, 1, Tq, S) bool or None
     (causal, the queries the last Tq keys) → (B, Tq, heads, hd) in the model dtype: ops.attention per run of
     segments()."""
+    return _attention_f32(q, k, v, mask, scale, profile, out_dtype).to(q.dtype)  # exact: model-dtype values
+
+
+def _attention_f32(q, k, v, mask, scale, profile, out_dtype):
+    """_attention_impl's result before its narrowing: float32 (B, Tq, heads, hd) holding model-dtype values."""
     B, H, Tq, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
     rows = _row_segments(mask, B, Tq, S, q.device)
@@ -210,7 +215,7 @@ def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Opt
                                H, KV, hd, scale, profile, out_dtype)
             if dst is not o:
                 o.copy_(dst)
-    return out.view(B, Tq, H, hd).to(q.dtype)  # exact: out holds model-dtype values
+    return out.view(B, Tq, H, hd)
 
 
 def _tokens_f32(x):
@@ -265,7 +270,9 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
         ro(query.transpose(1, 2).reshape(B, Tq, H * hd), key[:, :, -Tq:].transpose(1, 2).reshape(B, Tq, -1))
     args = (query, key, value, attention_mask, attention_scale(hd), p.profile, p.dt)
     if type(query) is torch.Tensor and query.device.type == "cuda" and not torch.compiler.is_compiling():
-        return _attention_impl(*args), None  # eager: the implementation itself, as ops.eager does
+        # eager: the implementation itself, as ops.eager does, narrowed through the patch so that the o_proj
+        # widening of (a view of) it gets the float32 source back
+        return p.narrow(_attention_f32(*args)), None
     return _attention_op(*args), None
 
 
@@ -358,6 +365,12 @@ class _Patch:
         e = self.wides.get(id(x))
         if e is not None and e[0]() is x and x._version == e[2]:
             return e[1]
+        b = x._base  # a contiguous view of all of a narrowed output (transformers' reshape of the attention's)
+        if b is not None:
+            e = self.wides.get(id(b))
+            if e is not None and e[0]() is b and b._version == e[2] and x.is_contiguous() and b.is_contiguous() and \
+                    x.storage_offset() == b.storage_offset() and x.numel() == b.numel():
+                return e[1].view(x.shape)
         return _f32(x)
 
     WIDES = 6  # outputs remembered: a layer's fan-out (a norm's output to q, k, v; gate and up to the SwiGLU)
