@@ -186,7 +186,7 @@ class Writer(Closing):
         """
         h = self.prepare(op, data, dtype=dtype, shape=shape, step=step, seq=seq, pos=pos, ntok=ntok, index=index,
                          role=role, rank=rank, shard=shard)
-        self.emit(h, _payload(data))
+        self.emit(h, payload(data))
 
     def prepare(
         self,
@@ -391,7 +391,7 @@ class Writer(Closing):
         self._done = True
 
 
-def _payload(data):
+def payload(data):
     """The bytes of write's data (a numpy array or bytes-like) for emit: a little-endian contiguous array's
     own memory (no copy), else a converted copy."""
     if isinstance(data, np.generic):
