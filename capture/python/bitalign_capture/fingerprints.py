@@ -114,7 +114,7 @@ def _widen(torch, w):
 def _words(torch, x):
     """The rows of x (a tensor [N, ...]) as int32 words [N, W] (zero-padded) and the row length L in bytes."""
     n = x.shape[0]
-    b = x.reshape(n, -1)
+    b = x.reshape(n, int(np.prod(x.shape[1:], dtype=np.int64)))
     if b.dtype == torch.bool:
         b = b.to(torch.uint8)
     try:

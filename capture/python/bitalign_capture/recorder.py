@@ -593,7 +593,7 @@ class Recorder(writer_mod.Closing):
         self._seen.add(key)
         if split is not None:
             x2 = names.split_fused(x2, split, self.cfg)
-        if name == "logits":
+        if name == "logits" and role == "out":  # the LM head's input (record_inputs) is rows like any other
             self._logits(x2, lay)
         else:
             self._rows(name, role, x2, lay)
