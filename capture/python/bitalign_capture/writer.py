@@ -10,6 +10,7 @@ metadata "bitalign.pad" of spaces sizes the message); readers do not depend on i
 import bisect
 import datetime
 import json
+import math
 import os
 import secrets
 
@@ -233,7 +234,7 @@ class Writer(Closing):
             raise ValueError(f"bitalign_capture: {self.path}: {op}: {len(shape)} dimensions (at most {MAX_DIMS})")
         if any(d < 0 for d in shape):
             raise ValueError(f"bitalign_capture: {self.path}: {op}: negative dimension in shape {shape}")
-        want = int(np.prod(shape, dtype=np.int64)) * dtypes.SIZES[dt]
+        want = math.prod(shape) * dtypes.SIZES[dt]
         if want != nbytes:
             raise ValueError(
                 f"bitalign_capture: {self.path}: {op}: shape {shape} × {dt} needs {want} bytes, has {nbytes}"
