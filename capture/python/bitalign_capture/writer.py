@@ -158,6 +158,7 @@ class Writer(Closing):
             raise
         self._prefix = {}  # (first batch?, pad) -> bytes from the batch's start to its tensor bytes
         self._pads = {}  # pad -> its record-batch custom metadata
+        self._pad_at = {}  # (first batch?, file offset mod ALIGNMENT) -> the pad _pad gives
         self._offsets = {}  # payload length -> the [0, length] offsets buffer of the data column
         self._cols = [{} for _ in _FIELDS[1:]]  # per column: value -> its one-row array (emit's cache)
         self._closed = False  # the file is ended (emit refuses); _done: close or abort was asked
@@ -330,6 +331,13 @@ class Writer(Closing):
         """
         first = self.n == 0
         start = self._sink.tell()
+        key = (first, start % ALIGNMENT)  # the answer depends on these alone: found once each
+        pad = self._pad_at.get(key)
+        if pad is None:
+            pad = self._pad_at[key] = self._find_pad(arrays, first, start)
+        return pad
+
+    def _find_pad(self, arrays, first, start):
         for pad in range(2 * ALIGNMENT):
             key = (first, pad)
             if key not in self._prefix:
