@@ -80,6 +80,10 @@ class Pipeline:
             with self._cv:
                 self._cv.wait_for(lambda: self._err is not None or room(), timeout=1.0)
 
+    def drain(self):
+        """Waits until everything queued so far is written; raises the thread's error."""
+        self._wait(lambda: not self._q)
+
     def check(self):
         """Raises the writer thread's error, if it had one."""
         with self._cv:

@@ -224,6 +224,13 @@ class Recorder(writer_mod.Closing):
         if self._w is not None:
             self._w.abort()
 
+    def flush(self):
+        """Waits until every tensor recorded so far is in the file (background=True; the file still appears
+        under its name only at close). Raises the writer thread's error naming the file."""
+        if self._pipe is not None:
+            self._fps.flush()
+            self._pipe.drain()
+
     @property
     def staged_peak(self):
         """The most tensor bytes the background writer held copied and not yet written (0 without it)."""

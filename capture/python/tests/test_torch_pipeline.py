@@ -179,3 +179,14 @@ def test_record_bench_runs_on_the_cpu(tmp_path):
     assert res["full"]["bytes_per_forward"] > res["fingerprint"]["bytes_per_forward"] > 0
     assert res["full"]["GBps"] > 0 and res["plain"]["wall_ms"] > 0
     assert sorted(os.listdir(tmp_path)) == ["record-bench.json"]  # the captures are removed
+
+
+@pytest.mark.parametrize("mode", ["full", "fingerprint"])
+def test_flush_waits_for_everything_recorded(tmp_path, monkeypatch, mode):
+    m = hf_model("llama", torch.float32)
+    SlowEmit(monkeypatch, delay=0.001)
+    with torch.no_grad(), bc.record(m, tmp_path / "c.arrow", "trainer", mode=mode) as rec:
+        m(input_ids=torch.tensor(SEQS[:2]))
+        rec.flush()
+        n = rec.written
+    assert n > 20 and len(bc.read(tmp_path / "c.arrow")[1]) == n
