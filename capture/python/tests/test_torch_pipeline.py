@@ -186,7 +186,7 @@ def test_flush_waits_for_everything_recorded(tmp_path, monkeypatch, mode):
     m = hf_model("llama", torch.float32)
     SlowEmit(monkeypatch, delay=0.001)
     with torch.no_grad(), bc.record(m, tmp_path / "c.arrow", "trainer", mode=mode) as rec:
-        m(input_ids=torch.tensor(SEQS[:2]))
+        m(input_ids=torch.tensor([SEQS[0], SEQS[0][::-1]]))
         rec.flush()
         n = rec.written
     assert n > 20 and len(bc.read(tmp_path / "c.arrow")[1]) == n
