@@ -569,7 +569,7 @@ class Recorder(writer_mod.Closing):
         self._pipe.put(h, self._stager.stage(x), nbytes)
 
     def _tensor(self, name, role, x, lay, split=None, dtype=None):
-        if not _is_tensor(x) or (name != "logits" and not self._want(name)):
+        if not _is_tensor(x) or ((name, role) != ("logits", "out") and not self._want(name)):
             return
         if dtype == "f32" and x.is_floating_point():
             x = x.float()  # widening bf16/f16 to float32 is exact
