@@ -41,6 +41,12 @@
 #   sweep every tiled-matmul plan (tile rows, segments per block) at the Qwen2-1.5B and Qwen2.5-7B projection
 #         shapes beside cuBLAS SGEMM, after checking that they give the same bits (scripts/plan_sweep.py): the
 #         figures launch.json's matmul rules are fitted to. Not in the default list: `bash scripts/gpu.sh sweep`.
+#   record issue 15's recording goals: capture/python/tests/record_bench.py on a Qwen2-1.5B-shaped random bf16 model
+#         over 4 × 256 tokens times, in one call, the plain forward, the forward with every op recorded as
+#         fingerprints and in full (GB/s = bytes / wall time to the end of close, which fsyncs; files in
+#         $RECORD_DIR on local disk, removed after), the capture sizes and their ratio, and checks the background
+#         writer's captures against background=False byte for byte; $OUT/record-bench.json is its summary.
+#         About 9 GB of disk. Not in the default list: `bash scripts/gpu.sh record`. RECORDFLAGS: more flags.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -264,6 +270,15 @@ if [[ " $steps " == *" size "* ]]; then
         tee -a "$OUT/size.log"
     done
   done
+fi
+
+if [[ " $steps " == *" record "* ]]; then
+  echo "== record (bitalign_capture: fingerprint and full recording against the plain forward, issue 15)"
+  rdir="${RECORD_DIR:-/tmp/bitalign-record}"
+  python3 -W ignore capture/python/tests/record_bench.py "$rdir" --device cuda ${RECORDFLAGS:-} 2>&1 |
+    tee "$OUT/record.log" | tail -20
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  cp "$rdir/record-bench.json" "$OUT/" 2>/dev/null || { echo "record: no record-bench.json"; rc=1; }
 fi
 
 echo "gpu.sh: exit $rc"

@@ -91,6 +91,74 @@ def _mix64_torch(torch, z):
 
 
 _kcache = {}
+_u32 = {}  # device type -> whether a uint32 view widens to int64 in one cast there (checked once)
+CHUNK_WORDS = 1 << 25  # row_sums_torch's int64 words per pass (256 MiB of scratch at most)
+
+
+def _widen(torch, w):
+    """The int32 words w as their unsigned values in int64: one cast from a uint32 view where the device
+    supports it (checked once per device type against the two-op form), else a cast and a mask."""
+    ok = _u32.get(w.device.type)
+    if ok is None:
+        t = torch.tensor([[-1, 5, -(1 << 31), 7]], dtype=torch.int32, device=w.device)
+        try:
+            ok = bool(torch.equal(t.view(torch.uint32).to(torch.int64), t.to(torch.int64) & 0xFFFFFFFF))
+        except (RuntimeError, TypeError, AttributeError):
+            ok = False
+        _u32[w.device.type] = ok
+    if ok:
+        return w.view(torch.uint32).to(torch.int64)
+    return w.to(torch.int64) & 0xFFFFFFFF
+
+
+def _words(torch, x):
+    """The rows of x (a tensor [N, ...]) as int32 words [N, W] (zero-padded) and the row length L in bytes."""
+    n = x.shape[0]
+    b = x.reshape(n, int(np.prod(x.shape[1:], dtype=np.int64)))
+    if b.dtype == torch.bool:
+        b = b.to(torch.uint8)
+    try:
+        b = b.view(torch.uint8)
+    except RuntimeError:  # rows not contiguous inside
+        b = b.contiguous().view(torch.uint8)
+    L = b.shape[1]
+    W = (L + 3) // 4
+    if 4 * W != L:
+        b = torch.nn.functional.pad(b, (0, 4 * W - L))
+    try:
+        w = b.view(torch.int32)
+    except RuntimeError:  # a row start not on a 4-byte boundary
+        w = b.contiguous().view(torch.int32)
+    return w, L
+
+
+def row_sums_torch(x):
+    """(h, L): h = sum_i w_i * K_i mod 2^64 of each row of x (a torch tensor [N, ...]) as int64 [N] on x's
+    device, before the length term and the mix (finish adds them on the host), and L the row length in bytes.
+    Three kernels a pass (the widening cast, the multiply, the sum; rows in passes of CHUNK_WORDS words), no
+    float reduction, no copy to the host, no synchronisation."""
+    import torch
+
+    w, L = _words(torch, x)
+    n, W = w.shape
+    key = (W, w.device)
+    k = _kcache.get(key)
+    if k is None:
+        if len(_kcache) > 64:
+            _kcache.clear()
+        k = _kcache[key] = torch.from_numpy(constants(W).view(np.int64).copy()).to(w.device)
+    step = max(1, CHUNK_WORDS // max(W, 1))
+    if n <= step:
+        return _widen(torch, w).mul_(k).sum(dim=1), L  # int64: wraps modulo 2^64
+    return torch.cat([_widen(torch, w[i : i + step]).mul_(k).sum(dim=1) for i in range(0, n, step)]), L
+
+
+def finish(h, L):
+    """The fingerprints (int64 bits) of rows whose row_sums_torch sums are h (a numpy int64 or uint64 array)
+    and whose length is L bytes: the length term and the mix, on the host."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(h).view(np.uint64) + np.uint64((L * GAMMA) & _MASK)
+    return _mix64_np(z).view(np.int64)
 
 
 def fingerprint_rows_torch(x):
@@ -98,19 +166,5 @@ def fingerprint_rows_torch(x):
     integer tensor ops only, no float reduction, no copy of the rows to the host."""
     import torch
 
-    n = x.shape[0]
-    b = x.contiguous().reshape(n, -1)
-    b = b.view(torch.uint8) if b.dtype != torch.bool else b.to(torch.uint8)
-    L = b.shape[1]
-    W = (L + 3) // 4
-    if 4 * W != L:
-        b = torch.nn.functional.pad(b, (0, 4 * W - L))
-    w = b.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF  # the words as unsigned 32-bit values
-    key = (W, w.device)
-    k = _kcache.get(key)
-    if k is None:
-        if len(_kcache) > 64:
-            _kcache.clear()
-        k = _kcache[key] = torch.from_numpy(constants(W).view(np.int64).copy()).to(w.device)
-    h = (w * k).sum(dim=1, dtype=torch.int64) + _signed((L * GAMMA) & _MASK)  # wraps modulo 2^64
-    return _mix64_torch(torch, h)
+    h, L = row_sums_torch(x)
+    return _mix64_torch(torch, h + _signed((L * GAMMA) & _MASK))  # wraps modulo 2^64

@@ -5,8 +5,12 @@
 
 Every forward of `model` inside the block is recorded: the token ids, the outputs of the modules the name map
 knows (under canonical op names, split per sequence and position: see layout.py), the logits as float32 and the
-next-token log-probabilities (log_softmax in float32 of the logits, then the next token's entry). Tensors go to
-the file as they are produced (one tensor of memory), copied to the CPU from the hook.
+next-token log-probabilities (log_softmax in float32 of the logits, then the next token's entry).
+
+By default (background=True) no hook waits for the GPU or the disk (pipeline.py): a full op's rows are copied
+into pinned host memory on a side stream and written by a writer thread, a fingerprinted op's row sums stay on
+the device until the forward ends and go to the host in one copy; the file is byte for byte the one
+background=False writes (every tensor copied to the CPU and written from its hook).
 """
 
 import fnmatch
@@ -20,6 +24,7 @@ import numpy as np
 from . import dtypes, names
 from . import fingerprints as fingerprint_mod
 from . import layout as layout_mod
+from . import pipeline as pipeline_mod
 from . import writer as writer_mod
 from .logprobs import Pending
 
@@ -61,6 +66,12 @@ class Recorder(writer_mod.Closing):
         (group's size and rank, or the world's), else 1 and 0.
     seq_ids: the sequence id of each batch row of every forward with that many rows (default 0..B-1);
         batch(seq_ids=...) overrides it for a forward and the forwards that continue its sequences.
+    background: write from a writer thread (default): hooks queue their tensors and return, GPU rows are
+        copied on a side stream into pinned buffers, fingerprints go to the host once per forward; an error of
+        that thread is raised by the next hook or by close, naming the file. False: each tensor is copied to the
+        CPU and written from its hook (the same bytes; slower).
+    staging_bytes: background's bound on tensor bytes copied and not yet written (default 1 GiB; a hook that
+        would exceed it waits for the writer thread).
     overwrite: replace an existing capture file. kernel_profile, seed, batch_size, extra, created: Meta fields.
     final_tokens: {seq id: token} (or pairs) = the token after each sequence's last recorded position, known
         up front to a trainer (the last token of its sequences, which is only a target). At close it gives the
@@ -96,6 +107,8 @@ class Recorder(writer_mod.Closing):
         extra=None,
         created=None,
         final_tokens=None,
+        background=True,
+        staging_bytes=pipeline_mod.STAGING_BYTES,
     ):
         self.model = model
         self.path = os.fspath(path)
@@ -111,6 +124,8 @@ class Recorder(writer_mod.Closing):
         self.record_samples = record_samples
         self.seq_ids = None if seq_ids is None else [int(s) for s in seq_ids]
         self.overwrite = overwrite
+        self.background = bool(background)
+        self.staging_bytes = int(staging_bytes)
         self.meta_args = dict(kernel_profile=kernel_profile, seed=seed, batch_size=batch_size, created=created)
         self.extra = extra
         ft = final_tokens.items() if isinstance(final_tokens, dict) else (final_tokens or [])
@@ -140,6 +155,8 @@ class Recorder(writer_mod.Closing):
 
         self._index = {}  # op -> execution index, from the module tree when the hooks are attached
         self._w = None
+        self._pipe = None  # background: the writer thread's queue
+        self._stager = self._fps = None
         self._handles = []
         self._layout = None
         self._last_layout = None
@@ -167,6 +184,10 @@ class Recorder(writer_mod.Closing):
             os.makedirs(self.path, exist_ok=True)
         self._w = writer_mod.Writer(self.file, self._meta(), overwrite=self.overwrite)
         try:
+            if self.background:
+                self._stager = pipeline_mod.Stager()
+                self._fps = pipeline_mod.Fingerprints(self._stager)
+                self._pipe = pipeline_mod.Pipeline(self._w, staging_bytes=self.staging_bytes, on_block=self._fps.flush)
             self._attach()
         except BaseException:
             self.abort()
@@ -182,6 +203,10 @@ class Recorder(writer_mod.Closing):
                     got = self._pending.take(s, t)
                     if got is not None and self._want("logprobs"):
                         self._put("logprobs", np.array([got[1]], dtype=np.float32), "f32", s, got[0])
+                if self._pipe is not None:
+                    self._w.end_writes()
+                    self._fps.flush()
+                    self._pipe.close()
             except BaseException:
                 self.abort()
                 raise
@@ -193,12 +218,27 @@ class Recorder(writer_mod.Closing):
         """Detaches the hooks and discards the capture."""
         self._detach()
         self._pending.clear()
+        if self._pipe is not None:
+            self._fps.cancel()
+            self._pipe.abort()
         if self._w is not None:
             self._w.abort()
 
+    def flush(self):
+        """Waits until every tensor recorded so far is in the file (background=True; the file still appears
+        under its name only at close). Raises the writer thread's error naming the file."""
+        if self._pipe is not None:
+            self._fps.flush()
+            self._pipe.drain()
+
+    @property
+    def staged_peak(self):
+        """The most tensor bytes the background writer held copied and not yet written (0 without it)."""
+        return 0 if self._pipe is None else self._pipe.peak
+
     @property
     def written(self):
-        """Tensors written so far."""
+        """Tensors written so far (by the writer thread: those queued may still be on their way)."""
         return 0 if self._w is None else self._w.n
 
     def set_step(self, step):
@@ -439,6 +479,9 @@ class Recorder(writer_mod.Closing):
         if self._depth == 0 and self._layout is not None:
             self._layout = None
             self.forwards += 1
+            if self._pipe is not None:
+                self._fps.flush()  # the forward's fingerprints: one copy to the host
+                self._pipe.check()
 
     def _pre(self, takes, in_name, module, args, kwargs):
         if self._layout is None:
@@ -491,22 +534,42 @@ class Recorder(writer_mod.Closing):
         return self._index[op]
 
     def _put(self, op, arr, dt, seq, pos, role="out", shard=None):
-        self._w.write(
-            op,
-            arr,
-            dtype=dt,
-            step=self.step,
-            seq=seq,
-            pos=pos,
-            ntok=arr.shape[0],
-            index=self._op_index(op),
-            role=role,
-            rank=self.rank,
-            shard=shard,
-        )
+        if self._pipe is None:
+            self._w.write(
+                op,
+                arr,
+                dtype=dt,
+                step=self.step,
+                seq=seq,
+                pos=pos,
+                ntok=arr.shape[0],
+                index=self._op_index(op),
+                role=role,
+                rank=self.rank,
+                shard=shard,
+            )
+            return
+        h = self._w.prepare(op, arr, dtype=dt, step=self.step, seq=seq, pos=pos, ntok=arr.shape[0],
+                            index=self._op_index(op), role=role, rank=self.rank, shard=shard)
+        self._pipe.put(h, writer_mod.payload(arr))
+
+    def _queue(self, op, x, dt, seq, pos, role="out", shard=None, payload=None):
+        """Queues rows x (a torch tensor [n, F] on any device) for the writer thread: a copy staged now, or
+        payload (a callable giving the bytes of n int64 values: fingerprints on their way) when given."""
+        n = x.shape[0]
+        if payload is not None:
+            h = self._w.prepare(op, None, dtype=dt, shape=(n,), nbytes=8 * n, step=self.step, seq=seq, pos=pos,
+                                ntok=n, index=self._op_index(op), role=role, rank=self.rank, shard=shard)
+            self._pipe.put(h, payload)
+            return
+        nbytes = x.numel() * x.element_size()
+        h = self._w.prepare(op, None, dtype=dt, shape=tuple(x.shape), nbytes=nbytes, step=self.step, seq=seq,
+                            pos=pos, ntok=n, index=self._op_index(op), role=role, rank=self.rank, shard=shard)
+        self._pipe.reserve(nbytes)
+        self._pipe.put(h, self._stager.stage(x), nbytes)
 
     def _tensor(self, name, role, x, lay, split=None, dtype=None):
-        if not _is_tensor(x) or (name != "logits" and not self._want(name)):
+        if not _is_tensor(x) or ((name, role) != ("logits", "out") and not self._want(name)):
             return
         if dtype == "f32" and x.is_floating_point():
             x = x.float()  # widening bf16/f16 to float32 is exact
@@ -537,7 +600,7 @@ class Recorder(writer_mod.Closing):
         self._seen.add(key)
         if split is not None:
             x2 = names.split_fused(x2, split, self.cfg)
-        if name == "logits":
+        if name == "logits" and role == "out":  # the LM head's input (record_inputs) is rows like any other
             self._logits(x2, lay)
         else:
             self._rows(name, role, x2, lay)
@@ -556,6 +619,8 @@ class Recorder(writer_mod.Closing):
     def _rows(self, name, role, x2, lay, rows=None):
         if not lay.segments:
             return
+        if self._pipe is not None:
+            return self._rows_background(name, role, x2, lay, rows)
         rows = self._select(x2, lay) if rows is None else rows
         if self.mode == "fingerprint":
             self._put_fingerprints(name, role, rows, lay)
@@ -573,6 +638,33 @@ class Recorder(writer_mod.Closing):
             shard = (1, start, [s.n, full]) if sdim == 1 else None
             self._put(name, arr[off : off + s.n], dt, s.seq, s.pos, role, shard)
             off += s.n
+
+    def _rows_background(self, name, role, x2, lay, rows):
+        """_rows with the writer thread: the segments' rows are slices of x2 (at their starts) or of rows (the
+        valid rows, back to back), never gathered; nothing waits for the device."""
+        src = x2 if rows is None else rows
+        if rows is None:
+            starts = [s.start for s in lay.segments]
+        else:
+            starts = np.cumsum([0] + [s.n for s in lay.segments[:-1]]).tolist()
+        if self.mode == "fingerprint":
+            h, L = fingerprint_mod.row_sums_torch(src)
+            fps = self._fps.add(h, L)
+            frole = fingerprint_mod.ROLE_PREFIX + role
+            for s, a in zip(lay.segments, starts):
+                self._queue(name, src[a : a + s.n], "i64", s.seq, s.pos, frole, payload=fps(a, s.n))
+            if not any(fnmatch.fnmatchcase(name, p) for p in self.full_ops):
+                return
+        dt = dtypes.from_torch(src.dtype)
+        F = src.shape[1]
+        try:
+            sdim, start, full = names.shard_of(self.cfg, name, F, self.tp, self.rank)
+        except ValueError as e:
+            self._warn(f"shard:{name}", f"{e}: recorded as unsharded")
+            sdim, start, full = -1, 0, F
+        for s, a in zip(lay.segments, starts):
+            shard = (1, start, [s.n, full]) if sdim == 1 else None
+            self._queue(name, src[a : a + s.n], dt, s.seq, s.pos, role, shard)
 
     def _put_fingerprints(self, name, role, rows, lay):
         fps = fingerprint_mod.fingerprint_rows_torch(rows).cpu().numpy()  # 8 bytes a row leave the device

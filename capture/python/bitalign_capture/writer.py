@@ -10,6 +10,7 @@ metadata "bitalign.pad" of spaces sizes the message); readers do not depend on i
 import bisect
 import datetime
 import json
+import math
 import os
 import secrets
 
@@ -27,7 +28,8 @@ VERSION = "0.1.0"  # this package's version
 PRODUCER = f"bitalign_capture {VERSION} (python)"
 MAX_DIMS = 32  # as Go's capture.MaxDims
 
-_I64, _I32, _STR = pa.int64(), pa.int32(), pa.string()
+_I64, _I32, _STR, _LARGE_BINARY = pa.int64(), pa.int32(), pa.string(), pa.large_binary()
+_CACHE = 4096  # entries per cache of emit's arrays (cleared when full: bounded memory)
 _FIELDS = [
     ("data", pa.large_binary()),
     ("step", _I64),
@@ -155,6 +157,11 @@ class Writer(Closing):
             os.unlink(self._tmp)
             raise
         self._prefix = {}  # (first batch?, pad) -> bytes from the batch's start to its tensor bytes
+        self._pads = {}  # pad -> its record-batch custom metadata
+        self._pad_at = {}  # (first batch?, file offset mod ALIGNMENT) -> the pad _pad gives
+        self._offsets = {}  # payload length -> the [0, length] offsets buffer of the data column
+        self._cols = [{} for _ in _FIELDS[1:]]  # per column: value -> its one-row array (emit's cache)
+        self._closed = False  # the file is ended (emit refuses); _done: close or abort was asked
         self._spans = {}  # (step, seq, op, role, rank, shard_start) -> sorted disjoint [pos, end) runs written
 
     def write(
@@ -179,6 +186,30 @@ class Writer(Closing):
         Raises ValueError naming the op, step, seq and position when a position of (step, seq, op, role, rank,
         shard start) is written twice (ntok positions from pos; a tensor with ntok 0 holds position pos).
         """
+        h = self.prepare(op, data, dtype=dtype, shape=shape, step=step, seq=seq, pos=pos, ntok=ntok, index=index,
+                         role=role, rank=rank, shard=shard)
+        self.emit(h, payload(data))
+
+    def prepare(
+        self,
+        op,
+        data=None,
+        *,
+        dtype=None,
+        shape=None,
+        nbytes=None,
+        step=0,
+        seq=0,
+        pos=0,
+        ntok=0,
+        index=0,
+        role="out",
+        rank=0,
+        shard=None,
+    ):
+        """Checks one tensor's fields and claims its positions (write's errors, raised here) without writing
+        it: the header that emit(header, payload) writes. data as write's, or None with dtype, shape and nbytes
+        (the payload's length) given: the recorder checks a tensor while its bytes are still on the way."""
         if self._done:
             raise ValueError(f"bitalign_capture: {self.path}: write after close or abort")
         if not op:
@@ -192,66 +223,81 @@ class Writer(Closing):
             st = dtypes.storage(dt)
             if data.dtype.itemsize != st.itemsize:
                 raise ValueError(f"bitalign_capture: {self.path}: {op}: {data.dtype} array cannot hold {dt}")
-            arr = np.ascontiguousarray(data)
-            if arr.dtype.byteorder == ">":
-                arr = arr.astype(arr.dtype.newbyteorder("<"))
-            payload = arr.tobytes()
+            nbytes = data.nbytes
         else:
             if dtype is None or shape is None:
                 raise ValueError(f"bitalign_capture: {self.path}: {op}: raw bytes need dtype and shape")
             dt = dtypes.check(dtype)
-            payload = bytes(data)
+            if data is not None:
+                nbytes = memoryview(data).nbytes
         shape = [int(d) for d in shape]
         if len(shape) > MAX_DIMS:
             raise ValueError(f"bitalign_capture: {self.path}: {op}: {len(shape)} dimensions (at most {MAX_DIMS})")
         if any(d < 0 for d in shape):
             raise ValueError(f"bitalign_capture: {self.path}: {op}: negative dimension in shape {shape}")
-        want = int(np.prod(shape, dtype=np.int64)) * dtypes.SIZES[dt]
-        if want != len(payload):
+        want = math.prod(shape) * dtypes.SIZES[dt]
+        if want != nbytes:
             raise ValueError(
-                f"bitalign_capture: {self.path}: {op}: shape {shape} × {dt} needs {want} bytes, has {len(payload)}"
+                f"bitalign_capture: {self.path}: {op}: shape {shape} × {dt} needs {want} bytes, has {nbytes}"
             )
         if int(ntok) < 0:
             raise ValueError(f"bitalign_capture: {self.path}: {op}: negative ntok {ntok}")
         if int(rank) < 0:
             raise ValueError(f"bitalign_capture: {self.path}: {op}: negative rank {rank}")
-        sdim, sstart, sfull = -1, 0, []
+        sdim, sstart, sfull = -1, 0, ()
         if shard is not None and shard[0] >= 0:
-            sdim, sstart, sfull = int(shard[0]), int(shard[1]), [int(d) for d in shard[2]]
+            sdim, sstart, sfull = int(shard[0]), int(shard[1]), tuple(int(d) for d in shard[2])
             ok = sdim < len(shape) and len(sfull) == len(shape)
             ok = ok and all(sfull[d] == shape[d] for d in range(len(shape)) if d != sdim)
             ok = ok and 0 <= sstart <= sfull[sdim] - shape[sdim]
             if not ok:
                 raise ValueError(
-                    f"bitalign_capture: {self.path}: {op}: shard dim {sdim} start {sstart} of {sfull} "
+                    f"bitalign_capture: {self.path}: {op}: shard dim {sdim} start {sstart} of {list(sfull)} "
                     f"does not fit shape {shape}"
                 )
-        self._claim(op, role or "out", int(step), int(seq), int(pos), int(ntok), int(rank), sstart)
-        cols = [
-            None,
-            [int(step)],
-            [int(seq)],
-            [int(pos)],
-            [int(ntok)],
-            [str(op)],
-            [int(index)],
-            [str(role or "out")],
-            [dt],
-            [shape],
-            [int(rank)],
-            [sdim],
-            [sstart],
-            [sfull],
-        ]
-        arrays = [pa.array(c, type=t) for c, (_, t) in zip(cols[1:], _FIELDS[1:])]
+        role = str(role or "out")
+        self._claim(op, role, int(step), int(seq), int(pos), int(ntok), int(rank), sstart)
+        return (int(step), int(seq), int(pos), int(ntok), str(op), int(index), role, dt, tuple(shape), int(rank),
+                sdim, sstart, sfull)
+
+    def emit(self, header, payload):
+        """Writes one tensor whose header prepare gave; payload is its bytes (bytes-like or a pyarrow Buffer,
+        read without a copy). Emits follow their prepares' order; they may run on another thread than
+        prepare (the recorder's writer thread), never two at once."""
+        if self._closed:
+            raise ValueError(f"bitalign_capture: {self.path}: write after close or abort")
+        buf = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
+        n = buf.size
+        offsets = self._offsets.get(n)
+        if offsets is None:
+            if len(self._offsets) > _CACHE:
+                self._offsets.clear()
+            offsets = self._offsets[n] = pa.py_buffer(np.array([0, n], dtype=np.int64))
+        data = pa.LargeBinaryArray.from_buffers(_LARGE_BINARY, 1, [None, offsets, buf])
+        arrays = [self._column(i, v) for i, v in enumerate(header)]
         pad = self._pad(arrays)
-        batch = pa.RecordBatch.from_arrays([pa.array([payload], pa.large_binary())] + arrays, schema=self._schema)
+        batch = pa.RecordBatch.from_arrays([data] + arrays, schema=self._schema)
+        md = self._pads.get(pad)
+        if md is None:
+            md = self._pads[pad] = pa.KeyValueMetadata({KEY_PAD: " " * pad})
         try:
-            self._w.write_batch(batch, custom_metadata={KEY_PAD: " " * pad})
+            self._w.write_batch(batch, custom_metadata=md)
         except BaseException:
             self.abort()
             raise
         self.n += 1
+
+    def _column(self, i, v):
+        """The one-row array of column i + 1 holding v, made once per value (the values repeat: steps,
+        sequences, op names, shapes)."""
+        cache = self._cols[i]
+        a = cache.get(v)
+        if a is None:
+            if len(cache) > _CACHE:
+                cache.clear()
+            t = _FIELDS[i + 1][1]
+            a = cache[v] = pa.array([list(v) if isinstance(v, tuple) else v], type=t)
+        return a
 
     def _claim(self, op, role, step, seq, pos, ntok, rank, sstart):
         """Records that positions [pos, pos + max(ntok, 1)) of (step, seq, op, role) are written, or raises if
@@ -285,6 +331,13 @@ class Writer(Closing):
         """
         first = self.n == 0
         start = self._sink.tell()
+        key = (first, start % ALIGNMENT)  # the answer depends on these alone: found once each
+        pad = self._pad_at.get(key)
+        if pad is None:
+            pad = self._pad_at[key] = self._find_pad(arrays, first, start)
+        return pad
+
+    def _find_pad(self, arrays, first, start):
         for pad in range(2 * ALIGNMENT):
             key = (first, pad)
             if key not in self._prefix:
@@ -337,10 +390,27 @@ class Writer(Closing):
 
     def _finish(self):
         """True the first time close or abort asks: the file is ended once."""
-        if self._done:
+        if self._closed:
             return False
-        self._done = True
+        self._done = self._closed = True
         return True
+
+    def end_writes(self):
+        """Refuses further prepares (close is on its way; emits of prepared tensors still go through)."""
+        self._done = True
+
+
+def payload(data):
+    """The bytes of write's data (a numpy array or bytes-like) for emit: a little-endian contiguous array's
+    own memory (no copy), else a converted copy."""
+    if isinstance(data, np.generic):
+        data = np.asarray(data)
+    if isinstance(data, np.ndarray):
+        arr = np.ascontiguousarray(data)
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        return arr.reshape(-1).view(np.uint8)
+    return bytes(data)
 
 
 def _publish(tmp, path, overwrite):

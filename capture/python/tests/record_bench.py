@@ -1,0 +1,263 @@
+"""Recording cost at size (issue 15): a model's plain forward, the forward recorded as fingerprints and the
+forward recorded in full, timed in one call, with the captures' sizes, their ratio and the full recording's
+write rate; and checks that the background writer's captures are the synchronous writer's bytes.
+
+    python3 capture/python/tests/record_bench.py OUT [--device cuda|cpu] [--tiny] [--iters 5] [--full-iters 3]
+        [--warmup 2] [--batch 4] [--tokens 256] [--no-baseline]
+
+The model is a random bf16 Hugging Face Qwen2 of Qwen2-1.5B's shapes (hidden 1536, 28 layers, 12/2 heads,
+intermediate 8960, vocabulary 151936, tied; eager attention, as tinymodels builds it) over batch × tokens random
+token ids; --tiny a small one (CPU tests). Each forward is timed from the call to the end of a device
+synchronisation (wall, what the caller waits for; its median over the iterations) and with CUDA events (GPU).
+
+- plain: the forward without hooks (warm-up forwards first).
+- fingerprint: one recorder (mode="fingerprint", every op) over `iters` forwards (steps 0..iters-1): the median
+  recorded forward back to back (the writer thread writing the previous forward's tensors meanwhile), its
+  overhead over plain, the recorder's whole time (start to close: the writer thread's work included) per
+  forward, and the median forward started with the writer thread idle (rec.flush() between forwards).
+- full: one recorder over `full-iters` forwards: the median forward, and bytes written / wall time from the
+  recorder's start to the end of close, which fsyncs the file (GB/s = 1e9 bytes a second). Files in OUT (local
+  disk), removed after.
+- baseline (unless --no-baseline): one forward recorded with background=False (every tensor copied to the host and
+  written from its hook: the recorder before the writer thread), full and fingerprint.
+- checks: a background capture of one forward equals the background=False capture of the same forward byte for
+  byte (full and fingerprint; on the GPU when the forward is deterministic, which the script tests), and the
+  fingerprints of the fingerprint capture are those numpy computes from the full capture's rows.
+
+Writes OUT/record-bench.json and prints a table; exit status 1 if a check fails.
+"""
+
+import argparse
+import filecmp
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import bitalign_capture as bc  # noqa: E402
+from tinymodels import hf_model  # noqa: E402
+
+CREATED = "2026-12-01T00:00:00Z"
+
+
+def build(tiny, device):
+    kw = dict(vocab=1024, hidden=192, intermediate=512, layers=2, heads=12, kv_heads=2) if tiny else \
+        dict(vocab=151936, hidden=1536, intermediate=8960, layers=28, heads=12, kv_heads=2)
+    m = hf_model("qwen2", torch.bfloat16, seed=0, tied=True, positions=4096, rope_theta=1e6, **kw)
+    return m.to(device).eval(), kw
+
+
+class Clock:
+    """Times forwards: wall from the call to the end of a synchronisation, and CUDA events on a GPU."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.wall, self.gpu = [], []
+
+    def run(self, f):
+        if self.cuda:
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+        t0 = time.perf_counter()
+        out = f()
+        if self.cuda:
+            b.record()
+            torch.cuda.synchronize()
+            self.gpu.append(a.elapsed_time(b))
+        self.wall.append((time.perf_counter() - t0) * 1e3)
+        return out
+
+    def summary(self):
+        out = {"wall_ms": statistics.median(self.wall), "wall_ms_all": [round(x, 3) for x in self.wall]}
+        if self.gpu:
+            out["gpu_ms"] = statistics.median(self.gpu)
+        return out
+
+
+def record(m, ids, path, forwards, clock=None, drained=False, **kw):
+    """Records `forwards` forwards of m (steps 0..forwards-1) into path; (seconds from start to close, recorder).
+    drained: each forward starts with the writer thread idle (rec.flush() between forwards, untimed)."""
+    sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    rec = bc.record(m, path, "trainer", created=CREATED, overwrite=True, **kw)
+    with torch.no_grad(), rec:
+        for i in range(forwards):
+            rec.set_step(i)
+            if clock is None:
+                m(input_ids=ids)
+            else:
+                clock.run(lambda: m(input_ids=ids))
+            if drained:
+                rec.flush()
+    sync()
+    return time.perf_counter() - t0, rec
+
+
+def tensors(path):
+    """(op, role, step, seq, pos, ntok, data as a uint8 numpy view) of each tensor of a capture, in file order."""
+    with pa.memory_map(path, "r") as src:
+        r = ipc.open_file(src)
+        for i in range(r.num_record_batches):
+            b = r.get_batch(i)
+            col = {n: b.column(n)[0].as_py() for n in ("op", "role", "step", "seq", "pos", "ntok")}
+            arr = b.column(0)
+            bufs = arr.buffers()
+            lo, hi = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset : arr.offset + 2]
+            data = np.frombuffer(bufs[2], dtype=np.uint8)[lo:hi] if bufs[2] is not None else np.zeros(0, np.uint8)
+            yield col["op"], col["role"], col["step"], col["seq"], col["pos"], col["ntok"], data[lo:hi]
+
+
+def check_fingerprints(fp_path, full_path):
+    """(rows checked, first mismatch or None): the fingerprint capture against numpy's fingerprints of the full
+    capture's rows."""
+    fps = {(op, role[len(bc.fingerprints.ROLE_PREFIX):], st, s, p): d.view(np.uint64).copy()
+           for op, role, st, s, p, n, d in tensors(fp_path) if role.startswith(bc.fingerprints.ROLE_PREFIX)}
+    rows, seen = 0, 0
+    for op, role, st, s, p, n, d in tensors(full_path):
+        if op in bc.fingerprints.ALWAYS_FULL:
+            continue
+        got = fps.get((op, role, st, s, p))
+        if got is None:
+            return rows, f"{op} [{role}] step {st} seq {s} pos {p}: no fingerprint tensor"
+        want = bc.fingerprint_rows(d, n)
+        if not np.array_equal(got, want):
+            i = int(np.nonzero(got != want)[0][0])
+            return rows, f"{op} [{role}] step {st} seq {s} pos {p + i}: fingerprint {got[i]:#x}, rows give {want[i]:#x}"
+        rows += n
+        seen += 1
+    if seen != len(fps):
+        return rows, f"{len(fps) - seen} fingerprint tensors without a full tensor"
+    return rows, None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--full-iters", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--no-baseline", action="store_true")
+    a = ap.parse_args(argv)
+    dev = torch.device(a.device)
+    os.makedirs(a.out, exist_ok=True)
+    m, shape = build(a.tiny, dev)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, shape["vocab"], (a.batch, a.tokens), generator=g).to(dev)
+    res = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "torch": torch.__version__,
+           "model": {"arch": "qwen2", "dtype": "bf16", **shape}, "batch": a.batch, "tokens": a.tokens,
+           "iters": a.iters, "full_iters": a.full_iters, "warmup": a.warmup}
+    path = lambda name: os.path.join(a.out, name + ".arrow")  # noqa: E731
+
+    with torch.no_grad():
+        for _ in range(a.warmup):
+            m(input_ids=ids)
+        plain = Clock(dev)
+        outs = [plain.run(lambda: m(input_ids=ids)).logits for _ in range(max(a.iters, 2))]
+        deterministic = all(torch.equal(outs[0], o) for o in outs[1:])
+        del outs
+    res["plain"] = plain.summary()
+    res["deterministic_forward"] = deterministic
+
+    # one forward each way: the synchronous baseline, then the background writer (also the warm-up)
+    checks = {}
+    for mode in ("full", "fingerprint"):
+        if not a.no_baseline:
+            t, rec = record(m, ids, path(f"sync-{mode}"), 1, mode=mode, background=False)
+            size = os.path.getsize(path(f"sync-{mode}"))
+            res[f"baseline_{mode}"] = {"total_ms": t * 1e3, "bytes": size, "GBps": size / t / 1e9}
+        for _ in range(max(a.warmup, 1)):
+            record(m, ids, path(f"bg-{mode}"), 1, mode=mode)
+        if not a.no_baseline:
+            same = filecmp.cmp(path(f"sync-{mode}"), path(f"bg-{mode}"), shallow=False)
+            checks[f"{mode}_background_equals_sync"] = same if deterministic else f"{same} (forward not deterministic)"
+    rows, bad = check_fingerprints(path("bg-fingerprint"), path("bg-full"))
+    checks["fingerprints_match_full_rows"] = bad is None
+    checks["fingerprint_rows_checked"] = rows
+    if bad:
+        checks["fingerprint_mismatch"] = bad
+    for n in ("sync-full", "sync-fingerprint", "bg-full", "bg-fingerprint"):
+        if os.path.exists(path(n)):
+            os.unlink(path(n))
+
+    fp_clock = Clock(dev)
+    t, rec = record(m, ids, path("fingerprint"), a.iters, fp_clock, mode="fingerprint")
+    fp_size = os.path.getsize(path("fingerprint"))
+    res["fingerprint"] = {**fp_clock.summary(), "total_ms_per_forward": t * 1e3 / a.iters,
+                          "bytes_per_forward": fp_size / a.iters, "tensors": rec.written}
+    os.unlink(path("fingerprint"))
+    # the same forwards, each started with the writer thread idle: the hooks' own cost (a trainer's backward and
+    # optimizer step give the writer thread that time; back-to-back forwards above do not)
+    fp_alone = Clock(dev)
+    record(m, ids, path("fingerprint"), a.iters, fp_alone, drained=True, mode="fingerprint")
+    res["fingerprint"]["drained_wall_ms"] = fp_alone.summary()["wall_ms"]
+    os.unlink(path("fingerprint"))
+
+    full_clock = Clock(dev)
+    t, rec = record(m, ids, path("full"), a.full_iters, full_clock)
+    full_size = os.path.getsize(path("full"))
+    res["full"] = {**full_clock.summary(), "total_ms_per_forward": t * 1e3 / a.full_iters,
+                   "bytes_per_forward": full_size / a.full_iters, "GBps": full_size / t / 1e9, "fsync": True,
+                   "staged_peak_bytes": rec.staged_peak, "tensors": rec.written}
+    os.unlink(path("full"))
+
+    p = res["plain"]["wall_ms"]
+    fp = res["fingerprint"]
+    fp["overhead"] = fp["wall_ms"] / p - 1
+    fp["overhead_total"] = fp["total_ms_per_forward"] / p - 1
+    fp["overhead_drained"] = fp["drained_wall_ms"] / p - 1
+    res["ratio_full_to_fingerprint"] = res["full"]["bytes_per_forward"] / fp["bytes_per_forward"]
+    res["goals"] = {
+        "fingerprint_overhead_le_10pct": fp["overhead"] <= 0.10,
+        "fingerprint_overhead_total_le_10pct": fp["overhead_total"] <= 0.10,
+        "fingerprint_overhead_drained_le_10pct": fp["overhead_drained"] <= 0.10,
+        "fingerprint_capture_le_1_500": res["ratio_full_to_fingerprint"] >= 500,
+        "full_ge_2GBps": res["full"]["GBps"] >= 2.0,
+    }
+    res["checks"] = checks
+    with open(os.path.join(a.out, "record-bench.json"), "w") as f:
+        json.dump(res, f, indent=1)
+
+    print(f"record_bench: {res['device']}, qwen2 hidden {shape['hidden']} × {shape['layers']} layers, "
+          f"{a.batch} × {a.tokens} tokens, bf16; wall = call to synchronised end, median")
+    print(f"{'':34} {'wall ms':>9} {'gpu ms':>8} {'total ms/fwd':>13} {'MB/fwd':>9} {'GB/s':>6}")
+
+    def line(name, d, total=None, size=None, rate=None):
+        gpu = f"{d['gpu_ms']:8.2f}" if "gpu_ms" in d else f"{'':8}"
+        wall = f"{d['wall_ms']:9.2f}" if "wall_ms" in d else f"{'':9}"
+        print(f"{name:34} {wall} {gpu} {'' if total is None else f'{total:13.1f}':>13} "
+              f"{'' if size is None else f'{size / 1e6:9.2f}':>9} {'' if rate is None else f'{rate:6.2f}':>6}")
+
+    line("plain forward", res["plain"])
+    line(f"fingerprint ({fp['overhead'] * 100:+.1f} %)", fp, fp["total_ms_per_forward"], fp["bytes_per_forward"])
+    line(f"fingerprint, writer idle ({fp['overhead_drained'] * 100:+.1f} %)", {"wall_ms": fp["drained_wall_ms"]})
+    line("full (fsync'd at close)", res["full"], res["full"]["total_ms_per_forward"],
+         res["full"]["bytes_per_forward"], res["full"]["GBps"])
+    for mode in ("full", "fingerprint"):
+        b = res.get(f"baseline_{mode}")
+        if b:
+            line(f"{mode}, background=False", {}, b["total_ms"], b["bytes"], b["GBps"])
+    print(f"full / fingerprint capture: {res['ratio_full_to_fingerprint']:.0f}×; goals: {res['goals']}")
+    print(f"checks: {checks}")
+    ok = checks["fingerprints_match_full_rows"] and all(
+        v is True for k, v in checks.items() if k.endswith("equals_sync") and deterministic)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

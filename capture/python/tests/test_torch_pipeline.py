@@ -1,0 +1,192 @@
+"""The recorder's background writer (pipeline.py) on CPU torch: the same bytes as the synchronous recorder
+(background=False, the recorder as it was before the writer thread), the device row sums against numpy's
+fingerprints, the staging bound, and the writer thread's errors reaching the caller with the file named."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import bitalign_capture as bc  # noqa: E402
+from bitalign_capture import fingerprints as fpm  # noqa: E402
+from bitalign_capture import pipeline  # noqa: E402
+from bitalign_capture import writer as writer_mod  # noqa: E402
+from tinymodels import hf_model, padded  # noqa: E402
+
+CREATED = "2026-01-01T00:00:00.000000Z"
+SEQS = [[5, 17, 33, 2, 71, 9, 40], [11, 64, 3, 3, 58], [90, 1, 2]]
+
+
+def first_difference(a, b):
+    x, y = open(a, "rb").read(), open(b, "rb").read()
+    if x == y:
+        return None
+    n = min(len(x), len(y))
+    i = next((i for i in range(n) if x[i] != y[i]), n)
+    return f"{len(x)} vs {len(y)} bytes, first difference at byte {i}"
+
+
+def generate_then_train(m, rec):
+    """generate (a left-padded prefill, then one token per forward from the KV cache: generate's layouts), then
+    at step 1 a right-padded forward of the full sequences with a record mask."""
+    prompts = [s[:3] for s in SEQS]
+    ids, mask, _ = padded(prompts, "left")
+    out = m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False)
+    rec.sampled(range(len(prompts)), out[:, -1])
+    rec.set_step(1)
+    ids, mask, pos = padded(SEQS, "right")
+    rec.batch(record_mask=mask.bool())
+    m(input_ids=ids, attention_mask=mask, position_ids=pos)
+
+
+@pytest.mark.parametrize("arch,dtype", [("llama", torch.float32), ("qwen3", torch.bfloat16), ("qwen2", torch.bfloat16)])
+@pytest.mark.parametrize("mode", ["full", "fingerprint"])
+def test_background_capture_is_the_synchronous_capture(tmp_path, arch, dtype, mode):
+    m = hf_model(arch, dtype)
+    kw = {"full_ops": ["layers.1.mlp.*", "logits"]} if mode == "fingerprint" else {"record_inputs": True}
+    files = {}
+    for bg in (False, True):
+        p = files[bg] = tmp_path / f"{bg}.arrow"
+        with torch.no_grad(), bc.record(m, p, "trainer", mode=mode, created=CREATED, background=bg,
+                                        final_tokens={0: 4}, record_samples=True, **kw) as rec:
+            generate_then_train(m, rec)
+        assert (rec._pipe is not None) == bg
+    assert first_difference(files[False], files[True]) is None
+    # and field for field (what a reader sees)
+    a, b = bc.read(files[False])[1], bc.read(files[True])[1]
+    assert len(a) == len(b) > 50
+    for x, y in zip(a, b):
+        assert {k: v for k, v in x.items() if k != "array"} == {k: v for k, v in y.items() if k != "array"}
+
+
+def test_row_sums_finish_to_numpy_fingerprints(rng, monkeypatch):
+    cases = []
+    for dt in (torch.bfloat16, torch.float16, torch.float32, torch.int64, torch.int32, torch.uint8, torch.bool):
+        for F in (1, 3, 7, 64):
+            x = torch.from_numpy(rng.standard_normal((5, F)).astype(np.float32) * 1e3)
+            cases.append((x > 0) if dt == torch.bool else x.to(dt))
+    base = torch.from_numpy(rng.integers(-(1 << 31), 1 << 31, (6, 40)).astype(np.int32))
+    cases += [base[:, 3:17], base[:, ::2], base.view(torch.uint8)[:, 1:30], base[1:4].view(torch.bfloat16),
+              base[:0], base.reshape(6, 4, 10).transpose(1, 2)]
+    for widen in (True, False):  # one cast from a uint32 view, or a cast and a mask (where uint32 is missing)
+        monkeypatch.setitem(fpm._u32, "cpu", widen)
+        for chunk in (fpm.CHUNK_WORDS, 7):  # one pass, several
+            monkeypatch.setattr(fpm, "CHUNK_WORDS", chunk)
+            for x in cases:
+                h, L = fpm.row_sums_torch(x)
+                raw = x.contiguous().reshape(x.shape[0], int(np.prod(x.shape[1:])))
+                raw = (raw.to(torch.uint8) if raw.dtype == torch.bool else raw).view(torch.uint8).numpy()
+                assert L == raw.shape[1]
+                want = bc.fingerprint_rows(raw, x.shape[0]) if x.shape[0] else np.zeros(0, np.uint64)
+                np.testing.assert_array_equal(fpm.finish(h.numpy(), L).view(np.uint64), want,
+                                              err_msg=f"{x.dtype} {tuple(x.shape)} widen {widen} chunk {chunk}")
+                np.testing.assert_array_equal(fpm.fingerprint_rows_torch(x).numpy().view(np.uint64), want)
+
+
+def test_widening_is_checked_once_per_device():
+    fpm._u32.pop("cpu", None)
+    fpm.row_sums_torch(torch.ones(2, 3))
+    assert fpm._u32["cpu"] in (True, False)
+
+
+class SlowEmit:
+    """Writer.emit with a delay (a slow disk) that records the bytes staged at each emit."""
+
+    def __init__(self, monkeypatch, delay=0.002, fail_at=None, error=None):
+        self.calls, self.delay, self.fail_at, self.error = 0, delay, fail_at, error
+        inner = writer_mod.Writer.emit
+        me = self
+
+        def emit(w, header, payload):
+            me.calls += 1
+            if me.fail_at is not None and me.calls == me.fail_at:
+                raise me.error
+            import time
+
+            time.sleep(me.delay)
+            return inner(w, header, payload)
+
+        monkeypatch.setattr(writer_mod.Writer, "emit", emit)
+
+
+def test_staging_is_bounded_and_the_bytes_unchanged(tmp_path, monkeypatch):
+    m = hf_model("llama", torch.float32)
+    ids, mask, pos = padded(SEQS, "left")
+    with torch.no_grad(), bc.record(m, tmp_path / "sync.arrow", "trainer", created=CREATED, background=False):
+        m(input_ids=ids, attention_mask=mask, position_ids=pos)
+    sizes = [len(t["data"]) for t in bc.read(tmp_path / "sync.arrow")[1]]
+    largest = max(sizes)
+    SlowEmit(monkeypatch)
+    budget = 2048
+    with torch.no_grad(), bc.record(m, tmp_path / "bg.arrow", "trainer", created=CREATED, staging_bytes=budget) as rec:
+        m(input_ids=ids, attention_mask=mask, position_ids=pos)
+    assert largest > budget and sum(sizes) > 20 * budget  # one tensor larger than the budget goes alone
+    assert 0 < rec.staged_peak <= largest
+    assert first_difference(tmp_path / "sync.arrow", tmp_path / "bg.arrow") is None
+
+
+@pytest.mark.parametrize("fail_at", [3, 90])  # in a hook; at close (93 tensors)
+def test_writer_thread_error_names_the_file_and_leaves_nothing(tmp_path, monkeypatch, fail_at):
+    m = hf_model("llama", torch.float32)
+    SlowEmit(monkeypatch, delay=0, fail_at=fail_at, error=OSError(28, "No space left on device"))
+    path = tmp_path / "c.arrow"
+    with pytest.raises(pipeline.WriterThreadError) as e:
+        with torch.no_grad(), bc.record(m, path, "trainer", mode="fingerprint") as rec:
+            for i in range(3):
+                rec.set_step(i)
+                m(input_ids=torch.tensor(SEQS[:1]))
+    assert str(path) in str(e.value) and "No space left on device" in str(e.value)
+    assert os.listdir(tmp_path) == []  # no capture, no temporary file
+    assert not rec._pipe._t.is_alive()
+    assert all(not mod._forward_hooks and not mod._forward_pre_hooks for mod in m.modules())
+
+
+def test_exception_in_forward_stops_the_writer_thread(tmp_path):
+    m = hf_model("llama", torch.float32)
+    with pytest.raises(RuntimeError, match="boom"):
+        with torch.no_grad(), bc.record(m, tmp_path / "c.arrow", "trainer") as rec:
+            m(input_ids=torch.tensor(SEQS[:1]))
+            raise RuntimeError("boom")
+    assert os.listdir(tmp_path) == []
+    assert not rec._pipe._t.is_alive()
+
+
+def test_a_bad_tensor_is_still_an_error_in_the_hook(tmp_path):
+    m = hf_model("llama", torch.float32)
+    # two forwards of the same sequences at the same step: positions written twice, raised by the hook
+    with pytest.raises(ValueError, match="written twice"):
+        with torch.no_grad(), bc.record(m, tmp_path / "c.arrow", "trainer"):
+            m(input_ids=torch.tensor(SEQS[:1]))
+            m(input_ids=torch.tensor(SEQS[:1]))
+    assert os.listdir(tmp_path) == []
+
+
+def test_record_bench_runs_on_the_cpu(tmp_path):
+    import record_bench
+
+    rc = record_bench.main([str(tmp_path), "--device", "cpu", "--tiny", "--iters", "1", "--warmup", "1",
+                            "--full-iters", "1", "--batch", "2", "--tokens", "16"])
+    res = json.load(open(tmp_path / "record-bench.json"))
+    assert rc == 0
+    assert res["checks"]["full_background_equals_sync"] is True
+    assert res["checks"]["fingerprint_background_equals_sync"] is True
+    assert res["checks"]["fingerprints_match_full_rows"] is True and res["checks"]["fingerprint_rows_checked"] > 0
+    assert res["full"]["bytes_per_forward"] > res["fingerprint"]["bytes_per_forward"] > 0
+    assert res["full"]["GBps"] > 0 and res["plain"]["wall_ms"] > 0
+    assert sorted(os.listdir(tmp_path)) == ["record-bench.json"]  # the captures are removed
+
+
+@pytest.mark.parametrize("mode", ["full", "fingerprint"])
+def test_flush_waits_for_everything_recorded(tmp_path, monkeypatch, mode):
+    m = hf_model("llama", torch.float32)
+    SlowEmit(monkeypatch, delay=0.001)
+    with torch.no_grad(), bc.record(m, tmp_path / "c.arrow", "trainer", mode=mode) as rec:
+        m(input_ids=torch.tensor([SEQS[0], SEQS[0][::-1]]))
+        rec.flush()
+        n = rec.written
+    assert n > 20 and len(bc.read(tmp_path / "c.arrow")[1]) == n
