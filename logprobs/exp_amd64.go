@@ -21,10 +21,11 @@ func expInto(dst, src []float64) {
 	n := 0
 	if expOK {
 		n = len(dst) &^ 3
-		expAVX2(dst[:n], src)
-		for i, x := range src[:n] {
-			if !(x >= -expLimit && x <= expLimit) {
-				dst[i] = math.Exp(x)
+		if expAVX2(dst[:n], src) {
+			for i, x := range src[:n] {
+				if !(x >= -expLimit && x <= expLimit) {
+					dst[i] = math.Exp(x)
+				}
 			}
 		}
 	}
@@ -33,10 +34,11 @@ func expInto(dst, src []float64) {
 	}
 }
 
-// expAVX2 is in exp_amd64.s.
+// expAVX2 is in exp_amd64.s: dst[i] = exp(src[i]) for i < len(dst) &^ 3, true when some src[i] was outside
+// [−expLimit, expLimit] (NaN included), whose dst[i] the caller must set.
 //
 //go:noescape
-func expAVX2(dst, src []float64)
+func expAVX2(dst, src []float64) (outside bool)
 
 // expLimit bounds the arguments whose result is a normal number reached by lastStep of math's exp_amd64.s
 // (|k| ≤ 1010 < 1022): the copy needs no denormal or overflow branch.
@@ -59,7 +61,9 @@ func expSelfCheck() bool {
 	}
 	src = src[:len(src)&^3]
 	dst := make([]float64, len(src))
-	expAVX2(dst, src)
+	if expAVX2(dst, src) {
+		return false
+	}
 	for i, x := range src {
 		if math.Float64bits(dst[i]) != math.Float64bits(math.Exp(x)) {
 			return false

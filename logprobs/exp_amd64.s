@@ -19,20 +19,26 @@ C4X(352, $0.5)
 C4X(384, $1.0)
 C4X(416, $2.0)
 C4X(448, $1023)                                            // the exponent's bias, as a 64-bit integer
-GLOBL expc<>(SB), RODATA|NOPTR, $480
+C4X(480, $700.0)                                           // expLimit
+C4X(512, $0x7fffffffffffffff)                              // all but the sign bit
+GLOBL expc<>(SB), RODATA|NOPTR, $544
 
-// func expAVX2(dst, src []float64)
-// dst[i] = exp(src[i]) for i < len(dst) &^ 3, for arguments in [−expLimit, expLimit] (others: garbage, fixed
-// by the caller).
-TEXT ·expAVX2(SB), NOSPLIT, $0-48
+// func expAVX2(dst, src []float64) (outside bool)
+// dst[i] = exp(src[i]) for i < len(dst) &^ 3 where src[i] is in [−expLimit, expLimit]; outside reports an
+// argument that is not (NaN included), whose dst is garbage for the caller to fix.
+TEXT ·expAVX2(SB), NOSPLIT, $0-49
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), CX
 	MOVQ src_base+24(FP), SI
+	VXORPD Y6, Y6, Y6                   // OR of the lanes outside [−expLimit, expLimit]
 	SHRQ $2, CX
 	JZ   done
 
 loop:
 	VMOVUPD (SI), Y0                    // x
+	VANDPD  expc<>+512(SB), Y0, Y4      // |x|
+	VCMPPD  $6, expc<>+480(SB), Y4, Y4  // !(|x| <= expLimit): NLE_UQ, true for NaN
+	VORPD   Y4, Y6, Y6
 	VMULPD  expc<>+0(SB), Y0, Y1        // x·log2e
 	VADDPD  expc<>+32(SB), Y1, Y1       // t: k in its low mantissa bits
 	VSUBPD  expc<>+32(SB), Y1, Y2       // k = round(x·log2e), as CVTSD2SL/CVTSL2SD
@@ -66,5 +72,7 @@ loop:
 	JNZ     loop
 
 done:
+	VPTEST  Y6, Y6
+	SETNE   outside+48(FP)
 	VZEROUPPER
 	RET

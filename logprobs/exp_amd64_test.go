@@ -3,6 +3,7 @@ package logprobs
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -32,6 +33,15 @@ func TestExpMatchesMath(t *testing.T) {
 		math.Nextafter(-expLimit, -1), 709.78, 709.79, -745.1, -745.2, -708.4, -1e300, 1e300, math.Inf(1),
 		math.Inf(-1), math.NaN(), 5e-324, -5e-324, 0.34657359027997264, -0.34657359027997264, 1e-17} {
 		check(x)
+	}
+	inside := []float64{-1, -2, 3, 0.5, -700, 700, 1e-300, -0.0}
+	for _, x := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 700.0001, -745, 1e300} {
+		if !expAVX2(make([]float64, 8), append(slices.Clone(inside[:7]), x)) {
+			t.Errorf("expAVX2 does not report the argument %v as outside the copy's range", x)
+		}
+	}
+	if expAVX2(make([]float64, 8), inside) {
+		t.Errorf("expAVX2 reports an argument of %v as outside its range", inside)
 	}
 	got := make([]float64, len(xs))
 	expInto(got, xs)
