@@ -480,7 +480,12 @@ func (w *acc) recordFinite(o *opWork, pi int32, p *piece, e int64, x, y uint64) 
 	if ad > w.maxAbs {
 		w.maxAbs = ad
 	}
-	den := max(math.Abs(va), math.Abs(vb))
+	// the larger magnitude by a compare, not max (finite and non-negative: max's NaN and −0 handling costs
+	// several instructions for nothing)
+	den := math.Abs(va)
+	if m := math.Abs(vb); m > den {
+		den = m
+	}
 	if den > 0 && ad > w.maxRel*den {
 		w.maxRel = ad / den
 	}
