@@ -9,8 +9,8 @@ import (
 	"bitalign/capture"
 )
 
-// fastSquaresBranchy is fastSquares as it was before its element path lost the branch on x == y (54bae06 to
-// f9cbd1b): what the new one must give bit for bit.
+// fastSquaresBranchy is fastSquares as it was at f9cbd1b, before bf16's differing words went lane by lane
+// without a branch on x == y: what the new one must give bit for bit.
 func fastSquaresBranchy(f *format, a, b []byte, i int) (int, fastSums) {
 	var s fastSums
 	var q0, q1, q2, q3, q4 float64
