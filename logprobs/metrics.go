@@ -308,7 +308,12 @@ type comparer struct {
 	pairs       [][2]int32 // this sequence's token pairs (A's index, B's) whose logits are measured
 	terms       []distTerm
 	help        chan *distJob // Compare's helpers, which take blocks of the logits measures
+	// scratch of dist: a block of a row's shifted logits (or log-probabilities) and their exponentials
+	xa, xb, ea, eb [expBlock]float64
 }
+
+// expBlock is how many logits dist turns into exponentials at once (expInto): four 4 KiB buffers stay in L1.
+const expBlock = 512
 
 // offset is what moves side t's positions of sequence q onto the summary's numbering.
 func (s *Summary) offset(t *Table, q *Seq) (int64, error) {
@@ -638,19 +643,28 @@ func (c *comparer) dist(la, lb []float32, k int) distTerm {
 		}
 		return distTerm{ok: true, topK: float64(k) / float64(k)}
 	}
-	lseA, okA := logSumExp(la)
-	lseB, okB := logSumExp(lb)
+	lseA, okA := c.logSumExp(la)
+	lseB, okB := c.logSumExp(lb)
 	if !okA || !okB {
 		return distTerm{}
 	}
 	t := distTerm{ok: true, greedyDiffer: greedyRow(la) != greedyRow(lb)}
-	for j := range la {
-		lpa, lpb := float64(la[j])-lseA, float64(lb[j])-lseB
-		pa, pb := math.Exp(lpa), math.Exp(lpb)
-		if pb > 0 {
-			t.kl += pb * (lpb - lpa)
+	for j0 := 0; j0 < len(la); j0 += expBlock { // in blocks for expInto; the sums keep index order
+		n := min(expBlock, len(la)-j0)
+		xa, xb, ea, eb := c.xa[:n], c.xb[:n], c.ea[:n], c.eb[:n]
+		for j := range xa {
+			xa[j], xb[j] = float64(la[j0+j])-lseA, float64(lb[j0+j])-lseB // the log-probabilities
 		}
-		t.tv += math.Abs(pa - pb)
+		expInto(ea, xa)
+		expInto(eb, xb)
+		for j := range xa {
+			lpa, lpb := xa[j], xb[j]
+			pa, pb := ea[j], eb[j]
+			if pb > 0 {
+				t.kl += pb * (lpb - lpa)
+			}
+			t.tv += math.Abs(pa - pb)
+		}
 	}
 	c.topA = topK(c.topA[:0], la, k)
 	c.topB = topK(c.topB[:0], lb, k)
@@ -751,15 +765,24 @@ func finiteMax(x []float32) (float64, bool) {
 	return m, !math.IsInf(m, -1)
 }
 
-// logSumExp of a logits row in float64; false when a value is NaN or +Inf, or every value −Inf.
-func logSumExp(x []float32) (float64, bool) {
+// logSumExp of a logits row in float64; false when a value is NaN or +Inf, or every value −Inf. The
+// exponentials are math.Exp's (expInto, a block at a time), summed in index order.
+func (c *comparer) logSumExp(x []float32) (float64, bool) {
 	m, ok := finiteMax(x)
 	if !ok {
 		return 0, false
 	}
 	var sum float64
-	for _, v := range x {
-		sum += math.Exp(float64(v) - m)
+	for j0 := 0; j0 < len(x); j0 += expBlock {
+		n := min(expBlock, len(x)-j0)
+		xs, es := c.xa[:n], c.ea[:n]
+		for j := range xs {
+			xs[j] = float64(x[j0+j]) - m
+		}
+		expInto(es, xs)
+		for _, e := range es {
+			sum += e
+		}
 	}
 	return m + math.Log(sum), true
 }

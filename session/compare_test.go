@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 
 	"bitalign/capture"
@@ -238,6 +240,70 @@ func TestChunkComparatorDeterministic(t *testing.T) {
 		}
 		if st.MaxAt.Pos != ref.MaxAt.Pos || st.MaxAt.Col != ref.MaxAt.Col || string(st.Map.Cells) != string(ref.Map.Cells) {
 			t.Fatalf("workers=%d: max/map differs", nw)
+		}
+	}
+}
+
+// TestRecordFiniteMatchesRecord: the comparator with recordFinite (words without NaN or Inf) gives the very
+// OpStat (every field, the map, Σ|a−b| per job bit for bit, the rows' mismatch bits) that record alone gives,
+// for every dtype, bf16 in f32, mismatch rates up to every element, with and without planted specials.
+func TestRecordFiniteMatchesRecord(t *testing.T) {
+	defer func() { recordFast = true }()
+	r := rand.New(rand.NewPCG(15, 15))
+	run := func(f *format, a, b []byte, rowLen int64, fast bool) (OpStat, []float64, []uint64) {
+		recordFast = fast
+		n := int64(len(a) / f.size)
+		o := newOpWork(f, []piece{{pos: 3, rows: n / rowLen, rowLen: rowLen, a: a, b: b}}, 8, 16)
+		w, err := o.run(context.Background(), []*acc{{}, {}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := OpStat{Elements: n}
+		fill(&st, o, w, f)
+		return st, o.sums, o.pieces[0].rowMism
+	}
+	for _, dt := range append(capture.DTypes(), capture.InvalidDType) {
+		f := formats[dt]
+		name := dt.String()
+		if dt == capture.InvalidDType {
+			f, name = formats[capture.F32], "bf16-in-f32"
+		}
+		for _, tc := range []struct {
+			n        int
+			rate     float64
+			specials bool
+		}{{7 * 1000, 0.5, false}, {7 * 1000, 1, false}, {7 * 30011, 0.3, true}, {7 * 5000, 0.02, true}} {
+			var a, b []byte
+			if dt == capture.InvalidDType {
+				a, b = plant(r, formats[capture.BF16], tc.n, tc.rate)
+				a, b = widen(a), widen(b)
+			} else {
+				a, b = plant(r, f, tc.n, tc.rate)
+			}
+			if !tc.specials && f.kind == kindFloat { // every differing element a finite 1-bit change
+				copy(b, a)
+				for i := 0; i < tc.n; i++ {
+					if r.Float64() < tc.rate {
+						putElem(f, b, i, f.load(a, i)^1<<r.IntN(int(f.mantBits)+1))
+					}
+				}
+			}
+			fastSt, fastSums, fastRows := run(f, a, b, 7, true)
+			slowSt, slowSums, slowRows := run(f, a, b, 7, false)
+			if fastSt.Mismatched == 0 {
+				t.Fatalf("%s n=%d: nothing differs", name, tc.n)
+			}
+			if !reflect.DeepEqual(fastSt, slowSt) {
+				t.Errorf("%s n=%d rate %g: OpStat differs:\nfast %+v\nslow %+v", name, tc.n, tc.rate, fastSt, slowSt)
+			}
+			for i := range fastSums {
+				if math.Float64bits(fastSums[i]) != math.Float64bits(slowSums[i]) {
+					t.Fatalf("%s n=%d: job %d: Σ|a−b| %v, record alone %v", name, tc.n, i, fastSums[i], slowSums[i])
+				}
+			}
+			if !slices.Equal(fastRows, slowRows) {
+				t.Errorf("%s n=%d: mismatched rows differ", name, tc.n)
+			}
 		}
 	}
 }
