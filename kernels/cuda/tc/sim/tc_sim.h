@@ -35,13 +35,15 @@ inline uint32_t __float_as_uint(float f) {
     std::memcpy(&u, &f, 4);
     return u;
 }
-// compiled with -ffp-contract=off: each is one IEEE operation, round to nearest even
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
-inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+// compiled with -ffp-contract=off: each is one IEEE operation, round to nearest even; a NaN result is the GPU's
+// 0x7FFFFFFF (its float32 units never pass a payload on; x86 gives 0xFFC00000 for Inf − Inf, or the input NaN)
+inline float gpu_nan(float r) { return r != r ? __uint_as_float(0x7FFFFFFFu) : r; }
+inline float __fadd_rn(float a, float b) { return gpu_nan(a + b); }
+inline float __fsub_rn(float a, float b) { return gpu_nan(a - b); }
+inline float __fmul_rn(float a, float b) { return gpu_nan(a * b); }
+inline float __fdiv_rn(float a, float b) { return gpu_nan(a / b); }
+inline float __fmaf_rn(float a, float b, float c) { return gpu_nan(std::fma(a, b, c)); }
+inline float __fsqrt_rn(float a) { return gpu_nan(std::sqrt(a)); }
 inline float __int2float_rn(int i) { return (float)i; }
 using std::max;
 using std::min;
