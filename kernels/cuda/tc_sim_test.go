@@ -74,11 +74,11 @@ func TestTCSimulated(t *testing.T) {
 		}
 		run := func(what string, b []int, vec bool, G, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
 			t.Helper()
-			for _, wg := range []bool{false, true} {
-				if wg && c.M <= rules.TC.Dec64MaxM {
+			for _, path := range []TCPath{TCPathMMASync, TCPathWGMMA} { // tc_tma.cu (TMA, mbarriers) is not simulated
+				if path == TCPathWGMMA && c.M <= rules.TC.Dec64MaxM {
 					continue
 				}
-				runPlan(what, planTC(l, c.M, K, c.N, b, vec, wg, G), b, dt, xs, ws, withBias, want, K)
+				runPlan(what, planTC(l, c.M, K, c.N, b, vec, path, G), b, dt, xs, ws, withBias, want, K)
 			}
 		}
 		runPlan = func(what string, pl TCPlan, b []int, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
