@@ -29,12 +29,6 @@
 // traps, so that the launch fails loudly instead of hanging.
 #include "tc_common.cuh"
 
-// TmaMap is a CUtensorMap (cuda.TensorMap on the host: 128 bytes, encoded by cuTensorMapEncodeTiled), passed by
-// value as a __grid_constant__ kernel parameter so that the TMA unit reads it from the parameter space.
-struct __align__(64) TmaMap {
-    unsigned long long v[16];
-};
-
 #ifndef BITALIGN_TC_SIM
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
@@ -177,7 +171,7 @@ __device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, 
     uint8_t* const As = base;
     uint8_t* const Bs = base + STAGES * ABYTES;
     float* const st2s = reinterpret_cast<float*>(base + STAGES * (ABYTES + BBYTES));
-    __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+    __shared__ uint64_t full[STAGES], empty[STAGES];  // 8-byte words, as mbarriers need
     __shared__ int sb[9];
     const int nseg = segs.n;
     if (threadIdx.x < 9) sb[threadIdx.x] = segs.b[min((int)threadIdx.x, nseg)];
