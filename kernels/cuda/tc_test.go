@@ -319,20 +319,21 @@ func TestMatmulTCBitwise(t *testing.T) {
 }
 
 // tcBitwisePaths are the M > 64 families TestMatmulTCBitwise runs at M: launch.json's choice (""), then each
-// loaded family forced, the tma one only where it can load the operands (tcTMAOK; the uploads are aligned).
+// other loaded family forced, the tma one only where it can load the operands (tcTMAOK; the uploads are aligned).
 func tcBitwisePaths(k *Kernels, M, K int, lay kernels.TCLayout) []TCPath {
 	paths := []TCPath{""}
 	if M <= rules.TC.Dec64MaxM {
 		return paths
 	}
 	b, _ := kernels.TCBounds(lay, K)
-	if k.HasTCTMA() == nil && tcTMAOK(K, 0, 0, b) {
-		paths = append(paths, TCPathTMA)
+	def, _ := k.tcChoosePath("", K, 0, 0, b)
+	for _, p := range tcPaths {
+		if p == def || (p == TCPathTMA && (k.HasTCTMA() != nil || !tcTMAOK(K, 0, 0, b))) || (p == TCPathWGMMA && k.HasTCWGMMA() != nil) {
+			continue
+		}
+		paths = append(paths, p)
 	}
-	if k.HasTCWGMMA() == nil {
-		paths = append(paths, TCPathWGMMA)
-	}
-	return append(paths, TCPathMMASync)
+	return paths
 }
 
 // tcSync returns err, or the error of synchronising after the launch, both naming what ran: a kernel that
