@@ -69,13 +69,13 @@ ptx:
 # them with the same NVCCFLAGS into dir/kernels/cuda (beside a `make ptx PTX_OUT=dir` tree), where the tests find
 # them through BITALIGN_PTX_DIR (scripts/gpu.sh tc). Adopting them: git mv kernels/cuda/tc/*.cu kernels/cuda/,
 # then make ptx.
-# tc_wgmma.cu needs sm_90a (wgmma): the same flags with -arch=sm_90a. Each file is compiled even when another
+# tc_wgmma.cu and tc_tma.cu need sm_90a (wgmma, setmaxnreg): the same flags with -arch=sm_90a. Each file is compiled even when another
 # fails (the launcher takes whichever modules exist); the target fails if any did.
 ptx-tc:
 	@test -n '$(PTX_OUT)' || { echo 'ptx-tc: set PTX_OUT'; exit 2; }
 	mkdir -p '$(PTX_OUT)/kernels/cuda'
 	st=0; for f in kernels/cuda/tc/*.cu; do b=$$(basename $$f .cu); \
-		flags='$(NVCCFLAGS)'; case $$b in *wgmma*) flags='$(subst -arch=sm_90,-arch=sm_90a,$(NVCCFLAGS))';; esac; \
+		flags='$(NVCCFLAGS)'; case $$b in *wgmma*|*tma*) flags='$(subst -arch=sm_90,-arch=sm_90a,$(NVCCFLAGS))';; esac; \
 		echo "ptx-tc: $(NVCC) $$flags $$f"; \
 		$(NVCC) $$flags -I kernels/cuda -o '$(PTX_OUT)'/kernels/cuda/$$b.ptx $$f || { echo "ptx-tc: $$f FAILED"; st=1; }; \
 	done; exit $$st

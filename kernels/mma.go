@@ -6,7 +6,20 @@ import (
 )
 
 // MMANaN is the bits of every NaN a tensor-core MMA returns (measured on the H200, whatever the NaN's source).
+// It is also the NaN of every float32 add on the GPU (FADD never passes a payload on), so it is the one NaN of
+// a tc value that leaves a kernel unrounded (docs/arithmetic.md tc.4; TCNaN).
 const MMANaN = 0x7FFFFFFF
+
+// TCNaN is what an unrounded tc float32 result holds (MatmulTCPartial's subtree; docs/arithmetic.md tc.4): a
+// NaN becomes MMANaN, whatever made it (a NaN chain, or +Inf ⊕ −Inf in the tree, whose NaN on x86 is
+// 0xFFC00000 and on the GPU 0x7FFFFFFF); every other value is unchanged. A NaN anywhere in the tree makes the
+// tree's result NaN, so mapping the result is mapping every addition.
+func TCNaN(y float32) float32 {
+	if y != y {
+		return math.Float32frombits(MMANaN)
+	}
+	return y
+}
 
 // MMASum is a model of how a tensor-core MMA sums one bf16 k-step d = c + Σ_{j<16} a_j·b_j into a float32
 // (docs/arithmetic.md, "The `tc` profile"). Every product a_j·b_j is exact. A step takes Group products and

@@ -52,7 +52,7 @@ func MatmulTC(l TCLayout, dt DType, out, x, w, bias []float32, M, K, N int) erro
 
 // MatmulTCPartial is one rank's share of a tc row-parallel matmul: x is (M, kLocal), w is (N, kLocal) (the
 // rank's columns of the (N, K) weight, K = kLocal·tp), out (M, N) receives the rank's subtree of its
-// G = 8/tp segment chains, float32, unrounded, without bias. The nvls AllReduce (tree order) and MatmulFinish
+// G = 8/tp segment chains, float32, unrounded (every NaN MMANaN, as the GPU leaves it: TCNaN), without bias. The nvls AllReduce (tree order) and MatmulFinish
 // then give MatmulTC(RowParallel, ...)'s bits for every tp in {1, 2, 4, 8} (tc.2, §3).
 func MatmulTCPartial(out, x, w []float32, M, kLocal, N, tp int) error {
 	b, tree, err := TCPartialBounds(kLocal, tp)
@@ -105,7 +105,7 @@ func matmulTC(op string, out, x, w []float32, M, K, N int, b []int, tree bool, p
 					for s := range part {
 						part[s] = tcChain(&xs, m, &wr, 0, b[s], b[s+1])
 					}
-					out[m*N+n] = post.apply(n, combine(part))
+					out[m*N+n] = post.apply(n, TCNaN(combine(part))) // the GPU's NaN (tc.4); round_dt maps it again
 				}
 			}
 		}

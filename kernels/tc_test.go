@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -219,6 +220,56 @@ func TestMatmulTCSpecials(t *testing.T) {
 			}
 			if math.Float32bits(out[2*N+n]) != 0 {
 				t.Errorf("%v: row 2 (−0 inputs), column %d: %08X, want +0", l, n, math.Float32bits(out[2*N+n]))
+			}
+		}
+	}
+}
+
+// TestMatmulTCPartialNaNBits: an unrounded tc result's NaN is MMANaN, the bits the H200 leaves (tc.4): a NaN
+// chain (the MMA's own NaN) and +Inf ⊕ −Inf between two segments' partials in the tree (the GPU's FADD gives
+// 0x7FFFFFFF; Go's float32 add on amd64 gives 0xFFC00000, the first GPU run's only mismatch); after round_dt the
+// same outputs are the canonical NaN.
+func TestMatmulTCPartialNaNBits(t *testing.T) {
+	const M, N, tp = 3, 2, 2
+	const kl = 4 * 32 // 4 local segments of 32 (2 k-steps each)
+	x, w := make([]float32, M*kl), make([]float32, N*kl)
+	for i := range x {
+		x[i] = 1
+	}
+	for i := range w {
+		w[i] = 0.25
+	}
+	inf := float32(math.Inf(1))
+	w[0*kl+3], w[0*kl+32+9] = inf, -inf // column 0: segment 0's chain is +Inf, segment 1's −Inf
+	x[1*kl+70] = float32(math.NaN())    // row 1: a NaN in segment 2 (every column's chain)
+	w[1*kl+100] = inf                   // column 1: +Inf in segment 3 only (no NaN for row 0, 2)
+	out := make([]float32, M*N)
+	if err := MatmulTCPartial(out, x, w, M, kl, N, tp); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint32{MMANaN, 0x7F800000, MMANaN, MMANaN, MMANaN, 0x7F800000}
+	for i, u := range want {
+		if got := math.Float32bits(out[i]); got != u {
+			t.Errorf("MatmulTCPartial tp=%d: out[%d, %d] = %#08x, want %#08x", tp, i/N, i%N, got, u)
+		}
+	}
+	// the control: the tree's plain float32 addition of the two infinite partials is a NaN of other bits where
+	// the CPU's default NaN is not the GPU's (amd64: 0xFFC00000), which is what TCNaN maps
+	pos, neg := float32(math.Inf(1)), float32(math.Inf(-1))
+	if u := math.Float32bits(TreeSum([]float32{pos, neg, 1, 1})); u == MMANaN {
+		t.Logf("this machine's float32 Inf − Inf is already %#08x: the mapping is not exercised by the control", u)
+	} else if runtime.GOARCH == "amd64" && u != 0xFFC00000 {
+		t.Errorf("amd64 Inf − Inf gave %#08x, want the x86 default NaN 0xFFC00000", u)
+	}
+	// the full row-parallel matmul rounds: every NaN output is the canonical one, in every dtype
+	for _, dt := range []DType{F32, BF16} {
+		full := make([]float32, M*N)
+		if err := MatmulTC(RowParallel, dt, full, x, w, nil, M, kl, N); err != nil {
+			t.Fatal(err)
+		}
+		for i := range full {
+			if math.IsNaN(float64(full[i])) && math.Float32bits(full[i]) != CanonicalNaN {
+				t.Errorf("MatmulTC row-parallel %v: out[%d] = %#08x, want the canonical NaN", dt, i, math.Float32bits(full[i]))
 			}
 		}
 	}

@@ -16,10 +16,12 @@
 #   tc    the tensor-core matmul (issue 14, kernels/cuda/tc/*.cu): compiles it (`make ptx-tc`, the Makefile's
 #         NVCCFLAGS) into the ptx step's fresh tree (or a copy of the committed PTX), prints nvcc's message and
 #         goes on to the next step if that fails; else runs the tc GPU tests (bitwise against the CPU tc matmul,
-#         BITALIGN_REQUIRE_TC=1: a tc module that does not load fails) and BenchmarkMatmulTC, then
-#         scripts/tc_bench.py prints one table beside cuBLAS bf16 (torch.mm) at the same shapes (and, when the
-#         wgmma module compiled, a second one with the mma.sync kernels at every M). Leaves $OUT/tc_*.ptx (to
-#         commit once kernels/cuda/tc/* moves into kernels/cuda).
+#         BITALIGN_REQUIRE_TC=1: a tc module that does not load fails; every loaded M > 64 family: tma, wgmma,
+#         mma.sync; cuda's tensor-map tests) and BenchmarkMatmulTC, then scripts/tc_bench.py prints one table
+#         beside cuBLAS bf16 (torch.mm) at the same shapes (launch.json's big_order), and one per family that
+#         loaded at the square, gate/up and o_proj shapes (-tc-path=tma|wgmma|mmasync), all in the same call.
+#         ptxas -v of each module (registers, spills) first. Leaves $OUT/tc_*.ptx (to commit once
+#         kernels/cuda/tc/* moves into kernels/cuda).
 #   load  generates a Qwen2-1.5B-shaped bf16 sharded checkpoint (3.1 GB, 28 layers) once in $LOAD_DIR and times
 #         loading it onto GPU 0 (engine.Load plus every weight's upload) against cat of the same files in the same
 #         run, and the peak RSS of such a load in a fresh process (BenchmarkLoadCheckpoint: load/cat, rss/ckpt);
@@ -164,7 +166,7 @@ if [[ " $steps " == *" tc "* ]]; then
   else # the same commands as make ptx-tc, with NVCCFLAGS read from the Makefile (sm_90a for the wgmma file)
     flags=$(sed -n 's/^NVCCFLAGS *:= *//p' Makefile)
     for f in kernels/cuda/tc/*.cu; do
-      fl=$flags; [[ $f == *wgmma* ]] && fl=${flags/-arch=sm_90/-arch=sm_90a}
+      fl=$flags; [[ $f == *wgmma* || $f == *tma* ]] && fl=${flags/-arch=sm_90/-arch=sm_90a}
       # shellcheck disable=SC2086
       "$NVCC" $fl -I kernels/cuda -o "$tcdir/kernels/cuda/$(basename "$f" .cu).ptx" "$f" >>"$OUT/tc-nvcc.log" 2>&1 || tcok=0
     done
@@ -174,7 +176,7 @@ if [[ " $steps " == *" tc "* ]]; then
     echo "tc: no tc_matmul.ptx: the tc tests and benchmark do not run"; rc=1
   else
     cp "$tcdir"/kernels/cuda/tc_*.ptx "$OUT/" 2>/dev/null
-    for m in tc_matmul:sm_90 tc_wgmma:sm_90a; do # the inline PTX (mma, wgmma, ldmatrix) is first assembled here
+    for m in tc_matmul:sm_90 tc_wgmma:sm_90a tc_tma:sm_90a; do # the inline PTX (mma, wgmma, TMA) is first assembled here
       mod=${m%%:*}
       [[ -s "$tcdir/kernels/cuda/$mod.ptx" ]] || continue
       if ! ptxas -arch="${m##*:}" -v "$tcdir/kernels/cuda/$mod.ptx" -o /dev/null >"$OUT/$mod-ptxas.log" 2>&1; then
@@ -183,6 +185,8 @@ if [[ " $steps " == *" tc "* ]]; then
       grep -E "entry function|spill|Used" "$OUT/$mod-ptxas.log" | sed -e "s/ptxas info *: //" | paste - - - |
         sed -e "s/Compiling entry function//" | grep -v "_vec'" | head -12
     done
+    (cd cuda && BITALIGN_REQUIRE_GPU=1 ../.gpu/cuda.test -test.run '^(TestTiled2DCheck|TestEncodeTiled)$' -test.v -test.count=1) 2>&1 |
+      grep -E "^(--- |ok|FAIL|PASS)|panic" | head -10
     (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
       -test.run '^(TestTCVariantsMatchSource|TestTCPlan|TestMatmulTCBitwise)$' -test.v -test.count=1 -test.timeout 400s) 2>&1 |
       tee "$OUT/tc-test.log" | grep -E "^(--- |ok|FAIL|PASS)|first difference|bitwise|seed|panic" | head -60
@@ -190,15 +194,17 @@ if [[ " $steps " == *" tc "* ]]; then
     (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
       -test.run '^$' -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -test.timeout 400s) \
       >"$OUT/tc-bench.log" 2>&1 || { echo "tc: benchmark FAILED"; tail -20 "$OUT/tc-bench.log"; rc=1; }
-    echo "-- tc beside cuBLAS (M > 64: the wgmma kernels when they loaded)"
+    echo "-- tc beside cuBLAS (M > 64: launch.json's big_order, the first family that loaded: tma, wgmma, mma.sync)"
     python3 scripts/tc_bench.py "$OUT/tc-bench.log" 2>&1 | tee "$OUT/tc-table.log" || rc=1
-    if [[ -s "$tcdir/kernels/cuda/tc_wgmma.ptx" ]]; then # the mma.sync kernels at the same shapes, for comparison
+    # each other family that loaded at the same shapes, for comparison in the same call (-tc-path forces one for M > 64)
+    for path in tma wgmma mmasync; do
+      case $path in tma) [[ -s "$tcdir/kernels/cuda/tc_tma.ptx" ]] || continue ;; wgmma) [[ -s "$tcdir/kernels/cuda/tc_wgmma.ptx" ]] || continue ;; esac
       (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
-        -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/(square|qwen7b-o)' -test.benchtime "${BENCHTIME:-20x}" \
-        -tc-mmasync -test.timeout 300s) >"$OUT/tc-bench-mmasync.log" 2>&1 || rc=1
-      echo "-- the same with the mma.sync kernels at every M"
-      python3 scripts/tc_bench.py "$OUT/tc-bench-mmasync.log" 2>&1 | tee "$OUT/tc-table-mmasync.log" || rc=1
-    fi
+        -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/(square|qwen7b-o|qwen7b-gateup)' -test.benchtime "${BENCHTIME:-20x}" \
+        -tc-path=$path -test.timeout 300s) >"$OUT/tc-bench-$path.log" 2>&1 || { echo "tc: benchmark -tc-path=$path FAILED"; tail -5 "$OUT/tc-bench-$path.log"; rc=1; }
+      echo "-- the same with -tc-path=$path at M > 64"
+      python3 scripts/tc_bench.py "$OUT/tc-bench-$path.log" 2>&1 | tee "$OUT/tc-table-$path.log" || rc=1
+    done
   fi
 fi
 

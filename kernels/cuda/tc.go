@@ -17,17 +17,34 @@ import (
 // tc launchers return that error; nothing else changes.
 
 // tcModule is the tc kernels' PTX module (mma.sync, every size, and tc_finish); tcWGModule the wgmma kernels for
-// M > 64 (sm_90a), used when loaded as well.
+// M > 64 (sm_90a), tcTMAModule the TMA + warp-specialised wgmma kernels for M > 64 (sm_90a), each used when
+// loaded as well.
 const (
-	tcModule   = "tc_matmul"
-	tcWGModule = "tc_wgmma"
+	tcModule    = "tc_matmul"
+	tcWGModule  = "tc_wgmma"
+	tcTMAModule = "tc_tma"
 )
+
+// TCPath is a family of the tc kernels that serve M > dec64_max_m: launch.json's "big_order" lists them by
+// preference, and the first that is loaded and can take the matmul runs it (tests and benchmarks may force one).
+type TCPath string
+
+// The M > dec64_max_m paths.
+const (
+	TCPathTMA     TCPath = "tma"     // tc_tma.cu: TMA loads, mbarrier pipeline, producer warp + 2 consumer warpgroups
+	TCPathWGMMA   TCPath = "wgmma"   // tc_wgmma.cu: cp.async loads, wgmma with A from registers
+	TCPathMMASync TCPath = "mmasync" // tc_matmul.cu's big and big64: mma.sync
+)
+
+// tcPaths are the valid TCPath values.
+var tcPaths = []TCPath{TCPathTMA, TCPathWGMMA, TCPathMMASync}
 
 // tcRules is launch.json's "tc": the tiles of tc_matmul's variants and the split rule's numbers.
 type tcRules struct {
-	About     string `json:"about"`
-	Dec16MaxM int    `json:"dec16_max_m"`
-	Dec64MaxM int    `json:"dec64_max_m"`
+	About     string   `json:"about"`
+	Dec16MaxM int      `json:"dec16_max_m"`
+	Dec64MaxM int      `json:"dec64_max_m"`
+	BigOrder  []TCPath `json:"big_order"`
 	Variants  []struct {
 		Name    string `json:"name"`
 		BM      int    `json:"bm"`
@@ -41,7 +58,7 @@ type tcRules struct {
 }
 
 // tcVariantNames are the variants tc_matmul.cu instantiates, in launch.json's order.
-var tcVariantNames = []string{"dec16", "dec64", "big", "big64", "wg128", "wg64t"}
+var tcVariantNames = []string{"dec16", "dec64", "big", "big64", "wg128", "wg64t", "tma256", "tma128t"}
 
 func (r *tcRules) check() error {
 	if r.Dec16MaxM <= 0 || r.Dec64MaxM <= r.Dec16MaxM || r.BlocksPerSM <= 0 || r.FinishBlock <= 0 {
@@ -57,8 +74,26 @@ func (r *tcRules) check() error {
 	if !slices.Equal(names, tcVariantNames) {
 		return fmt.Errorf("cudakernels: launch.json: tc variants %v, want %v", names, tcVariantNames)
 	}
+	for _, v := range r.Variants {
+		if strings.HasPrefix(v.Name, "tma") && (v.BM != tmaBM || v.BK != tmaBK || v.Threads != 384) {
+			return fmt.Errorf("cudakernels: launch.json: tc variant %q: tc_tma.cu's tiles are %d rows, %d k per stage, 384 threads", v.Name, tmaBM, tmaBK)
+		}
+	}
+	seen := map[TCPath]bool{}
+	for _, p := range r.BigOrder {
+		if !slices.Contains(tcPaths, p) || seen[p] {
+			return fmt.Errorf("cudakernels: launch.json: tc big_order %v: each of %v at most once", r.BigOrder, tcPaths)
+		}
+		seen[p] = true
+	}
+	if !seen[TCPathMMASync] {
+		return fmt.Errorf("cudakernels: launch.json: tc big_order %v must end with the fallback %q", r.BigOrder, TCPathMMASync)
+	}
 	return nil
 }
+
+// tmaBM, tmaBK are tc_tma.cu's TC_TMA_BM and TC_TMA_BK (every tma variant's tile rows and k per stage).
+const tmaBM, tmaBK = 128, 64
 
 // tcVariant is one variant's tile.
 type tcVariant struct {
@@ -75,10 +110,19 @@ func (r *tcRules) variant(name string) tcVariant {
 	panic("cudakernels: no tc variant " + name) // check() guarantees every name
 }
 
-// smem is the variant's dynamic shared memory: stages of the x and w tiles, rows of bk+8 bf16 (the wgmma
-// variants' w tiles are in the unpadded core-matrix layout).
-func (v tcVariant) smem() int {
-	if strings.HasPrefix(v.name, "wg") {
+// smem is the variant's dynamic shared memory for a chain (tree false) or tree entry: stages of the x and w
+// tiles, rows of bk+8 bf16 (the wgmma variants' w tiles are in the unpadded core-matrix layout; the tma
+// variants' tiles are unpadded, 128-byte swizzled, after 1024 bytes of alignment slack, and a tree entry keeps
+// two open subtrees of bm·bn floats there too: tc_tma.cu's tc_tma_body).
+func (v tcVariant) smem(tree bool) int {
+	switch {
+	case strings.HasPrefix(v.name, "tma"):
+		b := 1024 + v.stages*(v.bm+v.bn)*v.bk*2
+		if tree {
+			b += 2 * v.bm * v.bn * 4
+		}
+		return b
+	case strings.HasPrefix(v.name, "wg"):
 		return v.stages * (v.bm*(v.bk+8) + v.bn*v.bk) * 2
 	}
 	return v.stages * (v.bm + v.bn) * (v.bk + 8) * 2
@@ -93,11 +137,12 @@ type TCPlan struct {
 }
 
 // planTC: M×K times N×K with the chains' bounds b (kernels.TCBounds or TCPartialBounds); vec: K and every bound
-// a multiple of 8 (16-byte cp.async); wg: the wgmma kernels are loaded. The variant by M: dec16
-// (M ≤ dec16_max_m), dec64, then wg128 / big for one chain per block and wg64t / big64 for several. G, the segments of a row-parallel matmul one block runs (whole segments
-// only: tc.2's split rule), starts at all of them and halves while the grid has fewer than blocks_per_sm
-// blocks per SM; a column-parallel matmul (one range) is never split. forceG > 0 overrides G (tests).
-func planTC(l Limits, M, K, N int, b []int, vec, wg bool, forceG int) TCPlan {
+// a multiple of 8 (16-byte cp.async); path: the family for M > dec64_max_m (tcChoosePath). The variant by M:
+// dec16 (M ≤ dec16_max_m), dec64, then by path one chain per block (tma256, wg128, big) or several (tma128t,
+// wg64t, big64). G, the segments of a row-parallel matmul one block runs (whole segments only: tc.2's split
+// rule), starts at all of them and halves while the grid has fewer than blocks_per_sm blocks per SM; a
+// column-parallel matmul (one range) is never split. forceG > 0 overrides G (tests).
+func planTC(l Limits, M, K, N int, b []int, vec bool, path TCPath, forceG int) TCPlan {
 	r := &rules.TC
 	if M <= 0 || N <= 0 {
 		return TCPlan{}
@@ -109,9 +154,13 @@ func planTC(l Limits, M, K, N int, b []int, vec, wg bool, forceG int) TCPlan {
 		name = "dec16"
 	case M <= r.Dec64MaxM:
 		name = "dec64"
-	case wg && nseg > 1:
+	case path == TCPathTMA && nseg > 1:
+		name = "tma128t"
+	case path == TCPathTMA:
+		name = "tma256"
+	case path == TCPathWGMMA && nseg > 1:
 		name = "wg64t"
-	case wg:
+	case path == TCPathWGMMA:
 		name = "wg128"
 	case nseg > 1:
 		name = "big64"
@@ -133,19 +182,71 @@ func planTC(l Limits, M, K, N int, b []int, vec, wg bool, forceG int) TCPlan {
 			v = r.variant("big")
 		case "wg64t":
 			v = r.variant("wg128")
+		case "tma128t":
+			v = r.variant("tma256")
 		}
 	}
 	kernel := fmt.Sprintf("tc_mm_%s_%s", v.name, kind)
-	if vec {
+	grid := cuda.Dim3{X: ceilDiv(int64(N), v.bn), Y: ceilDiv(int64(M), v.bm), Z: nseg / G}
+	if strings.HasPrefix(v.name, "tma") {
+		// tc_tma.cu rasters the tiles itself (grouped columns) from a one-dimensional grid; it reads its operands
+		// through tensor maps only, so there is no element-wise variant (tcTMAOK says when it can run)
+		grid = cuda.Dim3{X: grid.X * grid.Y, Y: 1, Z: grid.Z}
+	} else if vec {
 		kernel += "_vec"
 	}
 	p := TCPlan{G: G, Parts: nseg / G}
-	p.Launches = []Launch{{Kernel: kernel, Grid: cuda.Dim3{X: ceilDiv(int64(N), v.bn), Y: ceilDiv(int64(M), v.bm), Z: nseg / G},
-		Block: cuda.Dim3{X: v.threads}, Smem: v.smem()}}
+	p.Launches = []Launch{{Kernel: kernel, Grid: grid, Block: cuda.Dim3{X: v.threads}, Smem: v.smem(kind == "tree")}}
 	if p.Parts > 1 {
 		p.Launches = append(p.Launches, flat("tc_finish", int64(M)*int64(N), r.FinishBlock, r.FinishBlock))
 	}
 	return p
+}
+
+// tcTMAOK says whether tc_tma.cu can give the contract's operands (its header comment): K a multiple of 8 (the
+// tensor maps' 16-byte row strides), x and w 16-byte aligned, every bound but the last a multiple of 16 (no
+// k-step straddles an interior segment bound; one that straddles K reads the TMA's zero fill).
+func tcTMAOK(K int, x, w cuda.Ptr, b []int) bool {
+	if K <= 0 || K%8 != 0 || x%16 != 0 || w%16 != 0 {
+		return false
+	}
+	for _, v := range b[:len(b)-1] {
+		if v%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// tcChoosePath is the family for M > dec64_max_m: force when set (tests, benchmarks; it must be loaded and able
+// to run the matmul, else an error says why), else the first of launch.json's big_order that is.
+func (k *Kernels) tcChoosePath(force TCPath, K int, x, w cuda.Ptr, b []int) (TCPath, error) {
+	can := func(p TCPath) error {
+		switch p {
+		case TCPathTMA:
+			if k.tcTMAErr != nil {
+				return k.tcTMAErr
+			}
+			if !tcTMAOK(K, x, w, b) {
+				return fmt.Errorf("cudakernels: the tma path cannot load K = %d with bounds %v (K %% 8, interior bounds %% 16, 16-byte aligned operands)", K, b)
+			}
+		case TCPathWGMMA:
+			return k.tcWGErr
+		}
+		return nil
+	}
+	if force != "" {
+		if err := can(force); err != nil {
+			return "", fmt.Errorf("cudakernels: tc path %q forced: %w", force, err)
+		}
+		return force, nil
+	}
+	for _, p := range rules.TC.BigOrder {
+		if can(p) == nil {
+			return p, nil
+		}
+	}
+	return TCPathMMASync, nil
 }
 
 // tcSmem is the dynamic shared memory tc entry name needs, 0 for tc_finish and names of no variant.
@@ -154,22 +255,23 @@ func tcSmem(name string) int {
 	if !ok {
 		return 0
 	}
-	v, _, _ := strings.Cut(rest, "_")
+	v, kind, _ := strings.Cut(rest, "_")
 	if !slices.Contains(tcVariantNames, v) {
 		return 0
 	}
-	return rules.TC.variant(v).smem()
+	return rules.TC.variant(v).smem(strings.HasPrefix(kind, "tree"))
 }
 
 // loadTC loads the tc modules when the PTX source has them (PTX finds them): without tc_matmul, or with one the
-// driver refuses, tc is unavailable with the reason in k.tcErr; tc_wgmma is optional (k.tcWG, its reason in
-// k.tcWGErr). The other kernels stay as they are either way.
+// driver refuses, tc is unavailable with the reason in k.tcErr; tc_wgmma and tc_tma are optional (their
+// reasons in k.tcWGErr, k.tcTMAErr). The other kernels stay as they are either way.
 func (k *Kernels) loadTC(c *cuda.Ctx) {
 	if k.tcErr = k.loadOptional(c, tcModule); k.tcErr != nil {
+		k.tcWGErr, k.tcTMAErr = k.tcErr, k.tcErr
 		return
 	}
 	k.tcWGErr = k.loadOptional(c, tcWGModule)
-	k.tcWG = k.tcWGErr == nil
+	k.tcTMAErr = k.loadOptional(c, tcTMAModule)
 }
 
 func (k *Kernels) loadOptional(c *cuda.Ctx, mod string) error {
@@ -212,6 +314,14 @@ func (k *Kernels) HasTCWGMMA() error {
 	return k.tcWGErr
 }
 
+// HasTCTMA returns nil when the TMA kernels (M > 64, tc_tma.cu) are loaded too, else why not.
+func (k *Kernels) HasTCTMA() error {
+	if k.tcErr != nil {
+		return k.tcErr
+	}
+	return k.tcTMAErr
+}
+
 // MatmulTC: x is (M, K) bf16, w is (N, K) bf16 (device buffers of uint16 bits), bias is (N) float32 or 0, out
 // is (M, N) float32 = round_dt(x·wᵀ + bias) with the chains of layout (kernels.MatmulTC, the same bits).
 func (k *Kernels) MatmulTC(c *cuda.Ctx, l kernels.TCLayout, dt int, out, x, w, bias cuda.Ptr, M, K, N int) error {
@@ -236,11 +346,10 @@ func (k *Kernels) matmulTC(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b
 	if M <= 0 || N <= 0 {
 		return nil
 	}
-	vec := K%8 == 0 && x%16 == 0 && w%16 == 0
-	for _, v := range b {
-		vec = vec && v%8 == 0
+	pl, err := k.tcPlanFor(x, w, M, K, N, b)
+	if err != nil {
+		return err
 	}
-	pl := planTC(k.lim, M, K, N, b, vec, k.tcWG && !k.tcNoWG, k.tcG)
 	part := cuda.Ptr(0)
 	if pl.Parts > 1 {
 		var err error
@@ -248,11 +357,64 @@ func (k *Kernels) matmulTC(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b
 			return err
 		}
 	}
-	if err := k.launch(c, pl.Launches[0], out, part, x, w, bias, M, K, N, segs(b), pl.G, dt); err != nil {
+	first := pl.Launches[0]
+	if strings.HasPrefix(first.Kernel, "tc_mm_tma") {
+		err = k.launchTMA(c, first, out, part, x, w, bias, M, K, N, b, pl.G, dt)
+	} else {
+		err = k.launch(c, first, out, part, x, w, bias, M, K, N, segs(b), pl.G, dt)
+	}
+	if err != nil {
 		return err
 	}
 	if pl.Parts == 1 {
 		return nil
 	}
 	return k.launch(c, pl.Launches[1], out, part, bias, M, N, pl.Parts, dt)
+}
+
+// tcPlanFor is the plan matmulTC launches for these operands: the M > dec64_max_m family by launch.json's
+// big_order, or k.tcPath when a test forces one.
+func (k *Kernels) tcPlanFor(x, w cuda.Ptr, M, K, N int, b []int) (TCPlan, error) {
+	vec := K%8 == 0 && x%16 == 0 && w%16 == 0
+	for _, v := range b {
+		vec = vec && v%8 == 0
+	}
+	path := TCPathMMASync
+	if M > rules.TC.Dec64MaxM {
+		var err error
+		if path, err = k.tcChoosePath(k.tcPath, K, x, w, b); err != nil {
+			return TCPlan{}, err
+		}
+	}
+	return planTC(k.lim, M, K, N, b, vec, path, k.tcG), nil
+}
+
+// Kernels names the plan's launches, for messages.
+func (p TCPlan) Kernels() string {
+	names := make([]string, len(p.Launches))
+	for i, l := range p.Launches {
+		names[i] = l.Kernel
+	}
+	return strings.Join(names, " + ")
+}
+
+// launchTMA runs a tc_tma.cu entry: the tensor maps of x (box tmaBK × tmaBM) and w (box tmaBK × the variant's
+// bn), 128-byte swizzle, zero fill past the matrices, then the entry's other parameters as tc_matmul.cu's.
+func (k *Kernels) launchTMA(c *cuda.Ctx, l Launch, out, part, x, w, bias cuda.Ptr, M, K, N int, b []int, G, dt int) error {
+	rest, _ := strings.CutPrefix(l.Kernel, "tc_mm_")
+	name, _, _ := strings.Cut(rest, "_")
+	v := rules.TC.variant(name)
+	tmap := func(p cuda.Ptr, rows, box int) (cuda.TensorMap, error) {
+		return c.EncodeTiled(cuda.Tiled2D{Type: cuda.TensorMapBFloat16, Base: p, Rows: int64(rows), Cols: int64(K),
+			RowStride: 2 * int64(K), BoxRows: box, BoxCols: tmaBK, Swizzle: cuda.Swizzle128B, L2Promotion256: true})
+	}
+	tx, err := tmap(x, M, tmaBM)
+	if err != nil {
+		return fmt.Errorf("cudakernels: %s: x: %w", l.Kernel, err)
+	}
+	tw, err := tmap(w, N, v.bn)
+	if err != nil {
+		return fmt.Errorf("cudakernels: %s: w: %w", l.Kernel, err)
+	}
+	return k.launch(c, l, tx.Bytes(), tw.Bytes(), out, part, bias, M, K, N, segs(b), G, dt)
 }

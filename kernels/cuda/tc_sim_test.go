@@ -14,9 +14,11 @@ import (
 	"bitalign/kernels"
 )
 
-// TestTCSimulated runs tc/tc_matmul.cu's kernels on the CPU (tc/sim: the source unchanged but for its PTX
-// wrappers, every CUDA thread a std::thread, ldmatrix and mma.sync exchanged across the warp's lanes, the MMA's
-// k-step as tc.1's model) through the very launches planTC makes, and compares every output bitwise with
+// TestTCSimulated runs tc/tc_matmul.cu's, tc_wgmma.cu's and tc_tma.cu's kernels on the CPU (tc/sim: the source
+// unchanged but for its PTX wrappers, every CUDA thread a std::thread, ldmatrix, mma.sync and wgmma exchanged
+// across the lanes, the MMA's k-step as tc.1's model; TMA boxes copied with the 128-byte swizzle, mbarriers with
+// their phases and transaction counts, wgmma's shared-memory descriptors read through the same swizzle) through
+// the very launches planTC makes, and compares every output bitwise with
 // kernels.MatmulTC / MatmulTCPartial: the kernels' tiling, pipeline, zero padding, segment tree, split over
 // blocks and tc_finish, before any GPU runs them. It needs g++ (C++20) and skips without it.
 func TestTCSimulated(t *testing.T) {
@@ -44,13 +46,13 @@ func TestTCSimulated(t *testing.T) {
 		specials bool
 	}
 	cases := []kase{{1, 100, 33, false}, {3, 1027, 7, false}, {17, 1000, 33, true}, {64, 24, 65, false},
-		{65, 256, 129, false}, {130, 136, 17, true}, {100, 1027, 20, true}}
+		{65, 256, 129, false}, {130, 136, 17, true}, {100, 1027, 20, true}, {130, 384, 40, true}, {257, 512, 40, false}}
 	// Every simulated thread is an OS thread: the whole sweep takes minutes on two cores. By default (CI) a
 	// subset that still reaches every variant's kernel, both load paths, the split over blocks and tc_finish;
-	// BITALIGN_TC_SIM=full runs all of it (141 launches, all bitwise equal when this test was written).
+	// BITALIGN_TC_SIM=full runs all of it (267 launches with tc_tma.cu's, all bitwise equal on 2026-12-02: 17 minutes here, so run it with -timeout 30m).
 	full := os.Getenv("BITALIGN_TC_SIM") == "full"
 	if !full {
-		cases = []kase{{3, 1027, 7, false}, {64, 24, 65, false}, {130, 136, 17, true}}
+		cases = []kase{{3, 1027, 7, false}, {64, 24, 65, false}, {130, 136, 17, true}, {130, 384, 40, true}}
 	}
 	l := Limits{SMs: 132, SmemOptin: 232448}
 	runs := 0
@@ -74,11 +76,14 @@ func TestTCSimulated(t *testing.T) {
 		}
 		run := func(what string, b []int, vec bool, G, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
 			t.Helper()
-			for _, wg := range []bool{false, true} {
-				if wg && c.M <= rules.TC.Dec64MaxM {
+			for _, path := range tcPaths {
+				if path != TCPathMMASync && c.M <= rules.TC.Dec64MaxM {
 					continue
 				}
-				runPlan(what, planTC(l, c.M, K, c.N, b, vec, wg, G), b, dt, xs, ws, withBias, want, K)
+				if path == TCPathTMA && (!vec || !tcTMAOK(K, 0, 0, b)) { // TMA loads only what tcTMAOK admits
+					continue
+				}
+				runPlan(what, planTC(l, c.M, K, c.N, b, vec, path, G), b, dt, xs, ws, withBias, want, K)
 			}
 		}
 		runPlan = func(what string, pl TCPlan, b []int, dt int, xs, ws []float32, withBias bool, want []float32, K int) {

@@ -16,8 +16,9 @@ import (
 	"bitalign/kernels"
 )
 
-// tcMMASync makes BenchmarkMatmulTC time the mma.sync kernels at every M (scripts/gpu.sh tc runs it both ways).
-var tcMMASync = flag.Bool("tc-mmasync", false, "BenchmarkMatmulTC: the mma.sync kernels even where the wgmma ones are loaded")
+// tcPathFlag makes BenchmarkMatmulTC time one family of the M > 64 kernels (scripts/gpu.sh tc runs each that
+// loaded): tma, wgmma or mmasync; empty, launch.json's big_order.
+var tcPathFlag = flag.String("tc-path", "", "BenchmarkMatmulTC: the tc kernels of M > 64 to time (tma, wgmma, mmasync; empty: launch.json's big_order)")
 
 // requireTCEnv set to 1 (scripts/gpu.sh tc) makes a missing tc module fail the GPU tests instead of skipping.
 const requireTCEnv = "BITALIGN_REQUIRE_TC"
@@ -46,8 +47,8 @@ func TestTCVariantsMatchSource(t *testing.T) {
 			t.Errorf("%s: TREE %s for the %s entry", m[1], m[8], m[9])
 		}
 		seen[m[1]] = append(seen[m[1]], m[9])
-		if v.smem() > 232448-1024 {
-			t.Errorf("tc variant %s needs %d bytes of shared memory, over the 227 KB limit", v.name, v.smem())
+		if v.smem(m[9] == "tree") > 232448-1024 {
+			t.Errorf("tc variant %s needs %d bytes of shared memory, over the 227 KB limit", v.name, v.smem(m[9] == "tree"))
 		}
 	}
 	wsrc, err := os.ReadFile("tc/tc_wgmma.cu")
@@ -69,54 +70,105 @@ func TestTCVariantsMatchSource(t *testing.T) {
 			t.Errorf("%s: TREE %s for the %s entry", m[1], m[6], m[7])
 		}
 		seen[m[1]] = append(seen[m[1]], m[7])
-		if v.smem() > 232448-1024 {
-			t.Errorf("tc variant %s needs %d bytes of shared memory, over the 227 KB limit", v.name, v.smem())
+		if v.smem(m[7] == "tree") > 232448-1024 {
+			t.Errorf("tc variant %s needs %d bytes of shared memory, over the 227 KB limit", v.name, v.smem(m[7] == "tree"))
+		}
+	}
+	tsrc, err := os.ReadFile("tc/tc_tma.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re = regexp.MustCompile(`(?m)^TC_TMA_VARIANT\((\w+), (\d+), (\d+), (true|false), (chain|tree)\)$`)
+	for _, m := range re.FindAllStringSubmatch(string(tsrc), -1) {
+		bn, _ := strconv.Atoi(m[2])
+		stages, _ := strconv.Atoi(m[3])
+		v := rules.TC.variant(m[1])
+		got := tcVariant{m[1], tmaBM, bn, 384, tmaBK, stages}
+		if got != v {
+			t.Errorf("tc_tma.cu instantiates %+v, launch.json says %+v", got, v)
+		}
+		if (m[4] == "true") != (m[5] == "tree") {
+			t.Errorf("%s: TREE %s for the %s entry", m[1], m[4], m[5])
+		}
+		seen[m[1]] = append(seen[m[1]], m[5])
+		if b := v.smem(m[5] == "tree"); b > 232448-256 { // static shared memory: the mbarriers and the bounds
+			t.Errorf("tc variant %s (%s) needs %d bytes of shared memory, over the 227 KB limit", v.name, m[5], b)
+		}
+	}
+	for _, d := range []string{fmt.Sprintf("#define TC_TMA_BM %d\n", tmaBM), fmt.Sprintf("#define TC_TMA_BK %d\n", tmaBK)} {
+		if !strings.Contains(string(tsrc), d) {
+			t.Errorf("tc_tma.cu does not say %q, which tc.go's tmaBM, tmaBK assume", strings.TrimSpace(d))
 		}
 	}
 	want := map[string][]string{"dec16": {"chain", "tree"}, "dec64": {"chain", "tree"}, "big": {"chain"}, "big64": {"tree"},
-		"wg128": {"chain"}, "wg64t": {"tree"}}
+		"wg128": {"chain"}, "wg64t": {"tree"}, "tma256": {"chain"}, "tma128t": {"tree"}}
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Errorf("tc_matmul.cu's entries %v, the launcher needs %v", seen, want)
 	}
 }
 
 // TestTCPlan: a column-parallel tc matmul is never split over K (one block row of K, grid z = 1, no finish), a
-// row-parallel one only at whole segments (G divides the segment count; tc_finish iff G < nseg), and the
-// kernel exists for every plan.
+// row-parallel one only at whole segments (G divides the segment count; tc_finish iff G < nseg), every path's
+// variant serves M > dec64_max_m only, the tma kernels take a one-dimensional grid of all tiles, and the kernel
+// exists for every plan.
 func TestTCPlan(t *testing.T) {
 	l := Limits{SMs: 132, SmemOptin: 232448}
-	entries := map[string]bool{"tc_finish": true}
+	entries := map[string]bool{"tc_finish": true, "tc_mm_tma256_chain": true, "tc_mm_tma128t_tree": true}
 	for _, v := range []string{"dec16_chain", "dec16_tree", "dec64_chain", "dec64_tree", "big_chain", "big64_tree", "wg128_chain", "wg64t_tree"} {
 		entries["tc_mm_"+v], entries["tc_mm_"+v+"_vec"] = true, true
 	}
+	prefix := map[TCPath]string{TCPathTMA: "tc_mm_tma", TCPathWGMMA: "tc_mm_wg", TCPathMMASync: "tc_mm_big"}
 	for _, M := range []int{1, 7, 16, 17, 64, 65, 512, 4096, 8192} {
 		for _, K := range []int{16, 1000, 3584, 4096, 18944} {
 			for _, N := range []int{1, 512, 3584, 4096, 152064} {
-				for _, lw := range [][2]int{{0, 0}, {0, 1}, {1, 0}, {1, 1}} {
-					lay, wg := []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel}[lw[0]], lw[1] == 1
-					b, _ := kernels.TCBounds(lay, K)
-					p := planTC(l, M, K, N, b, K%8 == 0, wg, 0)
-					nseg := len(b) - 1
-					what := fmt.Sprintf("%v M=%d K=%d N=%d wgmma=%v", lay, M, K, N, wg)
-					if isWG := strings.HasPrefix(p.Launches[0].Kernel, "tc_mm_wg"); isWG != (wg && M > rules.TC.Dec64MaxM) {
-						t.Fatalf("%s: %s", what, p.Launches[0].Kernel)
-					}
-					if nseg%p.G != 0 || p.Parts != nseg/p.G || int(p.Launches[0].Grid.Z) != p.Parts {
-						t.Fatalf("%s: G %d, parts %d, grid %v", what, p.G, p.Parts, p.Launches[0].Grid)
-					}
-					if lay == kernels.ColumnParallel && (p.Parts != 1 || len(p.Launches) != 1) {
-						t.Fatalf("%s: a column-parallel chain split: %+v", what, p)
-					}
-					if (len(p.Launches) == 2) != (p.Parts > 1) {
-						t.Fatalf("%s: %d launches for %d parts", what, len(p.Launches), p.Parts)
-					}
-					for _, ln := range p.Launches {
-						if !entries[ln.Kernel] {
-							t.Fatalf("%s: plan launches %s, which tc_matmul.cu does not define", what, ln.Kernel)
+				for _, lay := range []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel} {
+					for _, path := range tcPaths {
+						b, _ := kernels.TCBounds(lay, K)
+						p := planTC(l, M, K, N, b, K%8 == 0, path, 0)
+						nseg := len(b) - 1
+						what := fmt.Sprintf("%v M=%d K=%d N=%d path %s", lay, M, K, N, path)
+						ln := p.Launches[0]
+						if big := strings.HasPrefix(ln.Kernel, prefix[path]); big != (M > rules.TC.Dec64MaxM) {
+							t.Fatalf("%s: %s", what, ln.Kernel)
+						}
+						if nseg%p.G != 0 || p.Parts != nseg/p.G || int(ln.Grid.Z) != p.Parts {
+							t.Fatalf("%s: G %d, parts %d, grid %v", what, p.G, p.Parts, ln.Grid)
+						}
+						if lay == kernels.ColumnParallel && (p.Parts != 1 || len(p.Launches) != 1) {
+							t.Fatalf("%s: a column-parallel chain split: %+v", what, p)
+						}
+						if (len(p.Launches) == 2) != (p.Parts > 1) {
+							t.Fatalf("%s: %d launches for %d parts", what, len(p.Launches), p.Parts)
+						}
+						if rest, ok := strings.CutPrefix(ln.Kernel, "tc_mm_tma"); ok {
+							v := rules.TC.variant("tma" + rest[:strings.Index(rest, "_")])
+							tiles := ceilDiv(int64(N), v.bn) * ceilDiv(int64(M), v.bm)
+							if ln.Grid.X != tiles || ln.Grid.Y != 1 || ln.Block.X != 384 || ln.Smem != v.smem(strings.HasSuffix(ln.Kernel, "_tree")) {
+								t.Fatalf("%s: %s grid %v block %v smem %d for %d tiles", what, ln.Kernel, ln.Grid, ln.Block, ln.Smem, tiles)
+							}
+						}
+						for _, ln := range p.Launches {
+							if !entries[ln.Kernel] {
+								t.Fatalf("%s: plan launches %s, which the tc sources do not define", what, ln.Kernel)
+							}
 						}
 					}
 				}
 			}
+		}
+	}
+	// the tma path only where TMA gives the contract's operands
+	for _, c := range []struct {
+		K    int
+		x, w cuda.Ptr
+		lay  kernels.TCLayout
+		ok   bool
+	}{{4096, 0, 256, kernels.RowParallel, true}, {3584, 0, 0, kernels.RowParallel, true}, {24, 0, 0, kernels.ColumnParallel, true},
+		{1000, 0, 0, kernels.ColumnParallel, true}, {1000, 0, 0, kernels.RowParallel, false}, {1027, 0, 0, kernels.ColumnParallel, false},
+		{4096, 8, 0, kernels.ColumnParallel, false}, {4096, 0, 2, kernels.ColumnParallel, false}, {64, 0, 0, kernels.RowParallel, false}} {
+		b, _ := kernels.TCBounds(c.lay, c.K)
+		if got := tcTMAOK(c.K, c.x, c.w, b); got != c.ok {
+			t.Errorf("tcTMAOK(K=%d, x=%#x, w=%#x, %v) = %v, want %v", c.K, c.x, c.w, c.lay, got, c.ok)
 		}
 	}
 }
@@ -197,27 +249,26 @@ func TestMatmulTCBitwise(t *testing.T) {
 				if lay == kernels.RowParallel && !withBias {
 					gs = []int{0, 1, 2, 4, 8}
 				}
-				paths := []bool{false} // wgmma for M > 64 when loaded; true: mma.sync forced
-				if g.k.HasTCWGMMA() == nil {
-					paths = append(paths, true)
-				}
 				for _, G := range gs {
 					for _, M := range ms {
-						for _, noWG := range paths {
-							if noWG && M <= rules.TC.Dec64MaxM {
-								continue
-							}
+						for _, path := range tcBitwisePaths(g.k, M, c.K, lay) {
+							what := fmt.Sprintf("%v K=%d N=%d specials=%v bias=%v G=%d M=%d path=%q", lay, c.K, c.N, c.specials, withBias, G, M, path)
 							d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
-								k.tcG, k.tcNoWG = G, noWG
-								defer func() { k.tcG, k.tcNoWG = 0, false }()
+								k.tcG, k.tcPath = G, path
+								defer func() { k.tcG, k.tcPath = 0, "" }()
+								b, _ := kernels.TCBounds(lay, c.K)
+								pl, err := k.tcPlanFor(dx, dw, M, c.K, c.N, b)
+								if err != nil {
+									return fmt.Errorf("%s: %w", what, err)
+								}
+								what += " (" + pl.Kernels() + ")" // the message names the variant that ran
 								// poisoned again: the rows an earlier M wrote are the same bits, so a row this
 								// launch skipped would pass otherwise
 								if err := cc.Memset32(out, 0x7FBADBAD, int64(M*c.N)); err != nil {
 									return err
 								}
-								return k.MatmulTC(cc, lay, DTCode(dt), out, dx, dw, dbp, M, c.K, c.N)
+								return tcSync(cc, what, k.MatmulTC(cc, lay, DTCode(dt), out, dx, dw, dbp, M, c.K, c.N))
 							})
-							what := fmt.Sprintf("%v K=%d N=%d specials=%v bias=%v G=%d M=%d mma.sync=%v", lay, c.K, c.N, c.specials, withBias, G, M, noWG)
 							if !same(t, what, d.get(t, out, M*c.N), want[:M*c.N]) {
 								d.free()
 								return
@@ -241,13 +292,18 @@ func TestMatmulTCBitwise(t *testing.T) {
 					t.Fatal(err)
 				}
 				dxr, dwr := upload(t, d, bf16Bits(xr)), upload(t, d, bf16Bits(wr))
+				what := fmt.Sprintf("partial K=%d N=%d tp=%d rank %d M=%d", c.K, c.N, tp, rank, M)
 				d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
+					b, _, _ := kernels.TCPartialBounds(kl, tp)
+					if pl, err := k.tcPlanFor(dxr, dwr, M, kl, c.N, b); err == nil {
+						what += " (" + pl.Kernels() + ")"
+					}
 					if err := cc.Memset32(out, 0x7FBADBAD, int64(M*c.N)); err != nil {
 						return err
 					}
-					return k.MatmulTCPartial(cc, out, dxr, dwr, M, kl, c.N, tp)
+					return tcSync(cc, what, k.MatmulTCPartial(cc, out, dxr, dwr, M, kl, c.N, tp))
 				})
-				if !same(t, fmt.Sprintf("partial K=%d N=%d tp=%d rank %d M=%d", c.K, c.N, tp, rank, M), d.get(t, out, M*c.N), want) {
+				if !same(t, what, d.get(t, out, M*c.N), want) {
 					d.free()
 					return
 				}
@@ -260,6 +316,36 @@ func TestMatmulTCBitwise(t *testing.T) {
 	if err == nil {
 		t.Error("tp = 3 accepted")
 	}
+}
+
+// tcBitwisePaths are the M > 64 families TestMatmulTCBitwise runs at M: launch.json's choice (""), then each
+// other loaded family forced, the tma one only where it can load the operands (tcTMAOK; the uploads are aligned).
+func tcBitwisePaths(k *Kernels, M, K int, lay kernels.TCLayout) []TCPath {
+	paths := []TCPath{""}
+	if M <= rules.TC.Dec64MaxM {
+		return paths
+	}
+	b, _ := kernels.TCBounds(lay, K)
+	def, _ := k.tcChoosePath("", K, 0, 0, b)
+	for _, p := range tcPaths {
+		if p == def || (p == TCPathTMA && (k.HasTCTMA() != nil || !tcTMAOK(K, 0, 0, b))) || (p == TCPathWGMMA && k.HasTCWGMMA() != nil) {
+			continue
+		}
+		paths = append(paths, p)
+	}
+	return paths
+}
+
+// tcSync returns err, or the error of synchronising after the launch, both naming what ran: a kernel that
+// faults or traps (tc_tma.cu's bounded mbarrier wait is a trap) fails here, with its variant, not at a later copy.
+func tcSync(c *cuda.Ctx, what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := c.Synchronize(); err != nil {
+		return fmt.Errorf("%s: the kernel failed (a trap in tc_mm_tma* is its mbarrier wait timing out: a pipeline bug): %w", what, err)
+	}
+	return nil
 }
 
 // columns returns columns [c0, c1) of the (rows, cols) matrix a.
@@ -369,8 +455,8 @@ func BenchmarkMatmulTC(b *testing.B) {
 		for _, M := range Ms {
 			b.Run(fmt.Sprintf("%s/%v/M=%d/K=%d/N=%d", s.name, s.lay, M, s.K, s.N), func(b *testing.B) {
 				ms := timeGPUMedian(b, g, max(b.N, 20), func(c *cuda.Ctx, i int) error {
-					g.k.tcNoWG = *tcMMASync
-					defer func() { g.k.tcNoWG = false }()
+					g.k.tcPath = TCPath(*tcPathFlag)
+					defer func() { g.k.tcPath = "" }()
 					return g.k.MatmulTC(c, s.lay, DTCode(kernels.BF16), out, x, ws[i%copies], 0, M, s.K, s.N)
 				})
 				bytes := 2*float64(M)*float64(s.K) + 2*float64(s.N)*float64(s.K) + 4*float64(M)*float64(s.N)

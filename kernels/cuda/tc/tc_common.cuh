@@ -2,6 +2,14 @@
 // -DBITALIGN_TC_SIM, their CPU simulation in sim/tc_sim.h), the row-major tile loads, the segment tree in
 // registers. docs/arithmetic.md §18 tc.2 is the order both follow.
 #pragma once
+
+// TmaMap is a CUtensorMap (cuda.TensorMap on the host: 128 bytes, encoded by cuTensorMapEncodeTiled), passed by
+// value as a __grid_constant__ kernel parameter so that the TMA unit reads it from the parameter space
+// (tc_tma.cu; the CPU simulation keeps its own description of the matrix in the same 128 bytes).
+struct alignas(64) TmaMap {
+    unsigned long long v[16];
+};
+
 #ifdef BITALIGN_TC_SIM
 #include "sim/tc_sim.h"  // the CPU simulation of the wrappers below (TestTCSimulated): not in the PTX
 #endif

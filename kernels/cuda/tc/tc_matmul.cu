@@ -16,7 +16,8 @@
 //
 // Built by `make ptx-tc` (kernels/cuda/tc/: not yet in the committed PTX; scripts/gpu.sh tc); the Go launcher
 // (kernels/cuda/tc.go) uses these entries only when the loaded PTX has them. tc_wgmma.cu is the wgmma path for
-// M > 64 beside it; a TMA or a Blackwell (tcgen05) path is another file with the same entry signature and Segs.
+// M > 64 beside it, tc_tma.cu the TMA + warp-specialised one (tensor maps instead of x and w, the same Segs); a
+// Blackwell (tcgen05) path is another file.
 #include "tc_common.cuh"
 
 // tc_body: one BM×BN tile, WM×WN warps, each warp (16·MI)×(8·NI) outputs as MI×NI m16n8 fragments; K streamed

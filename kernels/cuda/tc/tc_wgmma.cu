@@ -7,8 +7,9 @@
 // columns: one wgmma m64nBNk16 per k-step on its accumulators (A from registers, loaded by ldmatrix from a
 // padded row-major tile; B from shared memory in the no-swizzle K-major core-matrix layout that mma_probe.cu
 // measured: k-step s at s·BN·16 elements, 8-column group n/8 at 128, k half at 64, column n%8 at 8, k%8).
-// Loads: the cp.async pipeline of tc_matmul.cu (TMA is the next step: cuTensorMapEncodeTiled is not bound in
-// cuda/ yet). Each stage's wgmmas are waited for before the stage is refilled (wait_group 0).
+// Loads: the cp.async pipeline of tc_matmul.cu. Each stage's wgmmas are waited for before the stage is refilled
+// (wait_group 0), and ptxas serialises every wgmma here (SASS: a WARPGROUP.DEPBAR after each HGMMA;
+// docs/benchmarks.md): tc_tma.cu is the fast path, this one the fallback where TMA cannot load the operands.
 #include "tc_common.cuh"
 
 // tile_load_kmajor: the ROWS×BK slice [k0, k0+BK) of rows r0… of src into the K-major core-matrix layout,

@@ -15,9 +15,15 @@
 #include <vector>
 
 #include "../tc_matmul.cu"
+#include "../tc_tma.cu"
 #include "../tc_wgmma.cu"
 
 using MM = void (*)(float*, float*, const uint16_t*, const uint16_t*, const float*, int, int, int, Segs, int, int);
+
+// the tc_tma.cu entries (tensor maps instead of x and w) and their w box rows (the variant's BN)
+using TMA = void (*)(TmaMap, TmaMap, float*, float*, const float*, int, int, int, Segs, int, int);
+static const std::map<std::string, std::pair<TMA, int>> tma_kernels_by_name = {
+    {"tc_mm_tma256_chain", {tc_mm_tma256_chain, 256}}, {"tc_mm_tma128t_tree", {tc_mm_tma128t_tree, 128}}};
 
 #define E(n) {#n, n}, {#n "_vec", n##_vec}
 static const std::map<std::string, MM> kernels_by_name = {E(tc_mm_dec16_chain), E(tc_mm_dec16_tree),
@@ -103,7 +109,9 @@ int main(int argc, char** argv) {
         return 0;
     }
     auto it = kernels_by_name.find(name);
-    if (it == kernels_by_name.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
+    auto tit = tma_kernels_by_name.find(name);
+    if (it == kernels_by_name.end() && tit == tma_kernels_by_name.end())
+        return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
     const int M = I(7), K = I(8), N = I(9), G = I(10), dt = I(11), nseg = I(12);
     if (argc != 13 + nseg + 1 + 5) return fprintf(stderr, "tc_sim: %s: wrong argument count\n", name.c_str()), 2;
     Segs segs{};
@@ -115,11 +123,21 @@ int main(int argc, char** argv) {
     auto bias = slurp<float>(argv[a + 2]);
     auto out = slurp<float>(argv[a + 3]);
     auto part = slurp<float>(argv[a + 4]);
-    const MM fn = it->second;
-    run_grid(I(2), I(3), I(4), I(5), (size_t)I(6), [&] {
-        fn(out.data(), part.empty() ? nullptr : part.data(), x.data(), w.data(), bias.empty() ? nullptr : bias.data(),
-           M, K, N, segs, G, dt);
-    });
+    if (tit != tma_kernels_by_name.end()) {  // x box 64 × TC_TMA_BM, w box 64 × BN, as kernels/cuda/tc.go encodes them
+        const TmaMap tx = sim_tma_map(x.data(), M, K, TC_TMA_BM, TC_TMA_BK);
+        const TmaMap tw = sim_tma_map(w.data(), N, K, tit->second.second, TC_TMA_BK);
+        const TMA fn = tit->second.first;
+        run_grid(I(2), I(3), I(4), I(5), (size_t)I(6), [&] {
+            fn(tx, tw, out.data(), part.empty() ? nullptr : part.data(), bias.empty() ? nullptr : bias.data(), M, K, N,
+               segs, G, dt);
+        });
+    } else {
+        const MM fn = it->second;
+        run_grid(I(2), I(3), I(4), I(5), (size_t)I(6), [&] {
+            fn(out.data(), part.empty() ? nullptr : part.data(), x.data(), w.data(), bias.empty() ? nullptr : bias.data(),
+               M, K, N, segs, G, dt);
+        });
+    }
     spill(argv[a + 3], out);
     if (!part.empty()) spill(argv[a + 4], part);
     return 0;

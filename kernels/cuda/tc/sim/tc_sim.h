@@ -7,9 +7,14 @@
 // it: this checks what is copied where, not the timing). Host-only: none of this is in the PTX.
 #pragma once
 #include <barrier>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 struct dim3s {
     unsigned x = 0, y = 0, z = 0;
@@ -24,6 +29,7 @@ inline dim3s blockDim, gridDim;
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
+#define __grid_constant__
 
 inline float __uint_as_float(uint32_t u) {
     float f;
@@ -35,13 +41,15 @@ inline uint32_t __float_as_uint(float f) {
     std::memcpy(&u, &f, 4);
     return u;
 }
-// compiled with -ffp-contract=off: each is one IEEE operation, round to nearest even
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
-inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+// compiled with -ffp-contract=off: each is one IEEE operation, round to nearest even; a NaN result is the GPU's
+// 0x7FFFFFFF (its float32 units never pass a payload on; x86 gives 0xFFC00000 for Inf − Inf, or the input NaN)
+inline float gpu_nan(float r) { return r != r ? __uint_as_float(0x7FFFFFFFu) : r; }
+inline float __fadd_rn(float a, float b) { return gpu_nan(a + b); }
+inline float __fsub_rn(float a, float b) { return gpu_nan(a - b); }
+inline float __fmul_rn(float a, float b) { return gpu_nan(a * b); }
+inline float __fdiv_rn(float a, float b) { return gpu_nan(a / b); }
+inline float __fmaf_rn(float a, float b, float c) { return gpu_nan(std::fma(a, b, c)); }
+inline float __fsqrt_rn(float a) { return gpu_nan(std::sqrt(a)); }
 inline float __int2float_rn(int i) { return (float)i; }
 using std::max;
 using std::min;
@@ -57,7 +65,7 @@ struct SimWarp {
 struct SimWarpgroup {  // wgmma's board: the 128 threads' A fragments and accumulators
     std::barrier<>* bar;
     uint32_t a[128][4];
-    float d[128][64];
+    float d[128][128];
 };
 struct SimBlock {
     std::barrier<>* bar;
@@ -264,3 +272,131 @@ inline void sim_wgmma(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t des
 }
 inline void wgmma_m64n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc) { sim_wgmma<128>(d, a, desc); }
 inline void wgmma_m64n64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc) { sim_wgmma<64>(d, a, desc); }
+
+// ---------------------------------------------------------------------------------------------------------
+// tc_tma.cu: TMA loads, mbarriers and wgmma with both operands from shared memory.
+
+// sim_sw128: the 128-byte swizzle of a shared-memory byte offset (1024-byte atoms from offset 0): the 16-byte
+// chunk bits 4-6 XOR the row-in-atom bits 7-9. The TMA unit writes and wgmma reads through the same map.
+inline uint32_t sim_sw128(uint32_t off) { return off ^ (((off >> 7) & 7u) << 4); }
+
+// A simulated TmaMap: v[0] the matrix's base (host pointer to uint16_t), v[1] rows, v[2] cols (= row stride in
+// elements), v[3] box rows, v[4] box cols, v[5] 1 (the 128-byte swizzle, the only one simulated).
+inline TmaMap sim_tma_map(const uint16_t* base, long long rows, long long cols, int box_rows, int box_cols) {
+    TmaMap m{};
+    m.v[0] = (unsigned long long)(uintptr_t)base;
+    m.v[1] = (unsigned long long)rows, m.v[2] = (unsigned long long)cols;
+    m.v[3] = (unsigned long long)box_rows, m.v[4] = (unsigned long long)box_cols, m.v[5] = 1;
+    return m;
+}
+
+// The simulated mbarrier, in the kernel's 8-byte word: phase (bit 63), pending arrivals (bits 32-47), expected
+// arrivals (bits 16-31), outstanding transaction bytes (bits 0-15, in units of 16 bytes), under one lock.
+inline std::mutex sim_mbar_mu;
+inline void sim_mbar_step(uint64_t* bar, int arrivals, long long tx_bytes) {
+    std::lock_guard<std::mutex> g(sim_mbar_mu);
+    uint64_t v = *bar;
+    long long pending = (long long)(v >> 32 & 0xFFFF) - arrivals, expected = (long long)(v >> 16 & 0xFFFF);
+    long long tx = (long long)(v & 0xFFFF) + tx_bytes / 16;
+    if (pending < 0 || tx < 0 || tx > 0xFFFF || tx_bytes % 16 != 0) {
+        fprintf(stderr, "tc_sim: mbarrier misuse (pending %lld, tx %lld)\n", pending, tx);
+        abort();
+    }
+    uint64_t phase = v >> 63;
+    if (pending == 0 && tx == 0) phase ^= 1, pending = expected;  // the phase completes
+    *bar = phase << 63 | (uint64_t)pending << 32 | (uint64_t)expected << 16 | (uint64_t)tx;
+}
+inline void mbar_init(uint64_t* bar, int count) {
+    std::lock_guard<std::mutex> g(sim_mbar_mu);
+    *bar = (uint64_t)count << 32 | (uint64_t)count << 16;
+}
+inline void fence_mbar_init() {}
+inline void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) { sim_mbar_step(bar, 1, bytes); }
+inline void mbar_arrive(uint64_t* bar) { sim_mbar_step(bar, 1, 0); }
+inline bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+    uint64_t v;
+    {
+        std::lock_guard<std::mutex> g(sim_mbar_mu);
+        v = *bar;
+    }
+    if ((v >> 63) != parity) return true;  // the phase of that parity has completed
+    std::this_thread::yield();
+    return false;
+}
+// tma_load_2d: the box at (c0, c1) copied at once (a valid schedule of the copy), zero outside the matrix,
+// 128-byte swizzled, then its bytes completed on bar.
+inline void tma_load_2d(void* dst, const TmaMap* map, uint64_t* bar, int c0, int c1) {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>((uintptr_t)map->v[0]);
+    const long long rows = (long long)map->v[1], cols = (long long)map->v[2];
+    const int br = (int)map->v[3], bc = (int)map->v[4];
+    if (map->v[5] != 1 || bc * 2 != 128) {
+        fprintf(stderr, "tc_sim: only 128-byte-swizzled boxes of 128-byte rows are simulated\n");
+        abort();
+    }
+    const uint32_t d0 = smem_addr(dst);
+    char* const sm = reinterpret_cast<char*>(sim_block.smem);
+    for (int r = 0; r < br; r++)
+        for (int c = 0; c < bc; c++) {
+            const long long gr = (long long)c1 + r, gc = (long long)c0 + c;
+            const uint16_t v = (gr >= 0 && gr < rows && gc >= 0 && gc < cols) ? src[gr * cols + gc] : (uint16_t)0;
+            std::memcpy(sm + sim_sw128(d0 + (uint32_t)(r * 128 + 2 * c)), &v, 2);
+        }
+    sim_mbar_step(bar, 0, -(long long)br * bc * 2);
+}
+template <int N>
+inline void wgmma_wait() {}
+template <int R>
+inline void setmaxnreg_dec() {}
+template <int R>
+inline void setmaxnreg_inc() {}
+// tma_clock: nanoseconds, so that a simulated deadlock traps after about 20 s
+inline long long tma_clock() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+inline void __trap() {
+    fprintf(stderr, "tc_sim: __trap (an mbarrier wait timed out: the pipeline deadlocks)\n");
+    abort();
+}
+
+// sim_wgmma_ss: wgmma m64nNk16 with A and B from shared memory through 128-byte-swizzled K-major descriptors
+// (layout type 1): element (r, k) at start + (r/8)·SBO + (r%8)·128 + 2k bytes, swizzled; accumulators as sim_wgmma.
+inline void sim_desc_read(uint16_t* out, uint64_t desc, int rows) {
+    const uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, sbo = (uint32_t)(desc >> 32 & 0x3FFF) << 4;
+    if ((desc >> 62) != 1 || (desc >> 49 & 7) != 0) {
+        fprintf(stderr, "tc_sim: descriptor %#llx: only the 128-byte swizzle with base offset 0 is simulated\n",
+                (unsigned long long)desc);
+        abort();
+    }
+    const char* base = reinterpret_cast<const char*>(sim_block.smem);
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < 16; k++)
+            std::memcpy(&out[r * 16 + k], base + sim_sw128(start + (r / 8) * sbo + (r % 8) * 128 + 2 * k), 2);
+}
+template <int N>
+inline void sim_wgmma_ss(float (&d)[N / 8][4], uint64_t adesc, uint64_t bdesc) {
+    SimWarpgroup& wg = sim_block.groups[threadIdx.x / 128];
+    const int t = threadIdx.x % 128;
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++) wg.d[t][4 * j + e] = d[j][e];
+    wg.bar->arrive_and_wait();
+    static thread_local uint16_t A[64 * 16], Bt[256 * 16];
+    static thread_local float C[64][256];
+    for (int T = 0; T < 128; T++) {
+        const int w = T / 32, L = T % 32, g = L / 4, q = L % 4, r = 16 * w + g;
+        for (int j = 0; j < N / 8; j++) {
+            C[r][8 * j + 2 * q] = wg.d[T][4 * j], C[r][8 * j + 2 * q + 1] = wg.d[T][4 * j + 1];
+            C[r + 8][8 * j + 2 * q] = wg.d[T][4 * j + 2], C[r + 8][8 * j + 2 * q + 1] = wg.d[T][4 * j + 3];
+        }
+    }
+    sim_desc_read(A, adesc, 64);
+    sim_desc_read(Bt, bdesc, N);
+    wg.bar->arrive_and_wait();
+    const int w = t / 32, L = t % 32, g = L / 4, q = L % 4;
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++) {
+            const int row = 16 * w + g + 8 * (e >> 1), col = 8 * j + 2 * q + (e & 1);
+            d[j][e] = mma_dot16(&A[row * 16], &Bt[col * 16], C[row][col]);
+        }
+}
+inline void wgmma_ss_m64n256(float (&d)[32][4], uint64_t a, uint64_t b) { sim_wgmma_ss<256>(d, a, b); }
+inline void wgmma_ss_m64n128(float (&d)[16][4], uint64_t a, uint64_t b) { sim_wgmma_ss<128>(d, a, b); }

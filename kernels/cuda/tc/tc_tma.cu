@@ -1,0 +1,298 @@
+// tc_tma.cu: the tc matmul for M > 64 with TMA loads, an mbarrier pipeline and warp specialisation (sm_90a:
+// wgmma, setmaxnreg; built by `make ptx-tc` with -arch=sm_90a). The order is tc_matmul.cu's (docs/arithmetic.md
+// tc.2): each output's chain over [lo, hi) is acc = +0, then one k-step per 16 consecutive k from lo, ascending,
+// one wgmma m64nBNk16 each (tc.1: wgmma sums a k-step exactly as mma.sync, measured; A from shared memory here);
+// row-parallel: the 8 segments of §3 (Segs, from kernels.TCBounds / TCPartialBounds), added by the fixed tree
+// (tree_push, float32 RN) as they end; a block runs G consecutive segments (grid z = nseg/G) and finishes
+// (bias, round_dt) or writes its subtree to part[z] for tc_finish (tc_matmul.cu).
+// x is (M, K) bf16, w is (N, K) bf16 (k contiguous), bias (N) float32 or null, out (M, N) float32.
+//
+// A block is 3 warpgroups (384 threads): warpgroup 0 is the producer (one thread issues every TMA load),
+// warpgroups 1 and 2 the consumers, each owning 64 of the tile's BM = 128 rows and all BN columns. K is streamed
+// in BK = 64 stages through STAGES shared-memory slots: x's 128×64 box and w's BN×64 box, each row 128 bytes,
+// 128-byte swizzled by the TMA unit (16-byte chunk c of row r at chunk c ^ (r % 8), 1024-byte atoms of 8 rows),
+// which is the layout the wgmma descriptors name (layout type 1, stride byte offset 1024; k-step j of a stage
+// starts 32·j bytes into each row). Slot s has two mbarriers: full[s] (the producer's arrive.expect_tx, completed
+// by the TMA's bytes) and empty[s] (one arrival per consumer warp once the wgmmas reading the slot are done).
+// A consumer issues a stage's k-steps (wgmma, one commit group), waits for the previous group only
+// (wgmma.wait_group 1: one stage of wgmmas stays in flight while the next stage's wait and issue proceed),
+// then frees the previous slot. wgmmas on one accumulator run in issue order, so the chain stays in K order.
+//
+// The launcher (kernels/cuda/tc.go, planTC) takes this path only when TMA can give the contract's operands:
+// K % 8 == 0 (16-byte row strides), x and w 16-byte aligned, and every segment bound but the last a multiple of
+// 16. Then a k-step never straddles an interior bound (a stage past a segment's end issues fewer k-steps; what
+// the slot holds past hi is never read), and the one that may straddle K reads the TMA's zero fill past the
+// matrix in both operands (positions ≥ hi are +0 in BOTH, tc.2). Rows past M and columns past N are zero-filled
+// too and their outputs are not stored: the tile shape never changes a bit.
+//
+// Every mbarrier wait is bounded: after about 10 s of spinning (a pipeline bug, never a slow GPU) the kernel
+// traps, so that the launch fails loudly instead of hanging.
+#include "tc_common.cuh"
+
+#ifndef BITALIGN_TC_SIM
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// fence_mbar_init: the initialised barriers visible to the async proxy (the TMA unit) before first use.
+__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+    uint32_t ok;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+// tma_load_2d: the box at (c0 = k, c1 = row) of the tensor map into shared memory dst, completing on bar.
+__device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, uint64_t* bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+            smem_addr(dst)),
+        "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+        : "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+__device__ __forceinline__ long long tma_clock() { return clock64(); }
+
+// wgmma_ss_m64n256: d = step(A(adesc), B(bdesc), d) for the warpgroup's 64×256 tile, A and B from shared memory
+// (K-major, 128-byte swizzle; scale-d 1: d is the accumulator; no transpose).
+__device__ __forceinline__ void wgmma_ss_m64n256(float (&d)[32][4], uint64_t adesc, uint64_t bdesc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
+        : "l"(adesc), "l"(bdesc), "r"(1));
+}
+
+// wgmma_ss_m64n128: d = step(A(adesc), B(bdesc), d) for the warpgroup's 64×128 tile, A and B from shared memory
+// (K-major, 128-byte swizzle; scale-d 1: d is the accumulator; no transpose).
+__device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[16][4], uint64_t adesc, uint64_t bdesc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "l"(adesc), "l"(bdesc), "r"(1));
+}
+#endif  // BITALIGN_TC_SIM
+
+// sw128_desc: the wgmma shared-memory descriptor of a K-major operand at shared address addr whose rows are 128
+// bytes, 128-byte swizzled in 1024-byte atoms of 8 rows (as the TMA unit writes them): start address >> 4 (bits
+// 0-13), leading byte offset 16 (bits 16-29; not used by a swizzled K-major operand), stride byte offset 1024
+// (bits 32-45: from 8 rows to the next 8), base offset 0 (bits 49-51: every slot is 1024-byte aligned), layout
+// type 1 = 128-byte swizzle (bits 62-63). k-step j of a 64-wide stage is the same tile at addr + 32·j.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+template <int BN>
+__device__ __forceinline__ void wgmma_ss(float (&d)[BN / 8][4], uint64_t a, uint64_t b) {
+    if constexpr (BN == 256) {
+        wgmma_ss_m64n256(d, a, b);
+    } else {
+        static_assert(BN == 128, "tc_tma variants: BN 128 or 256");
+        wgmma_ss_m64n128(d, a, b);
+    }
+}
+
+// mbar_wait: until the phase of parity `parity` of bar has completed (try_wait suspends a while in hardware
+// between polls); bounded: about 10 s of cycles without completion is a pipeline bug, and the kernel traps, so that
+// the launch fails (the launcher's error names the kernel) instead of hanging. No printf: a function call anywhere
+// in the kernel makes ptxas serialise every wgmma (C7510, seen with nvcc 13.0).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    if (mbar_try_wait(bar, parity)) return;
+    const long long t0 = tma_clock();
+    while (!mbar_try_wait(bar, parity))
+        if (tma_clock() - t0 > 20000000000LL) __trap();
+}
+
+// tree_push_s: tree_push (tc_common.cuh), the same additions in the same order, with the second and third open
+// subtrees (segments j−1 … j and j−3 … j) in this thread's own shared-memory words st[i·256] and st[(64+i)·256]
+// for its i-th value instead of registers (no other thread touches them: no barrier), so that the consumers
+// hold a 64×128 accumulator and one open subtree in registers without spilling.
+template <int P>
+__device__ __forceinline__ void tree_push_s(float (&v)[P][4], float (&st0)[P][4], float* __restrict__ st, int j) {
+    static_assert(P * 4 == 64, "tree_push_s: 64 values per thread");
+    if (!(j & 1)) return keep(st0, v);
+    add_left(v, st0);
+#pragma unroll
+    for (int lvl = 0; lvl < 2; lvl++) {  // st1, then st2
+        float* const sl = st + lvl * 64 * 256;
+        if (!(j & (2 << lvl))) {
+#pragma unroll
+            for (int f = 0; f < P; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) sl[(4 * f + e) * 256] = v[f][e];
+            return;
+        }
+#pragma unroll
+        for (int f = 0; f < P; f++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[f][e] = __fadd_rn(sl[(4 * f + e) * 256], v[f][e]);  // the earlier subtree left
+    }
+}
+
+// TC_TMA_BM, TC_TMA_BK: every tc_tma variant's tile rows (2 consumer warpgroups × 64) and k per stage (one
+// 128-byte swizzled row of bf16); TC_TMA_GROUP_N: column tiles per raster group.
+#define TC_TMA_BM 128
+#define TC_TMA_BK 64
+#define TC_TMA_GROUP_N 8
+
+// tc_tma_body: one BM×BN tile (the BN×64 and 128×64 boxes per stage), G consecutive segments from blockIdx.z·G.
+// Dynamic shared memory (kernels/cuda/tc.go, tcVariant.smemFor): 1024 bytes of alignment slack, STAGES x slots
+// then STAGES w slots, and for TREE the second and third open subtrees (2·BM·BN floats).
+template <int BN, int STAGES, bool TREE>
+__device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, float* __restrict__ out,
+                                            float* __restrict__ part, const float* __restrict__ bias, int M, int K,
+                                            int N, const Segs& segs, int G, int dt) {
+    constexpr int BM = TC_TMA_BM, BK = TC_TMA_BK, NJ = BN / 8;
+    constexpr uint32_t ABYTES = BM * BK * 2, BBYTES = BN * BK * 2;
+    static_assert(BK * 2 == 128, "a stage's row is one 128-byte swizzle span");
+    TC_SMEM(smem16);
+    uint8_t* const raw = reinterpret_cast<uint8_t*>(smem16);
+    uint8_t* const base = raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);  // 1024-byte atoms: base offset 0
+    uint8_t* const As = base;
+    uint8_t* const Bs = base + STAGES * ABYTES;
+    float* const st2s = reinterpret_cast<float*>(base + STAGES * (ABYTES + BBYTES));
+    __shared__ uint64_t full[STAGES], empty[STAGES];  // 8-byte words, as mbarriers need
+    __shared__ int sb[9];
+    const int nseg = segs.n;
+    if (threadIdx.x < 9) sb[threadIdx.x] = segs.b[min((int)threadIdx.x, nseg)];
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1);   // the producer's arrive.expect_tx (+ the TMA's bytes)
+            mbar_init(&empty[s], 8);  // one arrival per consumer warp
+        }
+        fence_mbar_init();
+    }
+    __syncthreads();  // the last block-wide barrier: the roles part here
+
+    // the block's tile: column tiles in groups of TC_TMA_GROUP_N, within a group the columns fastest, so that a
+    // wave of blocks shares both its x rows and its w rows through L2 (speed only: tiles are independent)
+    const int tn = (N + BN - 1) / BN, tm = (M + BM - 1) / BM;
+    const int t = blockIdx.x, grp = t / (TC_TMA_GROUP_N * tm), nf = grp * TC_TMA_GROUP_N;
+    const int gn = min(TC_TMA_GROUP_N, tn - nf), local = t - grp * TC_TMA_GROUP_N * tm;
+    const int m0 = (local / gn) * BM, n0 = (nf + local % gn) * BN;
+    const int s0 = blockIdx.z * G, s1 = s0 + G;
+
+    if (threadIdx.x < 128) {  // warpgroup 0: the producer (one role per branch of one if/else: setmaxnreg)
+        setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) {
+            int slot = 0;
+            uint32_t phase = 0;
+            for (int s = s0; s < s1; s++)
+                for (int k0 = sb[s]; k0 < sb[s + 1]; k0 += BK) {  // the consumers' stage sequence, exactly
+                    mbar_wait(&empty[slot], phase ^ 1);  // first round: free at once
+                    mbar_arrive_expect_tx(&full[slot], ABYTES + BBYTES);  // whole boxes, zero fill included
+                    tma_load_2d(As + slot * ABYTES, tx, &full[slot], k0, m0);
+                    tma_load_2d(Bs + slot * BBYTES, tw, &full[slot], k0, n0);
+                    if (++slot == STAGES) slot = 0, phase ^= 1;
+                }
+        }
+    } else {  // warpgroups 1, 2: the consumers
+        setmaxnreg_inc<232>();
+        const int ct = threadIdx.x - 128, cw = ct >> 7, lane = ct & 31, wq = (ct >> 5) & 3;
+        float acc[NJ][4];
+        float st0[TREE ? NJ : 1][4];  // the first open subtree in registers (TREE; the others in st2s)
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;  // every chain starts from +0
+        int slot = 0, held = -1;  // held: the slot whose wgmmas may still be in flight
+        uint32_t phase = 0;
+        const uint32_t aoff = (uint32_t)cw * 64 * 128;  // this warpgroup's 64 rows of the x box (8 atoms)
+        for (int s = s0; s < s1; s++) {
+            const int lo = sb[s], hi = sb[s + 1];
+            for (int k0 = lo; k0 < hi; k0 += BK) {
+                mbar_wait(&full[slot], phase);
+                const uint32_t a = smem_addr(As + slot * ABYTES) + aoff, b = smem_addr(Bs + slot * BBYTES);
+                fence_operand(acc);
+                wgmma_fence();
+                if (k0 + BK <= hi) {  // a whole stage: its 4 k-steps straight, no branch between them (ptxas
+                                      // serialises wgmmas across control flow)
+#pragma unroll
+                    for (int j = 0; j < BK / 16; j++) wgmma_ss<BN>(acc, sw128_desc(a + 32 * j), sw128_desc(b + 32 * j));
+                } else {  // a segment's last, partial stage: only the k-steps before hi (warpgroup-uniform)
+                    const int nk = (hi - k0 + 15) / 16;
+                    wgmma_ss<BN>(acc, sw128_desc(a), sw128_desc(b));
+                    if (nk > 1) wgmma_ss<BN>(acc, sw128_desc(a + 32), sw128_desc(b + 32));
+                    if (nk > 2) wgmma_ss<BN>(acc, sw128_desc(a + 64), sw128_desc(b + 64));
+                }
+                wgmma_commit();
+                wgmma_wait<1>();  // the previous stage's group is done; this one may still run
+                fence_operand(acc);
+                if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
+                held = slot;
+                if (++slot == STAGES) slot = 0, phase ^= 1;
+            }
+            wgmma_wait<0>();  // the segment's chain is complete
+            fence_operand(acc);
+            if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
+            held = -1;
+            if constexpr (TREE) {
+                tree_push_s<NJ>(acc, st0, st2s + ct, s - s0);
+                if (s + 1 < s1) {
+#pragma unroll
+                    for (int j = 0; j < NJ; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;  // the next segment's chain starts from +0
+                }
+            }
+        }
+
+        // epilogue: acc[j][e] is output (row 64·cw + 16·wq + g + 8·(e/2), column 8j + 2q + e%2) of the tile
+        const int g = lane >> 2, q = lane & 3;
+        const bool finish = G == nseg;
+        float* const dst = finish ? out : part + (size_t)blockIdx.z * M * N;
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = m0 + 64 * cw + 16 * wq + g + 8 * (e >> 1);
+                const int col = n0 + 8 * j + 2 * q + (e & 1);
+                if (row < M && col < N) {
+                    float y = acc[j][e];
+                    if (finish) {
+                        if (bias) y = __fadd_rn(y, bias[col]);
+                        y = round_dt(y, dt);
+                    }
+                    dst[(size_t)row * N + col] = y;
+                }
+            }
+    }
+}
+
+// The variants (launch.json "tc"; kernels/cuda/tc.go picks them by M, by G and by what TMA can load, none
+// changes a bit): tma256 one chain per block (column-parallel, or G = 1), 128×256 tiles (m64n256k16 per
+// consumer); tma128t several segments per block (row-parallel), 128×128 tiles, 3 stages (the open subtrees take
+// 128 KB of shared memory).
+// Entry: tc_mm_<variant>_<chain|tree>(tx, tw, out, part, bias, M, K, N, segs, G, dt), tx and tw the tensor maps
+// of x (box 64 × 128) and w (box 64 × BN), 128-byte swizzle, zero fill; grid (tiles, 1, nseg/G), 384 threads.
+#define TC_TMA_ENTRY(NAME, BN, STAGES, TREE)                                                                      \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
+        NAME(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tw, float* __restrict__ out,       \
+             float* __restrict__ part, const float* __restrict__ bias, int M, int K, int N, Segs segs, int G,     \
+             int dt) {                                                                                            \
+        tc_tma_body<BN, STAGES, TREE>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt);                           \
+    }
+#define TC_TMA_VARIANT(V, BN, STAGES, TREE, KIND) TC_TMA_ENTRY(tc_mm_##V##_##KIND, BN, STAGES, TREE)
+
+TC_TMA_VARIANT(tma256, 256, 4, false, chain)
+TC_TMA_VARIANT(tma128t, 128, 3, true, tree)
