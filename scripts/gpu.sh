@@ -161,7 +161,9 @@ if [[ " $steps " == *" tc "* ]]; then
     cp kernels/cuda/*.ptx "$tcdir/kernels/cuda/" && cp nvls/cuda/*.ptx "$tcdir/nvls/cuda/"
   fi
   tcok=1
-  if command -v make >/dev/null; then
+  if [[ -n "${TC_PREBUILT:-}" ]]; then # BITALIGN_PTX_DIR already holds the tc PTX (make ptx-tc PTX_OUT=dir, built elsewhere)
+    echo "tc: the prebuilt tc PTX in $tcdir"
+  elif command -v make >/dev/null; then
     make -s ptx-tc NVCC="$NVCC" PTX_OUT="$tcdir" >"$OUT/tc-nvcc.log" 2>&1 || tcok=0
   else # the same commands as make ptx-tc, with NVCCFLAGS read from the Makefile (sm_90a for the wgmma file)
     flags=$(sed -n 's/^NVCCFLAGS *:= *//p' Makefile)
