@@ -391,12 +391,16 @@ func (r *rank) forward(segs []segment) (*fwdResult, error) {
 	if err := emit(OpLogits, r.logits, vW); err != nil {
 		return nil, err
 	}
+	res := &fwdResult{V: cfg.Vocab}
+	if !sampling(segs) { // no row is sampled: the (T, V) float32 logits stay on the backend (logprobs read them there)
+		return res, be.Err()
+	}
 	full := r.logits
 	if lay.tp > 1 {
 		full = r.alloc(T * cfg.Vocab)
 		be.AllGather(r.comm, full, r.logits, T, vW)
 	}
-	res := &fwdResult{V: cfg.Vocab, logits: make([]float32, T*cfg.Vocab)}
+	res.logits = make([]float32, T*cfg.Vocab)
 	if err := be.Download(res.logits, full); err != nil {
 		return nil, err
 	}
@@ -418,7 +422,18 @@ func (r *rank) logprobs(targets []int32) ([]float32, error) {
 	return host, nil
 }
 
-// fwdResult is a forward's output on the host: the full logits (T, V).
+// sampling reports whether any segment has a row the sampling rule draws from (sampleFrom, a position, inside
+// the segment's positions).
+func sampling(segs []segment) bool {
+	for _, s := range segs {
+		if s.sampleFrom < s.start+len(s.toks) {
+			return true
+		}
+	}
+	return false
+}
+
+// fwdResult is a forward's output on the host: the full logits (T, V), nil when no row is sampled.
 type fwdResult struct {
 	V      int
 	logits []float32
