@@ -190,6 +190,9 @@ func (g *group) close(failed bool) error {
 		r.be.Free(r.logits)
 		r.logits = nil
 		r.freeWeights()
+		if rs, ok := r.be.(interface{ releaseScratch() }); ok {
+			rs.releaseScratch()
+		}
 		r.leave()
 		if r.rec == nil {
 			continue

@@ -172,18 +172,41 @@ func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, 
 		rows += len(s.toks)
 	}
 	start := time.Now()
-	host := make([]float32, rows*width)
-	if err := r.be.Download(host, r.be.View(b, 0, rows*width)); err != nil {
-		return err
+	var host []float32
+	var bits []uint16 // bf16 ops narrowed on the device (NarrowDownloader): half the bytes, the same bits
+	if nd, ok := r.be.(NarrowDownloader); ok && dt == capture.BF16 {
+		bits = make([]uint16, rows*width)
+		done, err := nd.DownloadBF16(bits, r.be.View(b, 0, rows*width))
+		if err != nil {
+			return err
+		}
+		if done {
+			rec.ph.Add("record: device→host copies (bf16, narrowed there)", time.Since(start), int64(2*len(bits)))
+		} else {
+			bits = nil
+		}
 	}
-	rec.ph.Add("record: device→host copies (float32)", time.Since(start), int64(4*len(host)))
+	if bits == nil {
+		host = make([]float32, rows*width)
+		if err := r.be.Download(host, r.be.View(b, 0, rows*width)); err != nil {
+			return err
+		}
+		rec.ph.Add("record: device→host copies (float32)", time.Since(start), int64(4*len(host)))
+	}
+	held := int64(4*len(host) + 2*len(bits))
 	// a shard's fingerprints are not those of the full rows: sharded ops are written in full
 	asFP := rec.fingerprinted(op) && !shard.Sharded()
 	rank := int32(r.lay.rank)
 	segs, offs = append([]segment(nil), segs...), append([]int(nil), offs...) // the job outlives the forward's slices
-	return rec.submit(int64(4*len(host)), func() error {
+	return rec.submit(held, func() error {
 		t0 := time.Now()
-		data, fps := encodeRows(dt, host, rows, width, asFP)
+		var data []byte
+		var fps []uint64
+		if bits != nil {
+			data, fps = encodeBitRows(bits, rows, width, asFP)
+		} else {
+			data, fps = encodeRows(dt, host, rows, width, asFP)
+		}
 		rec.ph.Add("record: encode (writer, parallel)", time.Since(t0), 0)
 		t0 = time.Now()
 		var written int64
@@ -215,6 +238,23 @@ func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, 
 // fingerprints it returns each row's fingerprint instead (capture.FingerprintRows over each chunk's encoding)
 // and no data.
 func encodeRows(dt capture.DType, xs []float32, rows, width int, fingerprints bool) ([]byte, []uint64) {
+	return chunkRows(rows, width, dt.Size(), fingerprints, func(r0, r1 int) []byte { return encode(dt, xs[r0*width:r1*width]) })
+}
+
+// encodeBitRows is encodeRows for values already narrowed to bf16 bits (NarrowDownloader): little-endian bytes.
+func encodeBitRows(bits []uint16, rows, width int, fingerprints bool) ([]byte, []uint64) {
+	return chunkRows(rows, width, 2, fingerprints, func(r0, r1 int) []byte {
+		b := make([]byte, 2*(r1-r0)*width)
+		for i, v := range bits[r0*width : r1*width] {
+			b[2*i], b[2*i+1] = byte(v), byte(v>>8)
+		}
+		return b
+	})
+}
+
+// chunkRows runs enc over chunks of about 64 K values in parallel (enc(r0, r1): rows r0..r1-1 as size-byte
+// values) and returns the bytes of every row, or with fingerprints only each row's fingerprint.
+func chunkRows(rows, width, size int, fingerprints bool, enc func(r0, r1 int) []byte) ([]byte, []uint64) {
 	if rows == 0 || width == 0 {
 		if fingerprints {
 			fps := make([]uint64, rows)
@@ -225,9 +265,8 @@ func encodeRows(dt capture.DType, xs []float32, rows, width int, fingerprints bo
 		}
 		return nil, nil
 	}
-	per := max(1, (1<<16)/width) // rows per chunk: about 64 K values
+	per := max(1, (1<<16)/width) // rows per chunk
 	chunks := (rows + per - 1) / per
-	size := dt.Size()
 	var data []byte
 	var fps []uint64
 	if fingerprints {
@@ -237,7 +276,7 @@ func encodeRows(dt capture.DType, xs []float32, rows, width int, fingerprints bo
 	}
 	par.Each(chunks, 0, nil, func(c int) {
 		r0, r1 := c*per, min((c+1)*per, rows)
-		b := encode(dt, xs[r0*width:r1*width])
+		b := enc(r0, r1)
 		if !fingerprints {
 			copy(data[r0*width*size:], b)
 			return

@@ -2,10 +2,15 @@ package engine
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"math"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"bitalign/capture"
+	"bitalign/internal/fp"
 	"bitalign/kernels"
 )
 
@@ -63,4 +68,96 @@ func firstByteDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// narrowCPU is the CPU backend with a DownloadBF16 that narrows on the host (as the CUDA backend's narrow_bf16
+// does on the device), or refuses (ok false) when refuse is set: the recorder's two bf16 paths on the CPU.
+type narrowCPU struct {
+	*CPU
+	refuse bool
+	calls  *int
+}
+
+func (b narrowCPU) DownloadBF16(dst []uint16, src Buf) (bool, error) {
+	*b.calls++
+	if b.refuse {
+		return false, nil
+	}
+	host := make([]float32, src.Len())
+	if err := b.Download(host, src); err != nil {
+		return false, err
+	}
+	for i, x := range host {
+		dst[i] = fp.F32ToBF16(x)
+	}
+	return true, nil
+}
+
+// TestRecorderNarrowedCopies: a backend that narrows bf16 ops before the copy (NarrowDownloader), and one that
+// declines, record the plain CPU backend's capture tensor for tensor, bit for bit, at TP 1 and 2 (sharded ops),
+// in full and as fingerprints.
+func TestRecorderNarrowedCopies(t *testing.T) {
+	m := NewRandom(DemoConfig(), 3)
+	seqs := [][]int32{{1, 5, 9, 33, 2, 7}, {4, 4, 100, 8}}
+	ctx := context.Background()
+	for _, tp := range []int{1, 2} {
+		for _, fps := range []bool{false, true} {
+			run := func(name string, f BackendFactory) string {
+				dir := filepath.Join(t.TempDir(), name)
+				o := RunOptions{TP: tp, CaptureDir: dir, Backend: f}
+				if fps {
+					o.Fingerprints = func(op string) bool { return op != OpEmbed }
+				}
+				if _, err := m.Train(ctx, seqs, TrainOptions{RunOptions: o}); err != nil {
+					t.Fatal(err)
+				}
+				return dir
+			}
+			calls := 0
+			want := run("cpu", nil)
+			for _, refuse := range []bool{false, true} {
+				got := run("narrow", func(int) (Backend, error) { return narrowCPU{CPU: NewCPU(), refuse: refuse, calls: &calls}, nil })
+				sameCaptures(t, fmt.Sprintf("TP %d, fingerprints %v, refused %v", tp, fps, refuse), got, want)
+			}
+			if calls == 0 {
+				t.Fatalf("TP %d: the recorder never asked for narrowed copies", tp)
+			}
+		}
+	}
+}
+
+func sameCaptures(t *testing.T, what, got, want string) {
+	t.Helper()
+	a, err := capture.Open(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := capture.Open(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if a.Len() != b.Len() {
+		t.Fatalf("%s: %d tensors, want %d", what, a.Len(), b.Len())
+	}
+	fpSeen := false
+	for i := 0; i < a.Len(); i++ {
+		x, err := a.Tensor(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := b.Tensor(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fpSeen = fpSeen || strings.HasPrefix(x.Role, capture.FingerprintPrefix)
+		if x.Op != y.Op || x.Role != y.Role || x.Seq != y.Seq || x.Pos != y.Pos || x.Rank != y.Rank || !bytes.Equal(x.Data, y.Data) {
+			t.Fatalf("%s: tensor %d: %s %s seq %d pos %d rank %d differs from %s %s seq %d pos %d rank %d (first byte %d)", what, i,
+				x.Op, x.Role, x.Seq, x.Pos, x.Rank, y.Op, y.Role, y.Seq, y.Pos, y.Rank, firstByteDiff(x.Data, y.Data))
+		}
+	}
+	if strings.Contains(what, "fingerprints true") != fpSeen {
+		t.Fatalf("%s: fingerprint tensors present: %v", what, fpSeen)
+	}
 }
