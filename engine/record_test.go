@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"bitalign/capture"
@@ -75,11 +76,11 @@ func firstByteDiff(a, b []byte) int {
 type narrowCPU struct {
 	*CPU
 	refuse bool
-	calls  *int
+	calls  *atomic.Int64 // TP ranks run on their own goroutines
 }
 
 func (b narrowCPU) DownloadBF16(dst []uint16, src Buf) (bool, error) {
-	*b.calls++
+	b.calls.Add(1)
 	if b.refuse {
 		return false, nil
 	}
@@ -113,13 +114,13 @@ func TestRecorderNarrowedCopies(t *testing.T) {
 				}
 				return dir
 			}
-			calls := 0
+			var calls atomic.Int64
 			want := run("cpu", nil)
 			for _, refuse := range []bool{false, true} {
 				got := run("narrow", func(int) (Backend, error) { return narrowCPU{CPU: NewCPU(), refuse: refuse, calls: &calls}, nil })
 				sameCaptures(t, fmt.Sprintf("TP %d, fingerprints %v, refused %v", tp, fps, refuse), got, want)
 			}
-			if calls == 0 {
+			if calls.Load() == 0 {
 				t.Fatalf("TP %d: the recorder never asked for narrowed copies", tp)
 			}
 		}
@@ -159,5 +160,37 @@ func sameCaptures(t *testing.T, what, got, want string) {
 	}
 	if strings.Contains(what, "fingerprints true") != fpSeen {
 		t.Fatalf("%s: fingerprint tensors present: %v", what, fpSeen)
+	}
+}
+
+// TestRecorderWriterError: a write that fails on the writer goroutine is returned by a later submit or by
+// finish (never lost), later jobs are not run, and the memory they hold is released (submit does not block).
+func TestRecorderWriterError(t *testing.T) {
+	cfg := DemoConfig()
+	rec, err := newRecorder(t.TempDir(), cfg, 0, capture.Meta{Side: SideTrainer, TP: 1, PP: 1, DP: 1, Model: cfg.ModelJSON()}, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.w.Abort() // every Write now fails
+	ran := 0
+	if err := rec.submit(recordBudget, func() error { ran++; return rec.w.Write(capture.Tensor{}) }); err != nil {
+		t.Fatalf("the first submit failed before the writer ran: %v", err)
+	}
+	var first error
+	for i := 0; i < 100 && first == nil; i++ { // the writer's error reaches a later submit
+		first = rec.submit(recordBudget, func() error { ran++; return nil })
+	}
+	ferr := rec.finish()
+	if ferr == nil || !strings.Contains(ferr.Error(), "after Close or Abort") {
+		t.Fatalf("finish: %v", ferr)
+	}
+	if first != nil && first.Error() != ferr.Error() {
+		t.Errorf("submit returned %v, finish %v", first, ferr)
+	}
+	if ran != 1 {
+		t.Errorf("%d jobs ran after the failing one", ran-1)
+	}
+	if err := rec.finish(); err == nil {
+		t.Error("a second finish forgot the error")
 	}
 }
