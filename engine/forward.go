@@ -71,7 +71,9 @@ type kvCache struct {
 	cap  int
 }
 
-func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, maxPos int) *rank {
+// newRank places the rank's weights on be. stop > 0 (RunOptions.StopLayer, below the model's layers): only
+// layers 0..stop-1 and the embedding go up (the forward never reaches the others, the final norm or the LM head).
+func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, maxPos, stop int) *rank {
 	cfg := m.Config
 	r := &rank{cfg: cfg, lay: lay, be: be, comm: comm, ring: ring, v: v, caches: map[int64]*kvCache{}}
 	vec := func(x []float32) Buf { // a float32 vector (norm weights, biases, RoPE tables)
@@ -92,16 +94,24 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 		return be.UploadWeights(w)
 	}
 	H, hd := cfg.Hidden, cfg.HeadDim
+	layers := m.Layers
+	if stop > 0 && stop < len(layers) {
+		layers = layers[:stop]
+		r.stopLayer = stop
+	}
 	r.embed = mat(m.Embed)
-	r.norm = up(m.Norm)
-	if cfg.TiedEmbeddings && lay.tp == 1 {
+	switch {
+	case r.stopLayer > 0: // no final norm, no LM head
+	case cfg.TiedEmbeddings && lay.tp == 1:
+		r.norm = up(m.Norm)
 		r.lmHead = r.embed // the same tensor: held once (a tied checkpoint's size on the device too)
-	} else {
+	default:
+		r.norm = up(m.Norm)
 		r.lmHead = mat(m.LMHead.Rows(H, lay.v0, lay.vLocal))
 	}
 	q0, qn := lay.qHead0*hd, lay.qHeads*hd
 	k0, kn := lay.kvHead0*hd, lay.kvHeads*hd
-	for l, L := range m.Layers {
+	for l, L := range layers {
 		var experts []expertBufs
 		if cfg.MoELayer(l) {
 			Im := cfg.MoEIntermediate

@@ -88,11 +88,8 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 		if rings != nil {
 			ring = rings[i]
 		}
-		r := newRank(m, newLayout(cfg, o.tp, i), be, comms[i], ring, o.v, o.maxPos)
+		r := newRank(m, newLayout(cfg, o.tp, i), be, comms[i], ring, o.v, o.maxPos, o.stopLayer)
 		r.step, r.routing = o.meta.Step, o.routing
-		if o.stopLayer > 0 && o.stopLayer < cfg.Layers {
-			r.stopLayer = o.stopLayer
-		}
 		if err := be.Err(); err != nil {
 			g.abort()
 			return nil, err

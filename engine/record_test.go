@@ -194,3 +194,24 @@ func TestRecorderWriterError(t *testing.T) {
 		t.Error("a second finish forgot the error")
 	}
 }
+
+// TestStopLayerUploadsOnlyWhatRuns: a run that stops after layer L (replay --ops 'layers.L.*') places layers
+// 0..L and the embedding on the backend, not the later layers, the final norm or the LM head; a whole run all.
+func TestStopLayerUploadsOnlyWhatRuns(t *testing.T) {
+	m := NewRandom(DemoConfig(), 3)
+	for _, tc := range []struct{ stop, layers int }{{1, 1}, {3, 3}, {0, 4}, {4, 4}, {9, 4}} {
+		g, err := newGroup(m, groupOptions{tp: 1, v: profileVariant(kernels.Canonical), maxPos: 16, stopLayer: tc.stop})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := g.ranks[0]
+		whole := tc.layers == m.Config.Layers
+		if len(r.layers) != tc.layers || (r.lmHead != nil) != whole || (r.norm != nil) != whole || r.embed == nil {
+			t.Errorf("stop %d: %d layers, LM head %v, norm %v (want %d layers, head and norm %v)", tc.stop, len(r.layers),
+				r.lmHead != nil, r.norm != nil, tc.layers, whole)
+		}
+		if err := g.close(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
