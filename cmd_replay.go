@@ -3,16 +3,18 @@ package main
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"bitalign/engine"
 	"bitalign/kernels"
 	"bitalign/session"
 )
 
 func newReplayCmd() *cobra.Command {
 	var ckpt, capPath, save, device, profile, routingFrom string
-	var routingWeights bool
+	var routingWeights, timings, full bool
 	var ops []string
 	var rf reportFlags
 	var tp int
@@ -32,6 +34,14 @@ verdicts: what changes between them is what routing caused, what remains is nume
 still computes what those ops need and stops after the last layer they name (an op after the layers, such as
 logits, runs it whole). The report says which ops it compared; a pattern matching no op of the capture is an
 error (exit 2).
+
+A capture recorded as fingerprints (bitalign_capture's mode="fingerprint", bitalign fingerprint) is replayed
+into fingerprints: the ops it holds as fingerprints only are written as fingerprints by the replay too (one
+64-bit hash per token row, computed while the forward runs), so the replay capture is as small as the source
+and the diff compares fingerprint with fingerprint; --full writes them in full instead.
+
+--timings prints where the time went to stderr: reading the capture, loading the checkpoint, uploading the
+weights, the forward, the device-to-host copies, encoding and writing the replay capture, the diff.
 
 Exit status: 0 when the capture reproduces bit for bit, 1 when it diverges from the replay, 2 on bad input.
 With --routing-from: 0 when it reproduces with its own routing.`,
@@ -53,7 +63,15 @@ With --routing-from: 0 when it reproduces with its own routing.`,
 			}
 			bar := newProgressBar(cmd)
 			so := session.StepOptions{TP: tp, Profile: prof, Device: device, Save: save, Progress: bar.update,
-				RoutingFrom: routingFrom, RoutingWeights: routingWeights, Ops: ops}
+				RoutingFrom: routingFrom, RoutingWeights: routingWeights, Ops: ops, Full: full}
+			start := time.Now()
+			if timings {
+				so.Timings = engine.NewPhases()
+				defer func() {
+					fmt.Fprintln(cmd.ErrOrStderr(), "bitalign replay: timings")
+					so.Timings.Write(cmd.ErrOrStderr(), time.Since(start)) //nolint:errcheck // stderr
+				}()
+			}
 			if routingFrom != "" {
 				if len(ops) > 0 {
 					bar.done()
@@ -108,6 +126,8 @@ With --routing-from: 0 when it reproduces with its own routing.`,
 	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks of the replay (1, 2, 4, 8)")
 	cmd.Flags().StringVar(&routingFrom, "routing-from", "", "also replay with this capture's MoE routing (R3) and report both verdicts")
 	cmd.Flags().BoolVar(&routingWeights, "routing-weights", false, "with --routing-from: take its expert weights too")
+	cmd.Flags().BoolVar(&full, "full", false, "write the replay in full even where the capture holds fingerprints only")
+	cmd.Flags().BoolVar(&timings, "timings", false, "print the time of each phase (load, forward, copies, writes, diff) to stderr")
 	cmd.Flags().StringSliceVar(&ops, "ops", nil, "replay, write and compare only ops matching these glob patterns (comma-separated, e.g. 'layers.12.*')")
 	rf.add(cmd)
 	return cmd

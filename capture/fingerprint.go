@@ -120,21 +120,27 @@ func FingerprintTensor(t Tensor) (Tensor, error) {
 	if _, ok := FingerprintRole(t.Role); ok {
 		return Tensor{}, fmt.Errorf("capture: %s: role %q is already a fingerprint", t.Op, t.Role)
 	}
+	fps, err := FingerprintRows(t.Data, FingerprintRowCount(t.NTok))
+	if err != nil {
+		return Tensor{}, fmt.Errorf("capture: %s: %v", t.Op, err)
+	}
+	return FingerprintsOf(t, fps), nil
+}
+
+// FingerprintsOf returns the fingerprint tensor of t holding fps, the fingerprints of t's rows computed
+// elsewhere (FingerprintRows over chunks of rows, as the engine's recorder does while it encodes): t's
+// coordinates, role FingerprintPrefix + t.Role, i64, shape [len(fps)], unsharded. t.Data is not read.
+func FingerprintsOf(t Tensor, fps []uint64) Tensor {
 	role := t.Role
 	if role == "" {
 		role = "out"
-	}
-	rows := FingerprintRowCount(t.NTok)
-	fps, err := FingerprintRows(t.Data, rows)
-	if err != nil {
-		return Tensor{}, fmt.Errorf("capture: %s: %v", t.Op, err)
 	}
 	data := make([]byte, 8*len(fps))
 	for i, v := range fps {
 		binary.LittleEndian.PutUint64(data[8*i:], v)
 	}
 	return Tensor{Step: t.Step, Seq: t.Seq, Pos: t.Pos, NTok: t.NTok, Op: t.Op, Index: t.Index,
-		Role: FingerprintPrefix + role, DType: I64, Shape: []int64{rows}, Rank: t.Rank, Shard: NoShard, Data: data}, nil
+		Role: FingerprintPrefix + role, DType: I64, Shape: []int64{int64(len(fps))}, Rank: t.Rank, Shard: NoShard, Data: data}
 }
 
 // checkFingerprint checks the layout rules of a fingerprint tensor (role fp.*); nil for any other role.

@@ -73,3 +73,10 @@ type Backend interface {
 type AttnOptions struct {
 	FastExp bool // approximate exp in the softmax (the fast-exp fault)
 }
+
+// NarrowDownloader is a Backend that can narrow float32 values to bf16 bits where they are (fp.F32ToBF16) and
+// download the bits: half the bytes of Download. The recorder uses it for bf16 ops; ok false (the backend cannot,
+// e.g. PTX without the kernel) means the caller downloads float32 and narrows on the host, with the same bits.
+type NarrowDownloader interface {
+	DownloadBF16(dst []uint16, src Buf) (ok bool, err error) // len(dst) == src.Len()
+}

@@ -82,6 +82,8 @@ type CUDA struct {
 	argN int64
 	st   cuda.Ptr // this backend's LogProbs statistics (m, S, d): 3·T floats
 	stN  int64
+	nar  cuda.Ptr // DownloadBF16's device buffer of bf16 bits
+	narN int64
 }
 
 // NewCUDA returns a backend on GPU ordinal. Errors wrap cuda.ErrUnavailable when there is no usable GPU.
@@ -285,6 +287,41 @@ func (b *CUDA) Download(dst []float32, src Buf) error {
 	}
 	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, dst, cudaPtr(src)) })
 	return b.err
+}
+
+// DownloadBF16 narrows src's float32 values to bf16 bits on the device (narrow_bf16, fp.F32ToBF16's rule) and
+// downloads the bits: the recorder's copies of bf16 ops move half the bytes. ok false when the loaded PTX has
+// no narrow_bf16 (or src is a bf16 weight buffer).
+func (b *CUDA) DownloadBF16(dst []uint16, src Buf) (bool, error) {
+	if b.err != nil {
+		return false, b.err
+	}
+	if isBF16(src) || !b.dev.k.HasNarrowBF16() {
+		return false, nil
+	}
+	if len(dst) != src.Len() {
+		return false, fmt.Errorf("engine: %s: download of %d elements into %d", b.name, src.Len(), len(dst))
+	}
+	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		if err := cudaGrow(c, &b.nar, &b.narN, int64(2*len(dst))); err != nil {
+			return err
+		}
+		if err := k.NarrowBF16(c, b.nar, cudaPtr(src), len(dst)); err != nil {
+			return err
+		}
+		return cuda.Download(c, dst, b.nar) // synchronous: ordered after the kernel on the default stream
+	})
+	return b.err == nil, b.err
+}
+
+// releaseScratch frees DownloadBF16's buffer (the run is over; group.close).
+func (b *CUDA) releaseScratch() {
+	if b.nar == 0 {
+		return
+	}
+	p := b.nar
+	b.nar, b.narN = 0, 0
+	b.dev.d.Do(func(c *cuda.Ctx) error { return c.Free(p) }) //nolint:errcheck // freeing after an error too
 }
 
 func (b *CUDA) Copy(dst, src Buf) {
@@ -601,4 +638,7 @@ func (b *CUDA) LogProbs(pr kernels.Profile, out, logits Buf, targets []int32, T,
 // IsGPUUnavailable reports whether err means "no usable GPU" (the caller may fall back to the CPU).
 func IsGPUUnavailable(err error) bool { return errors.Is(err, cuda.ErrUnavailable) }
 
-var _ Backend = (*CUDA)(nil)
+var (
+	_ Backend          = (*CUDA)(nil)
+	_ NarrowDownloader = (*CUDA)(nil)
+)

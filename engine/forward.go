@@ -71,7 +71,9 @@ type kvCache struct {
 	cap  int
 }
 
-func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, maxPos int) *rank {
+// newRank places the rank's weights on be. stop > 0 (RunOptions.StopLayer, below the model's layers): only
+// layers 0..stop-1 and the embedding go up (the forward never reaches the others, the final norm or the LM head).
+func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, maxPos, stop int) *rank {
 	cfg := m.Config
 	r := &rank{cfg: cfg, lay: lay, be: be, comm: comm, ring: ring, v: v, caches: map[int64]*kvCache{}}
 	vec := func(x []float32) Buf { // a float32 vector (norm weights, biases, RoPE tables)
@@ -92,16 +94,24 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 		return be.UploadWeights(w)
 	}
 	H, hd := cfg.Hidden, cfg.HeadDim
+	layers := m.Layers
+	if stop > 0 && stop < len(layers) {
+		layers = layers[:stop]
+		r.stopLayer = stop
+	}
 	r.embed = mat(m.Embed)
-	r.norm = up(m.Norm)
-	if cfg.TiedEmbeddings && lay.tp == 1 {
+	switch {
+	case r.stopLayer > 0: // no final norm, no LM head
+	case cfg.TiedEmbeddings && lay.tp == 1:
+		r.norm = up(m.Norm)
 		r.lmHead = r.embed // the same tensor: held once (a tied checkpoint's size on the device too)
-	} else {
+	default:
+		r.norm = up(m.Norm)
 		r.lmHead = mat(m.LMHead.Rows(H, lay.v0, lay.vLocal))
 	}
 	q0, qn := lay.qHead0*hd, lay.qHeads*hd
 	k0, kn := lay.kvHead0*hd, lay.kvHeads*hd
-	for l, L := range m.Layers {
+	for l, L := range layers {
 		var experts []expertBufs
 		if cfg.MoELayer(l) {
 			Im := cfg.MoEIntermediate
@@ -391,12 +401,16 @@ func (r *rank) forward(segs []segment) (*fwdResult, error) {
 	if err := emit(OpLogits, r.logits, vW); err != nil {
 		return nil, err
 	}
+	res := &fwdResult{V: cfg.Vocab}
+	if !sampling(segs) { // no row is sampled: the (T, V) float32 logits stay on the backend (logprobs read them there)
+		return res, be.Err()
+	}
 	full := r.logits
 	if lay.tp > 1 {
 		full = r.alloc(T * cfg.Vocab)
 		be.AllGather(r.comm, full, r.logits, T, vW)
 	}
-	res := &fwdResult{V: cfg.Vocab, logits: make([]float32, T*cfg.Vocab)}
+	res.logits = make([]float32, T*cfg.Vocab)
 	if err := be.Download(res.logits, full); err != nil {
 		return nil, err
 	}
@@ -418,7 +432,18 @@ func (r *rank) logprobs(targets []int32) ([]float32, error) {
 	return host, nil
 }
 
-// fwdResult is a forward's output on the host: the full logits (T, V).
+// sampling reports whether any segment has a row the sampling rule draws from (sampleFrom, a position, inside
+// the segment's positions).
+func sampling(segs []segment) bool {
+	for _, s := range segs {
+		if s.sampleFrom < s.start+len(s.toks) {
+			return true
+		}
+	}
+	return false
+}
+
+// fwdResult is a forward's output on the host: the full logits (T, V), nil when no row is sampled.
 type fwdResult struct {
 	V      int
 	logits []float32

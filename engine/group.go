@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"bitalign/capture"
 	"bitalign/nvls"
@@ -22,6 +23,7 @@ type group struct {
 	cfg        Config
 	ranks      []*rank
 	closeComms func() error // frees the communicators (GPU collectives); nil for the CPU group
+	phases     *Phases
 }
 
 // groupOptions are what the trainer and the sampler share.
@@ -35,7 +37,9 @@ type groupOptions struct {
 	meta        capture.Meta
 	routing     *Routing
 	ops         func(op string) bool // which ops the capture records; nil: all
+	fps         func(op string) bool // which of them as fingerprints only; nil: none
 	stopLayer   int                  // > 0: the forward runs this many layers only
+	phases      *Phases              // nil: not timed
 }
 
 func newGroup(m *Model, o groupOptions) (*group, error) {
@@ -63,11 +67,12 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 			return nil, fmt.Errorf("engine: %v", err)
 		}
 	}
+	defer o.phases.Since("upload weights and tables", time.Now())
 	factory := o.backend
 	if factory == nil {
 		factory = func(int) (Backend, error) { return NewCPU(), nil }
 	}
-	g := &group{cfg: cfg, closeComms: closeComms}
+	g := &group{cfg: cfg, closeComms: closeComms, phases: o.phases}
 	if o.captureDir != "" {
 		if err := os.MkdirAll(o.captureDir, 0o755); err != nil {
 			return nil, fmt.Errorf("engine: %v", err)
@@ -83,11 +88,8 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 		if rings != nil {
 			ring = rings[i]
 		}
-		r := newRank(m, newLayout(cfg, o.tp, i), be, comms[i], ring, o.v, o.maxPos)
+		r := newRank(m, newLayout(cfg, o.tp, i), be, comms[i], ring, o.v, o.maxPos, o.stopLayer)
 		r.step, r.routing = o.meta.Step, o.routing
-		if o.stopLayer > 0 && o.stopLayer < cfg.Layers {
-			r.stopLayer = o.stopLayer
-		}
 		if err := be.Err(); err != nil {
 			g.abort()
 			return nil, err
@@ -96,7 +98,7 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 			meta := o.meta
 			meta.TP, meta.PP, meta.DP = o.tp, 1, 1
 			meta.Model = cfg.ModelJSON()
-			if r.rec, err = newRecorder(o.captureDir, cfg, i, meta, o.ops); err != nil {
+			if r.rec, err = newRecorder(o.captureDir, cfg, i, meta, o.ops, o.fps, o.phases); err != nil {
 				g.abort()
 				return nil, err
 			}
@@ -170,6 +172,14 @@ func (g *group) dropCache(seq int64) {
 // close finishes every capture file (or removes them all if any failed) and frees the caches.
 func (g *group) close(failed bool) error {
 	var first error
+	for _, r := range g.ranks { // every writer drained first: one rank's failed write removes every file
+		if r.rec != nil {
+			if err := r.rec.finish(); err != nil && first == nil && !failed {
+				first = err
+			}
+		}
+	}
+	start := time.Now()
 	for _, r := range g.ranks {
 		for seq := range r.caches {
 			r.dropCache(seq)
@@ -177,6 +187,9 @@ func (g *group) close(failed bool) error {
 		r.be.Free(r.logits)
 		r.logits = nil
 		r.freeWeights()
+		if rs, ok := r.be.(interface{ releaseScratch() }); ok {
+			rs.releaseScratch()
+		}
 		r.leave()
 		if r.rec == nil {
 			continue
@@ -189,6 +202,7 @@ func (g *group) close(failed bool) error {
 			first = err
 		}
 	}
+	g.phases.Since("free, close the capture (fsync, rename)", start)
 	if g.closeComms != nil {
 		if err := g.closeComms(); err != nil && first == nil {
 			first = err
@@ -201,6 +215,7 @@ func (g *group) close(failed bool) error {
 func (g *group) abort() {
 	for _, r := range g.ranks {
 		if r.rec != nil {
+			r.rec.finish() //nolint:errcheck // already failing
 			r.rec.w.Abort()
 		}
 	}

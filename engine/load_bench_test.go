@@ -96,7 +96,7 @@ func loadOnto(tb testing.TB, dir, device string) *Model {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		r := newRank(m, newLayout(m.Config, 1, 0), be, nil, nil, profileVariant(0), 1)
+		r := newRank(m, newLayout(m.Config, 1, 0), be, nil, nil, profileVariant(0), 1, 0)
 		if err := be.Err(); err != nil {
 			tb.Fatal(err)
 		}

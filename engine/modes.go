@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"bitalign/capture"
 	"bitalign/kernels"
@@ -46,6 +47,12 @@ type RunOptions struct {
 	Routing *Routing
 	// Ops, when set, is which ops the capture records (the others are computed, not written); nil: every op.
 	Ops func(op string) bool
+	// Fingerprints, when set, is which of the recorded ops are written as fingerprint tensors only (role
+	// fp.out, docs/capture-format.md): tokens, logprobs and sample always in full (capture.FullAlways), and
+	// column-sharded ops of a TP > 1 run too (a shard's fingerprints are not those of the full rows).
+	Fingerprints func(op string) bool
+	// Phases, when set, receives the run's phase times (replay --timings).
+	Phases *Phases
 	// StopLayer > 0 runs layers 0..StopLayer-1 only: the forward stops there (no final norm, logits,
 	// logprobs or samples: Output's sequences have none). Train only; 0 or ≥ the model's layers: the whole
 	// forward.
@@ -163,7 +170,7 @@ func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, si
 	}
 	g, err := newGroup(m, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, collectives: opts.Collectives, maxPos: maxLen,
 		captureDir: opts.CaptureDir, meta: opts.meta(side, batch, opts.Profile, seqs, openEnded), routing: opts.Routing,
-		ops: opts.Ops, stopLayer: opts.StopLayer})
+		ops: opts.Ops, fps: opts.Fingerprints, stopLayer: opts.StopLayer, phases: opts.Phases})
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +191,9 @@ func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, si
 				}
 				segs = append(segs, segment{seq: opts.SeqIDs[i], start: 0, toks: seqs[i][:len(seqs[i])-1], sampleFrom: P - 1})
 			}
+			t0 := time.Now()
 			res, err := g.forward(segs)
+			t0 = opts.Phases.Since("forward (with the recorder's copies)", t0)
 			if err != nil {
 				return err
 			}
@@ -200,6 +209,7 @@ func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, si
 				targets = append(targets, seqs[b0+j][1:len(s.toks)+1]...)
 			}
 			lps, err := g.logprobs(targets)
+			t0 = opts.Phases.Since("logprobs", t0)
 			if err != nil {
 				return err
 			}
@@ -228,6 +238,7 @@ func (m *Model) train(ctx context.Context, seqs [][]int32, opts TrainOptions, si
 				g.dropCache(s.seq)
 				out.Seqs = append(out.Seqs, so)
 			}
+			opts.Phases.Since("sample, record logprobs and samples", t0)
 		}
 		return nil
 	}()
@@ -302,7 +313,8 @@ func (m *Model) Sample(ctx context.Context, prompts [][]int32, opts SampleOption
 		slots = len(prompts)
 	}
 	g, err := newGroup(model, groupOptions{tp: opts.TP, v: v, backend: opts.Backend, collectives: opts.Collectives, maxPos: maxLen,
-		captureDir: opts.CaptureDir, meta: opts.meta(SideSampler, slots, opts.Profile, nil, nil), routing: opts.Routing})
+		captureDir: opts.CaptureDir, meta: opts.meta(SideSampler, slots, opts.Profile, nil, nil), routing: opts.Routing,
+		fps: opts.Fingerprints, phases: opts.Phases})
 	if err != nil {
 		return nil, err
 	}

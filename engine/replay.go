@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"time"
 
 	"bitalign/capture"
 	"bitalign/kernels"
@@ -31,6 +32,9 @@ type ReplayOptions struct {
 	// Ops and StopLayer: as RunOptions (record only some ops; stop the forward after the last layer they need).
 	Ops       func(op string) bool
 	StopLayer int
+	// Fingerprints and Phases: as RunOptions (which recorded ops are written as fingerprints; phase times).
+	Fingerprints func(op string) bool
+	Phases       *Phases
 }
 
 // Replay re-executes the step captured at capturePath from its token ids with the trainer mode (every
@@ -40,6 +44,7 @@ type ReplayOptions struct {
 // (engine captures), else from `sample` there (the sampler's drawn token); when neither exists the last
 // position gets no log-probability. `sample` is recorded from the capture's first sampled position.
 func (m *Model) Replay(ctx context.Context, capturePath, outDir string, opts ReplayOptions) (*Output, error) {
+	start := time.Now()
 	c, err := capture.Open(capturePath)
 	if err != nil {
 		return nil, err
@@ -142,6 +147,8 @@ func (m *Model) Replay(ctx context.Context, capturePath, outDir string, opts Rep
 	sp := extra.Sampling // nil: the default
 	to := TrainOptions{RunOptions: RunOptions{TP: max(opts.TP, 1), Profile: opts.Profile, Seed: meta.Seed, Step: step,
 		SeqIDs: ids, Sampling: sp, CaptureDir: outDir, Backend: opts.Backend, Collectives: opts.Collectives,
-		Routing: opts.Routing, Ops: opts.Ops, StopLayer: opts.StopLayer}, Batch: opts.Batch, PromptLens: plen}
+		Routing: opts.Routing, Ops: opts.Ops, StopLayer: opts.StopLayer, Fingerprints: opts.Fingerprints,
+		Phases: opts.Phases}, Batch: opts.Batch, PromptLens: plen}
+	opts.Phases.Since("read the capture's tokens, build the batch", start)
 	return m.train(ctx, inputs, to, SideReplay, open)
 }

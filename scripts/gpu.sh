@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu.sh — build-check-time on the GPU machine in one call (see docs/gpu.md).
 # Here (no GPU):   make gpu-build            # CGO_ENABLED=0 test binaries into .gpu/
-# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [nvls] [ui] [bench] [tc]   (default: all), with .gpu carried.
+# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [nvls] [ui] [bench] [tc]   (default: all), with .gpu carried;
+#                  load, torch, tp, size and replay only when named.
 #   ptx   runs `make ptx` (every PTX: kernels/cuda and nvls/cuda, the Makefile's NVCCFLAGS) into a fresh tree,
 #         says which PTX differ from the committed ones and leaves the tree in $OUT/ptx.tar (PTX and both
 #         manifests; `tar -xf ptx.tar` at the repository root puts them in place); the tests then load the
@@ -49,6 +50,13 @@
 #         $RECORD_DIR on local disk, removed after), the capture sizes and their ratio, and checks the background
 #         writer's captures against background=False byte for byte; $OUT/record-bench.json is its summary.
 #         About 9 GB of disk. Not in the default list: `bash scripts/gpu.sh record`. RECORDFLAGS: more flags.
+#   replay issue 15's replay at size (capture/python/tests/replay_size.py): random Qwen2-1.5B-shaped (4 × 256 tokens)
+#         and Qwen3-8B-shaped (8 × 512) bf16 models built on the GPU and saved, their trainer captures recorded
+#         with bitalign_capture (1.5B full and fingerprint; 8B fingerprint with layer $REPLAY_LAYER in full), then
+#         `bitalign replay --device cuda --timings` end to end (wall, peak RSS, phases), --ops 'layers.L.*' too;
+#         a table and $OUT/replay-size/replay-size.json. Needs about 40 GB of disk (the 8B checkpoint is 16 GB,
+#         deleted at the end). Not in the default list: `bash scripts/gpu.sh replay`. REPLAYFLAGS: more flags
+#         (e.g. --models 1.5b).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -287,6 +295,19 @@ if [[ " $steps " == *" record "* ]]; then
     tee "$OUT/record.log" | tail -20
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   cp "$rdir/record-bench.json" "$OUT/" 2>/dev/null || { echo "record: no record-bench.json"; rc=1; }
+fi
+
+if [[ " $steps " == *" replay "* ]]; then
+  echo "== replay (issue 15: bitalign replay end to end at 1.5B and 8B, with --timings)"
+  df -h "${REPLAYDIR:-/tmp}" | tail -1
+  python3 -W ignore capture/python/tests/replay_size.py "${REPLAYDIR:-/tmp/bitalign-replay-size}" --device cuda \
+    --bin .gpu/bitalign --layer "${REPLAY_LAYER:-12}" ${REPLAYFLAGS:-} 2>&1 | grep -v "Writing model shards" |
+    tee "$OUT/replay-size.log" | grep -v '^\[{'
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  mkdir -p "$OUT/replay-size"
+  cp "${REPLAYDIR:-/tmp/bitalign-replay-size}"/replay-size.json "${REPLAYDIR:-/tmp/bitalign-replay-size}"/*/replay-*.json \
+    "$OUT/replay-size/" 2>/dev/null
+  free -g | head -2
 fi
 
 echo "gpu.sh: exit $rc"

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
+	"bitalign/capture"
 	"bitalign/engine"
 	"bitalign/kernels"
 	"bitalign/session/view"
@@ -29,6 +32,11 @@ type StepOptions struct {
 	// Ops (glob patterns, as Diff's WithOps) replays and writes only the ops they match, running the forward
 	// up to the last layer those ops need (ReplayStep); nil: every op.
 	Ops []string
+	// Full writes the replay in full even where the capture holds fingerprints only (by default the replay
+	// writes such ops as fingerprints too, and the diff compares fingerprint with fingerprint).
+	Full bool
+	// Timings, when set, receives the replay's phase times (replay --timings).
+	Timings *engine.Phases
 }
 
 // setup is what every replay checks first: the progress callback (never nil), the backend of o.Device, and that
@@ -55,21 +63,57 @@ func (o StepOptions) setup(saves ...string) (func(view.Progress), engine.Backend
 	return progress, backend, backendName, nil
 }
 
-// replayOps resolves replay --ops against the capture's ops: the ops to write (nil: all) and the layers the
-// forward must run (engine.ReplayOptions.StopLayer: up to the last asked layer; 0, the whole forward, when an op
-// after the layers is asked). A pattern that is malformed or matches no op of the capture is an error.
-func replayOps(capPath string, patterns []string) (map[string]bool, int, error) {
-	if len(patterns) == 0 {
-		return nil, 0, nil
-	}
+// replayPlan is what a replay writes, from the capture's index: keep (nil: every op) and stop as
+// replayOps says, and fps, the ops the capture holds as fingerprints only (role fp.out, no out tensor), which
+// the replay writes as fingerprints too (nil with StepOptions.Full or when there are none).
+type replayPlan struct {
+	keep map[string]bool
+	stop int
+	fps  map[string]bool
+}
+
+// planReplay reads the capture's index once for replayOps and the fingerprint-only ops.
+func planReplay(capPath string, patterns []string, full bool) (replayPlan, error) {
 	c, err := openCapture(capPath)
 	if err != nil {
-		return nil, 0, err
+		return replayPlan{}, err
 	}
 	defer c.Close()
 	var names []string
+	fpOps, fullOps := map[string]bool{}, map[string]bool{}
 	for i := 0; i < c.Len(); i++ {
-		names = append(names, c.Entry(i).Op)
+		e := c.Entry(i)
+		names = append(names, e.Op)
+		switch e.Role {
+		case capture.FingerprintPrefix + "out":
+			fpOps[e.Op] = true
+		case "out", "":
+			fullOps[e.Op] = true
+		}
+	}
+	var p replayPlan
+	if p.keep, p.stop, err = replayOps(capPath, names, patterns); err != nil {
+		return replayPlan{}, err
+	}
+	if !full {
+		for _, op := range slices.Sorted(maps.Keys(fpOps)) {
+			if !fullOps[op] && (p.keep == nil || p.keep[op]) {
+				if p.fps == nil {
+					p.fps = map[string]bool{}
+				}
+				p.fps[op] = true
+			}
+		}
+	}
+	return p, nil
+}
+
+// replayOps resolves replay --ops against the capture's op names: the ops to write (nil: all) and the layers
+// the forward must run (engine.ReplayOptions.StopLayer: up to the last asked layer; 0, the whole forward, when
+// an op after the layers is asked). A pattern that is malformed or matches no op of the capture is an error.
+func replayOps(capPath string, names, patterns []string) (map[string]bool, int, error) {
+	if len(patterns) == 0 {
+		return nil, 0, nil
 	}
 	slices.Sort(names)
 	keep, err := matchOps(patterns, slices.Compact(names), capPath)
@@ -94,12 +138,15 @@ func replayOps(capPath string, patterns []string) (map[string]bool, int, error) 
 }
 
 // loadForReplay loads the checkpoint and refuses it when it is not the capture's model.
-func loadForReplay(checkpoint, capPath string, progress func(view.Progress)) (*engine.Model, error) {
+func loadForReplay(checkpoint, capPath string, progress func(view.Progress), ph *engine.Phases) (*engine.Model, error) {
 	progress(view.Progress{Stage: "loading the checkpoint"})
+	start := time.Now()
 	m, err := engine.Load(checkpoint)
+	start = ph.Since("load the checkpoint (mapped)", start)
 	if err != nil {
 		return nil, err
 	}
+	defer ph.Since("check the checkpoint against the capture", start)
 	c, err := openCapture(capPath)
 	if err != nil {
 		return nil, err
@@ -121,15 +168,18 @@ func ReplayStep(ctx context.Context, checkpoint, capPath string, o StepOptions) 
 	if err != nil {
 		return nil, "", err
 	}
-	if _, _, err := replayOps(capPath, o.Ops); err != nil { // before the checkpoint: a bad pattern fails fast
+	start := time.Now()
+	plan, err := planReplay(capPath, o.Ops, o.Full) // before the checkpoint: a bad pattern fails fast
+	o.Timings.Since("read the capture's index (--ops, fingerprints)", start)
+	if err != nil {
 		return nil, "", err
 	}
-	m, err := loadForReplay(checkpoint, capPath, progress)
+	m, err := loadForReplay(checkpoint, capPath, progress, o.Timings)
 	if err != nil {
 		return nil, "", err
 	}
 	progress(view.Progress{Stage: "replaying on " + backendName})
-	r, err := replayInto(ctx, m, capPath, o.Save, o, backend, nil, progress)
+	r, err := replayInto(ctx, m, capPath, o.Save, o, plan, backend, nil, progress)
 	if err != nil {
 		return nil, "", err
 	}
@@ -138,8 +188,8 @@ func ReplayStep(ctx context.Context, checkpoint, capPath string, o StepOptions) 
 
 // replayInto replays capPath into save ("" : a temporary directory, removed) with routing (nil: the model's
 // own) and diffs the capture (A) with it.
-func replayInto(ctx context.Context, m *engine.Model, capPath, save string, o StepOptions, backend engine.BackendFactory,
-	routing *engine.Routing, progress func(view.Progress)) (*Report, error) {
+func replayInto(ctx context.Context, m *engine.Model, capPath, save string, o StepOptions, plan replayPlan,
+	backend engine.BackendFactory, routing *engine.Routing, progress func(view.Progress)) (*Report, error) {
 	out := save
 	if out == "" {
 		tmp, err := os.MkdirTemp("", "bitalign-replay-*")
@@ -150,21 +200,22 @@ func replayInto(ctx context.Context, m *engine.Model, capPath, save string, o St
 		out = filepath.Join(tmp, "replay")
 	}
 	tp := max(o.TP, 1)
-	keep, stop, err := replayOps(capPath, o.Ops)
-	if err != nil {
-		return nil, err
-	}
 	ro := engine.ReplayOptions{TP: tp, Profile: o.Profile, Backend: backend, Collectives: engine.GPUCollectives(backend, tp),
-		Routing: routing, StopLayer: stop}
+		Routing: routing, StopLayer: plan.stop, Phases: o.Timings}
 	in := Inputs{A: capPath, B: out, Device: "cpu"}
-	if keep != nil {
+	if keep := plan.keep; keep != nil {
 		ro.Ops = func(op string) bool { return keep[op] }
 		in.Options = []Option{WithOps(o.Ops...)}
+	}
+	if fps := plan.fps; fps != nil {
+		ro.Fingerprints = func(op string) bool { return fps[op] }
 	}
 	if _, err := m.Replay(ctx, capPath, out, ro); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	l, err := load(ctx, in, m, progress) // the diff replays nothing
+	o.Timings.Since("diff the capture with the replay", start)
 	if err != nil {
 		return nil, err
 	}

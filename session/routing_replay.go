@@ -43,7 +43,12 @@ func ReplayRouting(ctx context.Context, checkpoint, capPath string, o StepOption
 		return nil, "", err
 	}
 	defer rc.Close()
-	m, err := loadForReplay(checkpoint, capPath, progress)
+	// every op, in full: the routing verdicts read the replay's routing
+	plan, err := planReplay(capPath, nil, true)
+	if err != nil {
+		return nil, "", err
+	}
+	m, err := loadForReplay(checkpoint, capPath, progress, o.Timings)
 	if err != nil {
 		return nil, "", err
 	}
@@ -58,12 +63,12 @@ func ReplayRouting(ctx context.Context, checkpoint, capPath string, o StepOption
 		return nil, "", err
 	}
 	progress(view.Progress{Stage: "replaying with its own routing on " + backendName})
-	own, err := replayInto(ctx, m, capPath, o.Save, o, backend, nil, progress)
+	own, err := replayInto(ctx, m, capPath, o.Save, o, plan, backend, nil, progress)
 	if err != nil {
 		return nil, "", err
 	}
 	progress(view.Progress{Stage: "replaying with " + o.RoutingFrom + "'s routing on " + backendName})
-	routed, err := replayInto(ctx, m, capPath, saveRouted, o, backend, routing, progress)
+	routed, err := replayInto(ctx, m, capPath, saveRouted, o, plan, backend, routing, progress)
 	if err != nil {
 		return nil, "", err
 	}

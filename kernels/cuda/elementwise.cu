@@ -1,5 +1,5 @@
-// elementwise.cu: twins of kernels.ResidualForward, SwiGLUForward, EmbeddingForward, DType.RoundSlice, and the
-// engine's AddBias (docs/arithmetic.md §1, §8). One thread per element: no reduction, so no order to keep.
+// elementwise.cu: twins of kernels.ResidualForward, SwiGLUForward, EmbeddingForward, DType.RoundSlice, the
+// engine's AddBias (docs/arithmetic.md §1, §8) and fp.F32ToBF16 (narrow_bf16). One thread per element: no reduction, so no order to keep.
 #include "common.cuh"
 
 // residual: out[i] = round_dt(a[i] ⊕ b[i]); dt = DT_NONE gives the engine's unrounded Add. out may alias a or b.
@@ -37,6 +37,17 @@ extern "C" __global__ void swiglu4(float* out, const float* gate, const float* u
 extern "C" __global__ void round_buf(float* x, long long n, int dt) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = round_dt(x[i], dt);
+}
+
+// narrow_bf16: out[i] = the bf16 bits of x[i] by fp.F32ToBF16's rule (round to nearest even; a NaN keeps its sign
+// and top payload bits, made quiet), the bits the engine's recorder writes: narrowed on the device so that half
+// the bytes cross to the host. No arithmetic on floats: integer ops on the bits only.
+extern "C" __global__ void narrow_bf16(unsigned short* out, const float* x, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const uint32_t u = __float_as_uint(x[i]);
+    out[i] = (u & 0x7FFFFFFFu) > 0x7F800000u ? (unsigned short)((u >> 16) | 0x40u)
+                                              : (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 // add_bias: out is (M, N), bias is (N): out[m,n] = out[m,n] ⊕ bias[n], not rounded.

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"bitalign/cuda"
+	"bitalign/internal/fp"
 	"bitalign/internal/testgpu"
 	"bitalign/kernels"
 )
@@ -475,6 +476,47 @@ func TestElementwiseBitwise(t *testing.T) {
 		kernels.SwiGLUForward(dt, want, sp, ones, len(sp))
 		d.run(t, func(c *cuda.Ctx, k *Kernels) error { return k.SwiGLUForward(c, dt, out, ds, do, len(sp)) })
 		same(t, fmt.Sprintf("swiglu specials %v", dt), d.get(t, out, len(sp)), want)
+	}
+}
+
+// TestNarrowBF16Bitwise: narrow_bf16 gives fp.F32ToBF16's bits for random floats (most not bf16 values: every
+// rounding case), bf16 values, and the special values (±0, ±Inf, NaNs of either sign and any payload, the
+// largest finite values that round to Inf, subnormals).
+func TestNarrowBF16Bitwise(t *testing.T) {
+	g := openGPU(t)
+	r := newRand(t)
+	sp := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		math.Float32frombits(0xFFC00001), math.Float32frombits(0x7F800001), math.Float32frombits(0xFF812345),
+		math.MaxFloat32, -math.MaxFloat32, 1e-40, -1e-45, 0x1p-126, 1 + 0x1p-8, 1 + 0x1p-8 + 0x1p-23, 1 + 3*0x1p-8}
+	for _, n := range []int{1, 7, 1000, 100003} {
+		d := &dev{g: g}
+		x := append(randn(r, n, false), randn(r, n, true)...)
+		if n > len(sp) {
+			copy(x, sp)
+		}
+		dx := d.f32(t, x)
+		var out cuda.Ptr
+		d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+			if !k.HasNarrowBF16() {
+				return fmt.Errorf("the loaded PTX has no narrow_bf16 (stale PTX: make ptx)")
+			}
+			var err error
+			if out, err = c.Alloc(int64(2 * len(x))); err != nil {
+				return err
+			}
+			return k.NarrowBF16(c, out, dx, len(x))
+		})
+		got := make([]uint16, len(x))
+		d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+			defer c.Free(out) //nolint:errcheck
+			return cuda.Download(c, got, out)
+		})
+		for i, v := range x {
+			if want := fp.F32ToBF16(v); got[i] != want {
+				t.Fatalf("narrow_bf16 n=%d: element %d (%#08x) gives %#04x, fp.F32ToBF16 %#04x", len(x), i, math.Float32bits(v), got[i], want)
+			}
+		}
+		d.free()
 	}
 }
 

@@ -153,6 +153,19 @@ func (k *Kernels) Round(c *cuda.Ctx, dt kernels.DType, x cuda.Ptr, n int) error 
 	return k.launch(c, planElementwise("round_buf", int64(n)), x, int64(n), DTCode(dt))
 }
 
+// NarrowBF16: out (n uint16) = the bf16 bits of x's n float32 values (fp.F32ToBF16), for the recorder's copies
+// to the host. HasNarrowBF16 says whether the loaded PTX has the kernel.
+func (k *Kernels) NarrowBF16(c *cuda.Ctx, out, x cuda.Ptr, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	return k.launch(c, planElementwise("narrow_bf16", int64(n)), out, x, int64(n))
+}
+
+// HasNarrowBF16 reports whether the loaded PTX has narrow_bf16 (PTX built before it has not: the engine then
+// copies float32 and narrows on the host).
+func (k *Kernels) HasNarrowBF16() bool { return k.fn["narrow_bf16"] != nil }
+
 // AddBias: out is (M, N), bias is (N): out[m,n] ⊕= bias[n], unrounded.
 func (k *Kernels) AddBias(c *cuda.Ctx, out, bias cuda.Ptr, M, N int) error {
 	if M*N <= 0 {
