@@ -97,6 +97,16 @@ __device__ __forceinline__ void wgmma_m64n64(float (&d)[8][4], const uint32_t (&
 #define TC_SMEM(name) extern __shared__ __align__(128) uint16_t name[]
 #endif  // BITALIGN_TC_SIM
 
+// tc_out: an output element as it leaves a tc kernel (docs/arithmetic.md tc.4): the whole tree's value gets the
+// bias added (when there is one) and is rounded to dt; a subtree for a later finish (finish false) is stored as it is.
+__device__ __forceinline__ float tc_out(float y, bool finish, const float* bias, int col, int dt) {
+    if (finish) {
+        if (bias) y = __fadd_rn(y, bias[col]);
+        y = round_dt(y, dt);
+    }
+    return y;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // tile_load: the ROWS×BK slice [k0, k0+BK) of rows r0… of src (rows × K, bf16) into shared memory s (row stride
 // LD), +0 past the matrix's rows and past the segment's end hi. VEC (K and every bound a multiple of 8, 16-byte

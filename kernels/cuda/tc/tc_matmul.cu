@@ -133,12 +133,7 @@ __device__ __forceinline__ void tc_body(float* __restrict__ out, float* __restri
                 const int row = m0 + wm * 16 * MI + 16 * i + g + 8 * (e >> 1);
                 const int col = n0 + wn * 8 * NI + 8 * n + 2 * q + (e & 1);
                 if (row < M && col < N) {
-                    float y = acc[i * NI + n][e];
-                    if (finish) {
-                        if (bias) y = __fadd_rn(y, bias[col]);
-                        y = round_dt(y, dt);
-                    }
-                    dst[(size_t)row * N + col] = y;
+                    dst[(size_t)row * N + col] = tc_out(acc[i * NI + n][e], finish, bias, col, dt);
                 }
             }
 }
@@ -181,7 +176,5 @@ extern "C" __global__ void tc_finish(float* __restrict__ out, const float* __res
 #pragma unroll
         for (int s = 0; s < 4; s++)
             if (s < n / 2) v[s] = __fadd_rn(v[2 * s], v[2 * s + 1]);  // adjacent pairs, level by level
-    float y = v[0];
-    if (bias) y = __fadd_rn(y, bias[(int)(i % N)]);
-    out[i] = round_dt(y, dt);
+    out[i] = tc_out(v[0], true, bias, (int)(i % N), dt);
 }

@@ -268,12 +268,7 @@ __device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, 
                 const int row = m0 + 64 * cw + 16 * wq + g + 8 * (e >> 1);
                 const int col = n0 + 8 * j + 2 * q + (e & 1);
                 if (row < M && col < N) {
-                    float y = acc[j][e];
-                    if (finish) {
-                        if (bias) y = __fadd_rn(y, bias[col]);
-                        y = round_dt(y, dt);
-                    }
-                    dst[(size_t)row * N + col] = y;
+                    dst[(size_t)row * N + col] = tc_out(acc[j][e], finish, bias, col, dt);
                 }
             }
     }

@@ -145,12 +145,7 @@ __device__ __forceinline__ void tc_wg_body(float* __restrict__ out, float* __res
             const int row = m0 + wgi * 64 + wq * 16 + g + 8 * (e >> 1);
             const int col = n0 + 8 * j + 2 * q + (e & 1);
             if (row < M && col < N) {
-                float y = acc[j][e];
-                if (finish) {
-                    if (bias) y = __fadd_rn(y, bias[col]);
-                    y = round_dt(y, dt);
-                }
-                dst[(size_t)row * N + col] = y;
+                dst[(size_t)row * N + col] = tc_out(acc[j][e], finish, bias, col, dt);
             }
         }
 }
