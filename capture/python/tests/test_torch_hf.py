@@ -123,6 +123,16 @@ def test_segments_packed_and_decode():
     assert _mask_rows(bh.causal_mask(2, 6)) == [(0, 2, 0, [4, 5])]
 
 
+def test_no_mask_runs_are_the_causal_masks():
+    """The attention without a mask (causal, the queries the last Tq keys) takes the runs segments() finds in
+    causal_mask, without building it."""
+    bh._last_mask[:] = [None, None]
+    for Tq, S in ((4, 4), (2, 6), (1, 9), (0, 3)):
+        got = bh._row_segments(None, 2, Tq, S, torch.device("cpu"))
+        want = _mask_rows(bh.causal_mask(Tq, S))
+        assert [[(r0, r1, k0, p.tolist()) for r0, r1, k0, _, p in runs] for runs in got] == [want, want]
+
+
 def test_segments_refuse_holes():
     m = torch.tensor([[1, 0, 1]], dtype=torch.bool)
     with pytest.raises(ValueError, match=r"query 0 sees keys \[0, 2\]: not one contiguous run"):
