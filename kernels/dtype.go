@@ -16,6 +16,7 @@ type Profile int
 const (
 	Canonical Profile = iota // docs/arithmetic.md §1–12
 	Standard                 // docs/arithmetic.md §13
+	TC                       // docs/arithmetic.md §18: tensor-core matmuls and attention products, canonical elsewhere
 )
 
 func (p Profile) String() string {
@@ -24,6 +25,8 @@ func (p Profile) String() string {
 		return "canonical"
 	case Standard:
 		return "standard"
+	case TC:
+		return "tc"
 	}
 	return fmt.Sprintf("Profile(%d)", int(p))
 }
