@@ -2,7 +2,7 @@
 # scripts/gpu.sh — build-check-time on the GPU machine in one call (see docs/gpu.md).
 # Here (no GPU):   make gpu-build            # CGO_ENABLED=0 test binaries into .gpu/
 # There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [nvls] [ui] [bench] [tc]   (default: all), with .gpu carried;
-#                  load, torch, tp, size and replay only when named.
+#                  load, torch, tp, size, sweep, record, replay and e2e only when named.
 #   ptx   runs `make ptx` (every PTX: kernels/cuda and nvls/cuda, the Makefile's NVCCFLAGS) into a fresh tree,
 #         says which PTX differ from the committed ones and leaves the tree in $OUT/ptx.tar (PTX and both
 #         manifests; `tar -xf ptx.tar` at the repository root puts them in place); the tests then load the
@@ -44,6 +44,11 @@
 #   sweep every tiled-matmul plan (tile rows, segments per block) at the Qwen2-1.5B and Qwen2.5-7B projection
 #         shapes beside cuBLAS SGEMM, after checking that they give the same bits (scripts/plan_sweep.py): the
 #         figures launch.json's matmul rules are fitted to. Not in the default list: `bash scripts/gpu.sh sweep`.
+#   e2e   issue 14's end-to-end forward: capture/python/tests/e2e_forward.py builds replay_size.py's random bf16
+#         models (Qwen2-1.5B's shapes at 4 × 256 tokens, Qwen3-8B's at 8 × 512), times transformers' bf16 SDPA
+#         forward (CUDA events), saves the model and runs the engine's BenchmarkForwardSize on that checkpoint at
+#         the same shape for each profile (ms/forward and the per-op device-time table), in the same call; into
+#         $OUT/e2e. E2EFLAGS: more flags (e.g. --models 1.5b --profiles canonical). Not in the default list.
 #   record issue 15's recording goals: capture/python/tests/record_bench.py on a Qwen2-1.5B-shaped random bf16 model
 #         over 4 × 256 tokens times, in one call, the plain forward, the forward with every op recorded as
 #         fingerprints and in full (GB/s = bytes / wall time to the end of close, which fsyncs; files in
@@ -228,6 +233,13 @@ if [[ " $steps " == *" load "* ]]; then
     [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   done
   free -g | head -2
+fi
+
+if [[ " $steps " == *" e2e "* ]]; then
+  echo "== e2e (the engine's forward against transformers' bf16 SDPA forward, same model, same call)"
+  python3 -W ignore capture/python/tests/e2e_forward.py "$OUT/e2e" --engine-test .gpu/engine.test ${E2EFLAGS:-} 2>&1 |
+    grep -v "Writing model shards" | tee "$OUT/e2e.log" | tail -80
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
 fi
 
 if [[ " $steps " == *" torch "* ]]; then
