@@ -24,7 +24,7 @@ func TestFingerprintRowsMatchesCapture(t *testing.T) {
 			cases = append(cases, setCase{off, L + int64(r.IntN(3))*4, int64(1 + r.IntN(9)), L})
 		}
 	}
-	cases = append(cases, setCase{0, 1 << 16, 3, 607744}, setCase{16, 4096, 5, 1024}, setCase{0, 64, 0, 64})
+	cases = append(cases, setCase{0, 1 << 20, 3, 607744}, setCase{16, 4096, 5, 1024}, setCase{0, 64, 0, 64})
 	var size int64
 	offs := make([]int64, len(cases))
 	for i, c := range cases {

@@ -75,7 +75,8 @@ def main():
         log = p.stdout + p.stderr
         open(os.path.join(a.out, name + "-engine.log"), "w").write(log)
         engine = {}
-        for prof, ms in re.findall(r"BenchmarkForwardSize/(\w+)\S*\s+\d+\s+.*?([0-9.]+) ms/forward", log):
+        # the per-op table prints between a sub-benchmark's name and its result line
+        for prof, ms in re.findall(r"BenchmarkForwardSize/([a-z]+)[-0-9]*\s.*?\s([0-9.]+) ms/forward", log, re.S):
             engine[prof] = float(ms)
         res = {"model": name, "batch": B, "tokens": S, "hf_bf16_sdpa_ms_median": round(med, 2),
                "hf_bf16_sdpa_ms_mean": round(mean, 2), "engine_ms": engine, "exit": p.returncode,
