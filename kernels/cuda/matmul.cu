@@ -8,10 +8,11 @@
 // order never depends on M, the tile or the launch.
 #include "common.cuh"
 
-// Weight loads. Every kernel here is instantiated for float32 weights and for bf16 weights (the _bf16w entries:
-// w holds the bf16 bits of the checkpoint, as the host mapped them). A bf16 weight is widened exactly as it is
-// loaded (its bits are the top half of the float32), so the chains see the same values as with float32
-// weights and the results are the same bits; x, bias and out are float32 either way.
+// Weight loads. Every kernel here is instantiated for float32 weights, for bf16 weights (the _bf16w entries:
+// w holds the bf16 bits of the checkpoint, as the host mapped them) and for f16 weights (the _f16w entries, the
+// IEEE half bits). A 16-bit weight is widened exactly as it is loaded (bf16: its bits are the top half of the
+// float32; f16: cvt.f32.f16, widen_f16), so the chains see the same values as with float32 weights and the
+// results are the same bits; x, bias and out are float32 either way.
 __device__ __forceinline__ float4 ld4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ float ld1(const float* p) { return __ldg(p); }
 __device__ __forceinline__ float4 ld4(const unsigned short* p) {  // 4 bf16, 8-byte aligned
@@ -20,6 +21,14 @@ __device__ __forceinline__ float4 ld4(const unsigned short* p) {  // 4 bf16, 8-b
                        __uint_as_float(v.y & 0xffff0000u));
 }
 __device__ __forceinline__ float ld1(const unsigned short* p) { return __uint_as_float((unsigned)__ldg(p) << 16); }
+__device__ __forceinline__ float4 ld4(const f16bits* p) {  // 4 f16, 8-byte aligned
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));  // little-endian: element 0 is v.x's low half
+    return make_float4(widen_f16((unsigned short)(v.x & 0xffffu)), widen_f16((unsigned short)(v.x >> 16)),
+                       widen_f16((unsigned short)(v.y & 0xffffu)), widen_f16((unsigned short)(v.y >> 16)));
+}
+__device__ __forceinline__ float ld1(const f16bits* p) {
+    return widen_f16(__ldg(reinterpret_cast<const unsigned short*>(p)));
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Large M: BM×128 output tiles (BM = 128 or 64), 16-deep K tiles double-buffered in shared memory, (BM/16)×8
@@ -258,7 +267,8 @@ __device__ __forceinline__ void matmul_tiled_body(float* __restrict__ out, float
     }
 #define TILED(BM, NAME)                                                                                          \
     TILED1(BM, NAME##_vec, true, float) TILED1(BM, NAME, false, float)                                           \
-    TILED1(BM, NAME##_vec_bf16w, true, unsigned short) TILED1(BM, NAME##_bf16w, false, unsigned short)
+    TILED1(BM, NAME##_vec_bf16w, true, unsigned short) TILED1(BM, NAME##_bf16w, false, unsigned short)           \
+    TILED1(BM, NAME##_vec_f16w, true, f16bits) TILED1(BM, NAME##_f16w, false, f16bits)
 TILED(128, matmul_t128)
 TILED(64, matmul_t64)
 
@@ -348,7 +358,9 @@ __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const
         const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
         matmul_small_body<MT, ROWS, WT>(out, x, w, bias, M, K, N, segs, seq, dt);                                 \
     }
-#define SMALL(MT, ROWS) SMALL1(MT, ROWS, matmul_small##MT, float) SMALL1(MT, ROWS, matmul_small##MT##_bf16w, unsigned short)
+#define SMALL(MT, ROWS)                                                                                          \
+    SMALL1(MT, ROWS, matmul_small##MT, float) SMALL1(MT, ROWS, matmul_small##MT##_bf16w, unsigned short)         \
+    SMALL1(MT, ROWS, matmul_small##MT##_f16w, f16bits)
 SMALL(1, 8)
 SMALL(2, 8)
 SMALL(4, 8)
@@ -416,7 +428,7 @@ __device__ __forceinline__ void matmul_dec_body(float* __restrict__ out, const f
                 if constexpr (sizeof(WT) == 4) {
                     cp_async16(dst, reinterpret_cast<const float*>(src), bytes);  // bytes 0: zero-fill, no read
                 } else {
-                    // bf16: four weights (8 bytes) loaded and widened by this thread into the same float slots
+                    // bf16, f16: four weights (8 bytes) loaded and widened by this thread into the same float slots
                     // (a plain store: visible after the __syncthreads that precedes this stage's use)
                     *reinterpret_cast<float4*>(dst) = bytes ? ld4(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
@@ -499,7 +511,9 @@ __device__ __forceinline__ void matmul_dec_body(float* __restrict__ out, const f
         const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
         matmul_dec_body<MT, CH, ST, WT>(out, x, w, bias, M, K, N, segs, seq, dt);                                 \
     }
-#define DEC(MT, CH, ST) DEC1(MT, CH, ST, matmul_dec##MT, float) DEC1(MT, CH, ST, matmul_dec##MT##_bf16w, unsigned short)
+#define DEC(MT, CH, ST)                                                                                          \
+    DEC1(MT, CH, ST, matmul_dec##MT, float) DEC1(MT, CH, ST, matmul_dec##MT##_bf16w, unsigned short)             \
+    DEC1(MT, CH, ST, matmul_dec##MT##_f16w, f16bits)
 DEC(1, 64, 3)
 DEC(2, 64, 3)
 DEC(4, 64, 2)
