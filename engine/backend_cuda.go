@@ -383,7 +383,7 @@ func (b *CUDA) MatmulFinish(out, bias Buf, M, N int, dt kernels.DType) {
 
 func (b *CUDA) RMSNorm(pr kernels.Profile, out, x, w Buf, rows, C int, eps float32, dt kernels.DType) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.RMSNormForward(c, pr, dt, cudaPtr(out), cudaPtr(x), cudaPtr(w), rows, C, eps)
+		return k.RMSNormForwardW(c, pr, dt, cudaPtr(out), cudaPtr(x), cudaPtr(w), weightDType(w), rows, C, eps)
 	})
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"bitalign/capture"
@@ -34,64 +35,68 @@ func heldBytes(b Buf) int64 {
 	return 4 * int64(b.Len())
 }
 
-// rankMatrixBytes sums what a rank's weight matrices (embedding, LM head when not tied, attention and MLP
-// projections) hold on its backend, and counts them.
-func rankMatrixBytes(r *rank) (int64, int) {
-	var n int64
-	count := 0
+// rankWeightBytes sums what a rank's weights other than biases (embedding, LM head when not tied, projections,
+// norm weights: the UploadWeights ones) hold on its backend, and counts them; bias is what its biases hold.
+func rankWeightBytes(r *rank) (weights int64, count int, bias int64) {
 	add := func(bs ...Buf) {
 		for _, b := range bs {
 			if b != nil {
-				n += heldBytes(b)
+				weights += heldBytes(b)
 				count++
 			}
 		}
 	}
-	add(r.embed)
+	add(r.embed, r.norm)
 	if r.lmHead != r.embed {
 		add(r.lmHead)
 	}
 	for _, l := range r.layers {
 		add(l.q, l.k, l.v, l.o, l.gate, l.up, l.down, l.router, l.sharedGate, l.shared.gate, l.shared.up, l.shared.down)
+		add(l.attnNorm, l.mlpNorm, l.qn, l.kn)
 		for _, x := range l.experts {
 			add(x.gate, x.up, x.down)
 		}
-	}
-	return n, count
-}
-
-// checkpointMatrixBytes is the checkpoint size of m's 2-D tensors (the matrices a rank uploads with
-// UploadWeights), and their count.
-func checkpointMatrixBytes(m *Model) (int64, int) {
-	var n int64
-	count := 0
-	for _, s := range m.weightSpecs() {
-		if len(s.shape) == 2 {
-			n += s.ptr.Bytes()
-			count++
+		for _, b := range []Buf{l.qb, l.kb, l.vb, l.ob} {
+			if b != nil {
+				bias += heldBytes(b)
+			}
 		}
 	}
-	return n, count
+	return weights, count, bias
 }
 
-// TestCUDAF16Weights: an f16 checkpoint's weight matrices are held as f16 on the backend (device memory
-// for them = their checkpoint size, half a float32 copy's), and its sampler and trainer forwards (outputs and
-// captures) equal those of the same model with every weight widened to float32, bitwise. On the CPU always; on
-// the GPU when there is one (skipped here without one, required on the GPU machine), where it also equals the
-// CPU's.
+// checkpointBytes is the checkpoint size of m's tensors other than biases and their count, and the number of
+// bias elements.
+func checkpointBytes(m *Model) (weights int64, count int, biasElems int64) {
+	for _, s := range m.weightSpecs() {
+		if strings.HasSuffix(s.name, ".bias") {
+			biasElems += int64(s.ptr.Len())
+			continue
+		}
+		weights += s.ptr.Bytes()
+		count++
+	}
+	return weights, count, biasElems
+}
+
+// TestCUDAF16Weights: an f16 checkpoint's weights are held as f16 on the backend (device memory for the weight
+// matrices and norm weights = their checkpoint size, half a float32 copy's; biases, small, are float32 on every
+// backend), and its sampler and trainer forwards (outputs and captures) equal those of the same model with every
+// weight widened to float32, bitwise. On the CPU always; on the GPU when there is one (skipped here without one,
+// required on the GPU machine), where it also equals the CPU's.
 func TestCUDAF16Weights(t *testing.T) {
 	backends := []struct {
 		name string
 		be   BackendFactory
 	}{{"cpu", func(int) (Backend, error) { return NewCPU(), nil }}, {"cuda", nil}}
-	for _, arch := range []string{ArchQwen2, ArchLlama} {
+	for _, arch := range []string{ArchQwen2, ArchQwen3, ArchLlama} {
 		cfg := tinyConfig(arch, capture.F16)
 		cfg.TiedEmbeddings = arch == ArchLlama
 		m := NewRandom(cfg, 11)
 		wide := widened(m)
-		want, wantN := checkpointMatrixBytes(m)
-		if wb, _ := checkpointMatrixBytes(wide); wb != 2*want {
-			t.Fatalf("%s: widened matrices take %d bytes, want twice the f16 checkpoint's %d", arch, wb, want)
+		want, wantN, biasElems := checkpointBytes(m)
+		if wb, _, _ := checkpointBytes(wide); wb != 2*want {
+			t.Fatalf("%s: widened weights take %d bytes, want twice the f16 checkpoint's %d", arch, wb, want)
 		}
 		ps, mn := tinyPrompts(cfg)
 		cs, ct, csd, ctd := sampleThenTrain(t, m, ps, mn, 1, kernels.Canonical, nil)
@@ -110,14 +115,17 @@ func TestCUDAF16Weights(t *testing.T) {
 					want int64
 				}{{m, want}, {wide, 2 * want}} {
 					r := newRank(c.m, newLayout(cfg, 1, 0), be, nil, nil, profileVariant(kernels.Canonical), 1, 0)
-					got, n := rankMatrixBytes(r)
+					got, n, bias := rankWeightBytes(r)
 					r.freeWeights()
 					if err := be.Err(); err != nil {
 						t.Fatal(err)
 					}
 					if got != c.want || n != wantN {
-						t.Fatalf("%v weights: %d matrices hold %d bytes on %s, want %d matrices, %d bytes (their checkpoint size)",
+						t.Fatalf("%v weights: %d tensors hold %d bytes on %s, want %d tensors, %d bytes (their checkpoint size)",
 							c.m.Embed.DType(), n, got, be.Name(), wantN, c.want)
+					}
+					if bias != 4*biasElems {
+						t.Fatalf("%v weights: biases hold %d bytes on %s, want %d float32", c.m.Embed.DType(), bias, be.Name(), biasElems)
 					}
 				}
 				gs, gt, gsd, gtd := sampleThenTrain(t, m, ps, mn, 1, kernels.Canonical, factory)

@@ -182,3 +182,28 @@ func TestWeightsView(t *testing.T) {
 		}
 	}
 }
+
+// TestRMSNormWeights: RMSNorm with its weight stored as bf16 or f16 gives the bits of RMSNorm on the widened
+// float32 weight, and a weight one bit off changes the output (the comparison can fail).
+func TestRMSNormWeights(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	const rows, C = 5, 300
+	for _, dt := range []DType{BF16, F16, F32} {
+		w := weightsOf(t, dt, randBF16(r, C, 1))
+		x := randBF16(r, rows*C, 1)
+		for _, p := range []Profile{Canonical, Standard} {
+			got, want := make([]float32, rows*C), make([]float32, rows*C)
+			RMSNormForwardW(p, BF16, got, x, w, rows, C, 1e-6)
+			RMSNormForward(p, BF16, want, x, w.Float32(), rows, C, 1e-6)
+			assertSame(t, fmt.Sprintf("%v rmsnorm weight, %v", dt, p), got, want)
+		}
+	}
+	w := RoundWeights(F16, randBF16(r, C, 1))
+	wv := w.Float32()
+	wv[7] = fp.F16ToF32(fp.F32ToF16(wv[7]) ^ 1)
+	x := randBF16(r, rows*C, 1)
+	got, want := make([]float32, rows*C), make([]float32, rows*C)
+	RMSNormForwardW(Canonical, F32, got, x, w, rows, C, 1e-6)
+	RMSNormForward(Canonical, F32, want, x, wv, rows, C, 1e-6)
+	assertDiffers(t, "one f16 weight bit flipped", got, want)
+}

@@ -24,23 +24,6 @@ struct Segs {
     int b[9];
 };
 
-// Weights in their stored dtype (kernels.Weights): float32, bf16 bits (unsigned short, the _bf16w entries) or
-// IEEE half bits (f16bits, the _f16w entries: a type of its own so that a kernel template picks its widening).
-// Both 16-bit widenings are exact (every bf16 and f16 value is a float32), so a kernel reading a 16-bit weight
-// gives the float32 kernel's bits on the widened values.
-struct f16bits {
-    unsigned short b;
-};
-
-// widen_f16: the f16 bits b as float32 (kernels.FromF16Bits). cvt.f32.f16 is exact, subnormal halves included
-// (they are normal float32); a weight's NaN is the canonical one (the loader checks), which widens to
-// BT_CANONICAL_NAN.
-__device__ __forceinline__ float widen_f16(unsigned short b) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
-    return f;
-}
-
 // round_bf16: §1 BF16. Twin of kernels.RoundBF16 (not __float2bfloat16_rn: its NaN differs).
 __device__ __forceinline__ float round_bf16(float x) {
     uint32_t u = __float_as_uint(x);

@@ -1,6 +1,6 @@
 // elementwise.cu: twins of kernels.ResidualForward, SwiGLUForward, EmbeddingForward, DType.RoundSlice, the
 // engine's AddBias (docs/arithmetic.md §1, §8) and fp.F32ToBF16 (narrow_bf16). One thread per element: no reduction, so no order to keep.
-#include "common.cuh"
+#include "weights.cuh"
 
 // residual: out[i] = round_dt(a[i] ⊕ b[i]); dt = DT_NONE gives the engine's unrounded Add. out may alias a or b.
 extern "C" __global__ void residual(float* out, const float* a, const float* b, long long n, int dt) {

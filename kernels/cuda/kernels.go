@@ -95,10 +95,10 @@ func WeightSuffix(dt kernels.DType) string {
 	return ""
 }
 
-// weightKernel reports whether name is a float32 kernel that reads a weight matrix (each matmul variant and the
-// embedding), the kernels that have a twin per weight dtype.
+// weightKernel reports whether name is a float32 kernel that reads a weight (each matmul variant, the embedding
+// and the RMSNorm kernels), the kernels that have a twin per weight dtype.
 func weightKernel(name string) bool {
-	if name == "embedding" {
+	if name == "embedding" || name == "rmsnorm" || name == "rmsnorm_row" {
 		return true
 	}
 	if !strings.HasPrefix(name, "matmul_") || name == "matmul_reduce" {
@@ -112,8 +112,8 @@ func weightKernel(name string) bool {
 	return true
 }
 
-// HasWeights reports whether the loaded PTX has the dt twin of every kernel that reads a weight matrix (each
-// matmul variant and the embedding): only then may weights of dt live on the device in dt. PTX built before
+// HasWeights reports whether the loaded PTX has the dt twin of every kernel that reads a weight (each matmul
+// variant, the embedding and the RMSNorm kernels): only then may weights of dt live on the device in dt. PTX built before
 // those kernels existed has none, and such weights are uploaded widened to float32. Float32 is always there.
 func (k *Kernels) HasWeights(dt kernels.DType) bool {
 	if !kernels.IsWeightDType(dt) {

@@ -77,11 +77,22 @@ func (k *Kernels) matmul(c *cuda.Ctx, out, x, w cuda.Ptr, wdt kernels.DType, bia
 
 // RMSNormForward: x is (rows, C), w is (C), out is (rows, C) (kernels.RMSNormForward); out may alias x.
 func (k *Kernels) RMSNormForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DType, out, x, w cuda.Ptr, rows, C int, eps float32) error {
+	return k.RMSNormForwardW(c, p, dt, out, x, w, kernels.F32, rows, C, eps)
+}
+
+// RMSNormForwardW is RMSNormForward with w stored as wdt (see MatmulForwardW): the plan's kernel's
+// WeightSuffix(wdt) twin.
+func (k *Kernels) RMSNormForwardW(c *cuda.Ctx, p kernels.Profile, dt kernels.DType, out, x, w cuda.Ptr, wdt kernels.DType, rows, C int, eps float32) error {
+	if !kernels.IsWeightDType(wdt) {
+		return fmt.Errorf("cudakernels: RMSNormForward: weight dtype %v (want one of %v)", wdt, kernels.WeightDTypes)
+	}
 	if rows <= 0 {
 		return nil
 	}
 	l := planRMSNorm(k.lim, p, k.general, rows, C)
-	if l.Kernel == "rmsnorm_row" {
+	row := l.Kernel == "rmsnorm_row"
+	l.Kernel += WeightSuffix(wdt)
+	if row {
 		vec := 0
 		if C%4 == 0 && (out|x|w)%16 == 0 {
 			vec = 1

@@ -125,7 +125,7 @@ func testWeightsBitwise(t *testing.T, wdt kernels.DType) {
 // committed PTX (HasWeights' rule, checked without a GPU), and the twins are the only entries with a suffix.
 func TestWeightKernelNames(t *testing.T) {
 	fns := map[string]bool{}
-	for _, mod := range []string{"matmul", "elementwise"} {
+	for _, mod := range []string{"matmul", "elementwise", "rmsnorm"} {
 		src, err := PTX(mod)
 		if err != nil {
 			t.Fatal(err)
@@ -146,10 +146,10 @@ func TestWeightKernelNames(t *testing.T) {
 			}
 		}
 	}
-	if base < 16 { // 6 matmul_dec, 5 matmul_small, 4 matmul_t, the embedding
-		t.Fatalf("only %d weight kernels found in matmul.ptx and elementwise.ptx", base)
+	if base < 18 { // 6 matmul_dec, 5 matmul_small, 4 matmul_t, the embedding, rmsnorm and rmsnorm_row
+		t.Fatalf("only %d weight kernels found in matmul.ptx, elementwise.ptx and rmsnorm.ptx", base)
 	}
-	if !weightKernel("matmul_dec1") || weightKernel("matmul_dec1_f16w") || weightKernel("matmul_t64_vec_bf16w") || weightKernel("matmul_reduce") || !weightKernel("embedding") {
+	if !weightKernel("matmul_dec1") || weightKernel("matmul_dec1_f16w") || weightKernel("matmul_t64_vec_bf16w") || weightKernel("matmul_reduce") || !weightKernel("embedding") || !weightKernel("rmsnorm_row") || weightKernel("rmsnorm_row_f16w") {
 		t.Fatal("weightKernel classifies the names wrongly")
 	}
 }
