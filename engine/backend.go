@@ -26,9 +26,10 @@ type Backend interface {
 	Free(b Buf)                    // release b (and every view of it); nil is ignored
 	View(b Buf, off, n int) Buf    // elements [off, off+n) of b, sharing its memory
 	Upload(dst Buf, src []float32) // len(src) == dst.Len()
-	// UploadWeights places a weight matrix on the backend in its stored dtype (the CPU backend: a view, no copy)
-	// and returns the Buf that Matmul, MatmulPartial and Embed take as their weight operand (w, table); Len is
-	// its element count. Free releases it. Norm weights and biases are small and go through Upload as float32.
+	// UploadWeights places a weight matrix or a norm weight on the backend in its stored dtype (the CPU backend:
+	// a view, no copy) and returns the Buf that Matmul, MatmulPartial, Embed and RMSNorm take as their weight
+	// operand (w, table); Len is its element count. Free releases it. Biases are small and go through Upload as
+	// float32.
 	UploadWeights(w kernels.Weights) Buf
 	Download(dst []float32, src Buf) error
 	Copy(dst, src Buf) // dst.Len() == src.Len()
@@ -44,7 +45,7 @@ type Backend interface {
 	// MatmulFinish adds the bias (N, or nil) and rounds out in place.
 	MatmulPartial(p kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int)
 	MatmulFinish(out, bias Buf, M, N int, dt kernels.DType)
-	// RMSNorm: x is (rows, C), w is (C), out is (rows, C).
+	// RMSNorm: x is (rows, C), w is (C) (a float32 Buf or an UploadWeights one), out is (rows, C).
 	RMSNorm(p kernels.Profile, out, x, w Buf, rows, C int, eps float32, dt kernels.DType)
 	// RoPE: x and out are (T, heads*hd); row t is rotated for position pos[t] with the (maxPos, hd/2) tables.
 	RoPE(out, x Buf, pos []int32, T, heads, hd int, cos, sin Buf, dt kernels.DType)

@@ -45,27 +45,30 @@ func openCUDADevice(ordinal int) (*cudaDevice, error) {
 	return cd, nil
 }
 
-// cudaBuf is device memory: n float32 at p, or n bf16 weights (bf16: an UploadWeights buffer holding the
-// checkpoint's bits, read by the _bf16w kernels). A view shares its root's allocation (root false).
+// cudaBuf is device memory: n float32 at p, or n 16-bit weights (w16 BF16 or F16: an UploadWeights buffer
+// holding the checkpoint's bits, read by the cudakernels.WeightSuffix twins; 0: float32). A view shares its
+// root's allocation (root false).
 type cudaBuf struct {
 	p    cuda.Ptr
 	n    int
 	root bool
-	bf16 bool
+	w16  kernels.DType
 }
 
 // elem is the size of one element in bytes.
 func (b *cudaBuf) elem() int64 {
-	if b.bf16 {
-		return 2
+	if b.w16 != 0 {
+		return int64(b.w16.Size())
 	}
 	return 4
 }
 
-// isBF16 reports whether x is a weight buffer of bf16 bits.
-func isBF16(x Buf) bool {
-	cb, ok := x.(*cudaBuf)
-	return ok && cb.bf16
+// weightDType is the dtype x's elements are stored in: BF16 or F16 for a weight buffer of 16-bit bits, else F32.
+func weightDType(x Buf) kernels.DType {
+	if cb, ok := x.(*cudaBuf); ok && cb.w16 != 0 {
+		return cb.w16
+	}
+	return kernels.F32
 }
 
 func (b *cudaBuf) Len() int { return b.n }
@@ -261,7 +264,7 @@ func (b *CUDA) View(x Buf, off, n int) Buf {
 		b.fail(fmt.Errorf("view [%d, %d) of a %d-element buffer", off, off+n, cb.n))
 		return &cudaBuf{}
 	}
-	return &cudaBuf{p: cb.p.Add(int64(off) * cb.elem()), n: n, bf16: cb.bf16}
+	return &cudaBuf{p: cb.p.Add(int64(off) * cb.elem()), n: n, w16: cb.w16}
 }
 
 func (b *CUDA) Upload(dst Buf, src []float32) {
@@ -279,10 +282,10 @@ func (b *CUDA) Download(dst []float32, src Buf) error {
 	if len(dst) != src.Len() {
 		return fmt.Errorf("engine: %s: download of %d elements into %d", b.name, src.Len(), len(dst))
 	}
-	if isBF16(src) { // a bf16 weight: its bits, widened on the host
+	if wdt := weightDType(src); wdt != kernels.F32 { // a 16-bit weight: its bits, widened on the host
 		bits := make([]uint16, len(dst))
 		b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, bits, cudaPtr(src)) })
-		kernels.WeightsBits(kernels.BF16, bits, nil).Widen(dst, 0)
+		kernels.WeightsBits(wdt, bits, nil).Widen(dst, 0)
 		return b.err
 	}
 	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, dst, cudaPtr(src)) })
@@ -291,12 +294,12 @@ func (b *CUDA) Download(dst []float32, src Buf) error {
 
 // DownloadBF16 narrows src's float32 values to bf16 bits on the device (narrow_bf16, fp.F32ToBF16's rule) and
 // downloads the bits: the recorder's copies of bf16 ops move half the bytes. ok false when the loaded PTX has
-// no narrow_bf16 (or src is a bf16 weight buffer).
+// no narrow_bf16 (or src is a 16-bit weight buffer).
 func (b *CUDA) DownloadBF16(dst []uint16, src Buf) (bool, error) {
 	if b.err != nil {
 		return false, b.err
 	}
-	if isBF16(src) || !b.dev.k.HasNarrowBF16() {
+	if weightDType(src) != kernels.F32 || !b.dev.k.HasNarrowBF16() {
 		return false, nil
 	}
 	if len(dst) != src.Len() {
@@ -329,8 +332,8 @@ func (b *CUDA) Copy(dst, src Buf) {
 		b.fail(fmt.Errorf("copy of %d elements into %d", src.Len(), dst.Len()))
 		return
 	}
-	if isBF16(src) != isBF16(dst) {
-		b.fail(fmt.Errorf("copy between a bf16 weight and a float32 buffer"))
+	if ws, wd := weightDType(src), weightDType(dst); ws != wd {
+		b.fail(fmt.Errorf("copy of a %v buffer into a %v one", ws, wd))
 		return
 	}
 	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
@@ -353,19 +356,19 @@ func (b *CUDA) Embed(out, table Buf, ids []int32, H int, dt kernels.DType) {
 		if err != nil {
 			return err
 		}
-		return k.EmbeddingForwardW(c, dt, cudaPtr(out), cudaPtr(table), isBF16(table), d, len(ids), V, H)
+		return k.EmbeddingForwardW(c, dt, cudaPtr(out), cudaPtr(table), weightDType(table), d, len(ids), V, H)
 	})
 }
 
 func (b *CUDA) Matmul(pr kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.MatmulForwardW(c, pr, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), isBF16(w), cudaPtr(bias), M, K, N)
+		return k.MatmulForwardW(c, pr, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), weightDType(w), cudaPtr(bias), M, K, N)
 	})
 }
 
 func (b *CUDA) MatmulPartial(pr kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.MatmulPartialW(c, pr, cudaPtr(out), cudaPtr(x), cudaPtr(w), isBF16(w), M, kLocal, N, tp)
+		return k.MatmulPartialW(c, pr, cudaPtr(out), cudaPtr(x), cudaPtr(w), weightDType(w), M, kLocal, N, tp)
 	})
 }
 
@@ -382,7 +385,7 @@ func (b *CUDA) MatmulFinish(out, bias Buf, M, N int, dt kernels.DType) {
 
 func (b *CUDA) RMSNorm(pr kernels.Profile, out, x, w Buf, rows, C int, eps float32, dt kernels.DType) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.RMSNormForward(c, pr, dt, cudaPtr(out), cudaPtr(x), cudaPtr(w), rows, C, eps)
+		return k.RMSNormForwardW(c, pr, dt, cudaPtr(out), cudaPtr(x), cudaPtr(w), weightDType(w), rows, C, eps)
 	})
 }
 

@@ -148,7 +148,7 @@ func (c *CPU) RMSNorm(p kernels.Profile, out, x, w Buf, rows, C int, eps float32
 	if c.err != nil {
 		return
 	}
-	kernels.RMSNormForward(p, dt, s(out), s(x), s(w), rows, C, eps)
+	kernels.RMSNormForwardW(p, dt, s(out), s(x), weights(w), rows, C, eps)
 }
 
 func (c *CPU) RoPE(out, x Buf, pos []int32, T, heads, hd int, cos, sin Buf, dt kernels.DType) {

@@ -86,8 +86,8 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 		}
 		return b
 	}
-	up := func(w W) Buf { return vec(w.Float32()) } // a small weight (norm, bias), as float32 values
-	mat := func(w W) Buf {                          // a weight matrix, in its stored dtype
+	up := func(w W) Buf { return vec(w.Float32()) } // a bias, as float32 values
+	mat := func(w W) Buf {                          // a weight matrix or a norm weight, in its stored dtype
 		if w.IsZero() {
 			return nil
 		}
@@ -103,10 +103,10 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 	switch {
 	case r.stopLayer > 0: // no final norm, no LM head
 	case cfg.TiedEmbeddings && lay.tp == 1:
-		r.norm = up(m.Norm)
+		r.norm = mat(m.Norm)
 		r.lmHead = r.embed // the same tensor: held once (a tied checkpoint's size on the device too)
 	default:
-		r.norm = up(m.Norm)
+		r.norm = mat(m.Norm)
 		r.lmHead = mat(m.LMHead.Rows(H, lay.v0, lay.vLocal))
 	}
 	q0, qn := lay.qHead0*hd, lay.qHeads*hd
@@ -128,11 +128,11 @@ func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, 
 		}
 		r.layers = append(r.layers, layerWeights{
 			router: mat(L.Router), experts: experts, shared: shared, sharedGate: mat(L.SharedGate),
-			attnNorm: up(L.AttnNorm), mlpNorm: up(L.MLPNorm),
+			attnNorm: mat(L.AttnNorm), mlpNorm: mat(L.MLPNorm),
 			q: mat(L.Q.Rows(H, q0, qn)), k: mat(L.K.Rows(H, k0, kn)), v: mat(L.V.Rows(H, k0, kn)),
 			o:  mat(L.O.Cols(H, cfg.QDim(), q0, qn)),
 			qb: up(L.QBias.Slice(q0, q0+qn)), kb: up(L.KBias.Slice(k0, k0+kn)), vb: up(L.VBias.Slice(k0, k0+kn)), ob: up(L.OB),
-			qn: up(L.QNorm), kn: up(L.KNorm),
+			qn: mat(L.QNorm), kn: mat(L.KNorm),
 			gate: mat(L.Gate.Rows(H, lay.i0, lay.iLocal)), up: mat(L.Up.Rows(H, lay.i0, lay.iLocal)),
 			down: mat(L.Down.Cols(H, cfg.Intermediate, lay.i0, lay.iLocal)),
 		})

@@ -82,10 +82,11 @@ func (s *stager) upload(c *cuda.Ctx, dst cuda.Ptr, n, elem int, fill func(buf []
 	return c.StreamSync(s.stream)
 }
 
-// UploadWeights places w on the GPU. A bf16 weight goes up as its bits when the loaded PTX has the kernels
-// that read bf16 weights (cudakernels.HasBF16Weights): device memory for it is then its checkpoint size. Every
-// other weight (f16, f32, or bf16 with PTX that predates those kernels) is widened (exactly) block by block into
-// the staging buffer and held as float32. Either way the host never holds a float32 copy of the model.
+// UploadWeights places w on the GPU in its stored dtype: a bf16 or f16 weight goes up as its bits when the
+// loaded PTX has the kernels that read that dtype (cudakernels.HasWeights), a float32 one as its values, so
+// device memory for it is its checkpoint size. A 16-bit weight with PTX that predates its kernels is widened
+// (exactly) block by block into the staging buffer and held as float32. Either way the host never holds a
+// float32 copy of the model.
 func (b *CUDA) UploadWeights(w kernels.Weights) Buf {
 	n := w.Len()
 	buf := &cudaBuf{n: n, root: true}
@@ -93,15 +94,17 @@ func (b *CUDA) UploadWeights(w kernels.Weights) Buf {
 		return buf
 	}
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		buf.bf16 = w.DType() == kernels.BF16 && k.HasBF16Weights()
+		if dt := w.DType(); dt != kernels.F32 && k.HasWeights(dt) {
+			buf.w16 = dt
+		}
 		q, err := c.Alloc(int64(n) * buf.elem())
 		if err != nil {
 			return fmt.Errorf("alloc of %d weights: %w", n, err)
 		}
 		buf.p = q
-		if buf.bf16 {
-			raw := w.Raw()
-			return b.dev.stage.upload(c, q, n, 2, func(dst []byte, off, cnt int) { copy(dst, raw[2*off:2*(off+cnt)]) })
+		if buf.w16 != 0 || w.DType() == kernels.F32 { // as stored: a copy of the mapped bytes
+			raw, elem := w.Raw(), int(buf.elem())
+			return b.dev.stage.upload(c, q, n, elem, func(dst []byte, off, cnt int) { copy(dst, raw[elem*off:elem*(off+cnt)]) })
 		}
 		return b.dev.stage.upload(c, q, n, 4, func(dst []byte, off, cnt int) {
 			w.Widen(unsafe.Slice((*float32)(unsafe.Pointer(&dst[0])), cnt), off)

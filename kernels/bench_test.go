@@ -99,8 +99,8 @@ func BenchmarkExactProducts(b *testing.B) {
 }
 
 // BenchmarkMatmulWeights is the canonical matmul with the same bf16-valued weight stored as float32 (the anchor:
-// how every weight was held before weights kept their checkpoint dtype) and as bf16 bits (widened while the
-// panels are packed), side by side in one run, at a Qwen2-1.5B-like K and a weight larger than the caches.
+// how every weight was held before weights kept their checkpoint dtype), as bf16 bits and as f16 bits (kept as
+// bits in the panels and widened in the AVX2 registers), side by side in one run, at a Qwen2-1.5B-like K and a weight larger than the caches.
 func BenchmarkMatmulWeights(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 3))
 	const K, N = 1536, 4096
@@ -108,7 +108,7 @@ func BenchmarkMatmulWeights(b *testing.B) {
 	for _, M := range []int{1, 16, 256} {
 		x := randBF16(r, M*K, 1)
 		out := make([]float32, M*N)
-		for _, w := range []Weights{WeightsF32(wv), RoundWeights(BF16, wv)} {
+		for _, w := range []Weights{WeightsF32(wv), RoundWeights(BF16, wv), RoundWeights(F16, wv)} {
 			b.Run(fmt.Sprintf("M=%d/K=%d/N=%d/w=%v", M, K, N, w.DType()), func(b *testing.B) {
 				cpu0 := cpuSeconds()
 				for b.Loop() {

@@ -19,13 +19,14 @@ const panelMinRows = 1
 // of 16 weight rows is packed k-major once and reused for every row of x.
 // tree8 says combine is TreeSum over 8 segments (canonical MatmulForward), which then runs on whole rows of partials.
 // A bf16 weight is packed as its bits (half the bytes to move) and widened exactly in the registers by the BF16
-// kernels; an f16 weight is widened while it is packed.
+// kernels, an f16 weight likewise by the F16 kernels (VCVTPH2PS) where the CPU has F16C, else widened while it
+// is packed.
 func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int, combine func([]float32) float32, tree8 bool, post epilogue) {
 	S := len(bounds) - 1
-	bf16 := w.dt == BF16
+	bits := w.dt == BF16 || w.dt == F16 && haveF16C // packed as 16-bit bits, widened in the registers
 	var packed []float32
 	var packedBits []uint16
-	if bf16 {
+	if bits {
 		packedBits = make([]uint16, K*panelWidth+panelWidth) // +16: a valid pointer when K = 0
 	} else {
 		packed = make([]float32, K*panelWidth+panelWidth)
@@ -33,8 +34,8 @@ func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int
 	part := make([]float32, S*4*panelWidth) // part[s*64 + r*16 + j]
 	tmp := make([]float32, S)
 	for n := n0; n+panelWidth <= n1; n += panelWidth {
-		if bf16 {
-			packBF16Panel(packedBits, w.bits, K, n)
+		if bits {
+			packBitsPanel(packedBits, w.bits, K, n)
 		} else {
 			packPanel(packed, w, K, n)
 		}
@@ -46,9 +47,12 @@ func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int
 				if len(x) > m*K+lo {
 					xp = &x[m*K+lo]
 				}
-				if bf16 {
+				switch {
+				case w.dt == BF16:
 					fmaPanel4x16BF16(xp, K, &packedBits[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
-				} else {
+				case bits:
+					fmaPanel4x16F16(xp, K, &packedBits[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
+				default:
 					fmaPanel4x16(xp, K, &packed[lo*panelWidth], hi-lo, &part[s*4*panelWidth])
 				}
 			}
@@ -78,9 +82,12 @@ func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int
 				if len(x) > m*K+lo {
 					xp = &x[m*K+lo]
 				}
-				if bf16 {
+				switch {
+				case w.dt == BF16:
 					fmaPanel1x16BF16(xp, &packedBits[lo*panelWidth], hi-lo, &part[s*panelWidth])
-				} else {
+				case bits:
+					fmaPanel1x16F16(xp, &packedBits[lo*panelWidth], hi-lo, &part[s*panelWidth])
+				default:
 					fmaPanel1x16(xp, &packed[lo*panelWidth], hi-lo, &part[s*panelWidth])
 				}
 			}
@@ -94,8 +101,8 @@ func matmulPanels(out, x []float32, w Weights, M, K, N, n0, n1 int, bounds []int
 	}
 }
 
-// packPanel packs weight rows [n, n+panelWidth) of the (?, K) matrix w (F32 or F16) k-major into packed
-// (packed[k*panelWidth + j] = w[n+j][k]), widening f16 values exactly.
+// packPanel packs weight rows [n, n+panelWidth) of the (?, K) matrix w (F32, or F16 without F16C) k-major into
+// packed (packed[k*panelWidth + j] = w[n+j][k]), widening f16 values exactly.
 func packPanel(packed []float32, w Weights, K, n int) {
 	for j := 0; j < panelWidth; j++ {
 		lo, hi := (n+j)*K, (n+j+1)*K
@@ -111,9 +118,9 @@ func packPanel(packed []float32, w Weights, K, n int) {
 	}
 }
 
-// packBF16Panel is packPanel for bf16 bits, kept as bits (the kernels widen them): two columns per 32-bit store
-// (little-endian: column j in the low half), from two weight rows read side by side.
-func packBF16Panel(packed, bits []uint16, K, n int) {
+// packBitsPanel is packPanel for bf16 or f16 bits, kept as bits (the kernels widen them): two columns per 32-bit
+// store (little-endian: column j in the low half), from two weight rows read side by side.
+func packBitsPanel(packed, bits []uint16, K, n int) {
 	p32 := unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(packed))), len(packed)/2)
 	for j := 0; j < panelWidth; j += 2 {
 		r0 := bits[(n+j)*K : (n+j+1)*K]

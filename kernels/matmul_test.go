@@ -184,3 +184,10 @@ func withPanels(on bool, f func()) {
 	haveFMAPanels = haveFMAPanels && on
 	f()
 }
+
+// withF16C runs f with f16 panels packed as bits (VCVTPH2PS) or widened while packed (tests only, as withPanels).
+func withF16C(on bool, f func()) {
+	defer func(v bool) { haveF16C = v }(haveF16C)
+	haveF16C = haveF16C && on
+	f()
+}

@@ -1,5 +1,7 @@
 package kernels
 
+import "runtime"
+
 // RMSNormForward is HF's LlamaRMSNorm (docs/arithmetic.md §5).
 // x is (rows, C), w is (C), out is (rows, C); out may alias x.
 // Canonical: the sum of squares is the 8-segment tree over C, the same for any number of rows.
@@ -44,4 +46,12 @@ func RMSNormForward(p Profile, dt DType, out, x, w []float32, rows, C int, eps f
 			or[k] = dt.Round(float32(w[k] * h))
 		}
 	}
+}
+
+// RMSNormForwardW is RMSNormForward with the weight w (C) in its stored dtype (WeightDTypes), widened exactly
+// first (C values), so the bits are RMSNormForward's on the widened weight.
+func RMSNormForwardW(p Profile, dt DType, out, x []float32, w Weights, rows, C int, eps float32) {
+	checkWeights("RMSNormForward", "w", w, C)
+	RMSNormForward(p, dt, out, x, w.Slice(0, C).Float32(), rows, C, eps)
+	runtime.KeepAlive(w)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"bitalign/internal/fp"
@@ -23,6 +24,13 @@ type Weights struct {
 	bits []uint16
 	keep any
 }
+
+// WeightDTypes are the dtypes a weight may be stored in (a checkpoint's tensor held as Weights, on the host and
+// on a device): every kernel that reads a weight takes each of them and widens it exactly.
+var WeightDTypes = []DType{F32, BF16, F16}
+
+// IsWeightDType reports whether dt is one of WeightDTypes.
+func IsWeightDType(dt DType) bool { return slices.Contains(WeightDTypes, dt) }
 
 // WeightsF32 wraps float32 values (not copied).
 func WeightsF32(v []float32) Weights {
@@ -234,7 +242,7 @@ func checkWeights(op, name string, w Weights, n int) {
 // it; the scan is left to the caller so that it can split a large tensor over goroutines).
 func WeightsView(dt DType, raw []byte, keep any) (w Weights, ok bool) {
 	size := dt.Size()
-	if (dt != F32 && dt != BF16 && dt != F16) || len(raw)%size != 0 || !littleEndian {
+	if !IsWeightDType(dt) || len(raw)%size != 0 || !littleEndian {
 		return Weights{}, false
 	}
 	n := len(raw) / size

@@ -34,43 +34,47 @@ func weightsOf(t *testing.T, dt DType, w []float32) Weights {
 }
 
 // TestMatmulWeightsBitwise: a matmul reading bf16 or f16 weights gives the bits of the same matmul on the
-// widened float32 weights, at every shape (panel and scalar paths, remainder columns), both profiles, with and
-// without the AVX2 panels; a one-bit change in one weight changes the result (the comparison can fail).
+// widened float32 weights, at every shape (panel and scalar paths, remainder columns), both profiles, with the
+// AVX2 panels (f16 as bits widened by VCVTPH2PS, and with F16C off, widened while packed) and without; a one-bit
+// change in one weight changes the result (the comparison can fail).
 func TestMatmulWeightsBitwise(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
-	for _, panels := range []bool{true, false} {
-		withPanels(panels, func() {
-			for _, dt := range []DType{BF16, F16, F32} {
-				for _, sh := range [][3]int{{1, 64, 16}, {3, 100, 35}, {5, 33, 70}, {17, 256, 130}, {2, 8, 3}, {1, 0, 20}, {9, 512, 64}} {
-					M, K, N := sh[0], sh[1], sh[2]
-					x := randBF16(r, M*K, 1)
-					w := weightsOf(t, dt, randBF16(r, N*K, 0.1))
-					wf := w.Float32()
-					bias := randBF16(r, N, 0.1)
-					for _, p := range []Profile{Canonical, Standard} {
-						what := fmt.Sprintf("panels=%v %v weights, %v, M=%d K=%d N=%d", panels, dt, p, M, K, N)
-						got, want := make([]float32, M*N), make([]float32, M*N)
-						MatmulForwardW(p, BF16, got, x, w, bias, M, K, N)
-						MatmulForward(p, BF16, want, x, wf, bias, M, K, N)
-						assertSame(t, what, got, want)
-						if K%2 == 0 && K > 0 {
-							kl := K / 2
-							xl := make([]float32, M*kl)
-							for m := 0; m < M; m++ {
-								copy(xl[m*kl:(m+1)*kl], x[m*K:m*K+kl])
+	t.Logf("AVX2+FMA panels: %v, F16C: %v", haveFMAPanels, haveF16C)
+	for _, mode := range []struct{ panels, f16c bool }{{true, true}, {true, false}, {false, false}} {
+		withPanels(mode.panels, func() {
+			withF16C(mode.f16c, func() {
+				for _, dt := range []DType{BF16, F16, F32} {
+					for _, sh := range [][3]int{{1, 64, 16}, {3, 100, 35}, {5, 33, 70}, {17, 256, 130}, {2, 8, 3}, {1, 0, 20}, {9, 512, 64}} {
+						M, K, N := sh[0], sh[1], sh[2]
+						x := randBF16(r, M*K, 1)
+						w := weightsOf(t, dt, randBF16(r, N*K, 0.1))
+						wf := w.Float32()
+						bias := randBF16(r, N, 0.1)
+						for _, p := range []Profile{Canonical, Standard} {
+							what := fmt.Sprintf("panels=%+v %v weights, %v, M=%d K=%d N=%d", mode, dt, p, M, K, N)
+							got, want := make([]float32, M*N), make([]float32, M*N)
+							MatmulForwardW(p, BF16, got, x, w, bias, M, K, N)
+							MatmulForward(p, BF16, want, x, wf, bias, M, K, N)
+							assertSame(t, what, got, want)
+							if K%2 == 0 && K > 0 {
+								kl := K / 2
+								xl := make([]float32, M*kl)
+								for m := 0; m < M; m++ {
+									copy(xl[m*kl:(m+1)*kl], x[m*K:m*K+kl])
+								}
+								wl := w.Cols(N, K, 0, kl)
+								if err := MatmulPartialW(p, got, xl, wl, M, kl, N, 0, 2); err != nil {
+									t.Fatal(err)
+								}
+								if err := MatmulPartial(p, want, xl, wl.Float32(), M, kl, N, 0, 2); err != nil {
+									t.Fatal(err)
+								}
+								assertSame(t, what+" partial", got, want)
 							}
-							wl := w.Cols(N, K, 0, kl)
-							if err := MatmulPartialW(p, got, xl, wl, M, kl, N, 0, 2); err != nil {
-								t.Fatal(err)
-							}
-							if err := MatmulPartial(p, want, xl, wl.Float32(), M, kl, N, 0, 2); err != nil {
-								t.Fatal(err)
-							}
-							assertSame(t, what+" partial", got, want)
 						}
 					}
 				}
-			}
+			})
 		})
 	}
 	// the control: one weight one bit off (bf16 bits) changes the output
@@ -177,4 +181,29 @@ func TestWeightsView(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRMSNormWeights: RMSNorm with its weight stored as bf16 or f16 gives the bits of RMSNorm on the widened
+// float32 weight, and a weight one bit off changes the output (the comparison can fail).
+func TestRMSNormWeights(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	const rows, C = 5, 300
+	for _, dt := range []DType{BF16, F16, F32} {
+		w := weightsOf(t, dt, randBF16(r, C, 1))
+		x := randBF16(r, rows*C, 1)
+		for _, p := range []Profile{Canonical, Standard} {
+			got, want := make([]float32, rows*C), make([]float32, rows*C)
+			RMSNormForwardW(p, BF16, got, x, w, rows, C, 1e-6)
+			RMSNormForward(p, BF16, want, x, w.Float32(), rows, C, 1e-6)
+			assertSame(t, fmt.Sprintf("%v rmsnorm weight, %v", dt, p), got, want)
+		}
+	}
+	w := RoundWeights(F16, randBF16(r, C, 1))
+	wv := w.Float32()
+	wv[7] = fp.F16ToF32(fp.F32ToF16(wv[7]) ^ 1)
+	x := randBF16(r, rows*C, 1)
+	got, want := make([]float32, rows*C), make([]float32, rows*C)
+	RMSNormForwardW(Canonical, F32, got, x, w, rows, C, 1e-6)
+	RMSNormForward(Canonical, F32, want, x, wv, rows, C, 1e-6)
+	assertDiffers(t, "one f16 weight bit flipped", got, want)
 }

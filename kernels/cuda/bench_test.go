@@ -127,6 +127,53 @@ func BenchmarkMatmul(b *testing.B) {
 	}
 }
 
+// BenchmarkMatmulWeights times the canonical matmul at one decode (M = 1) and one prefill (M = 1024) shape,
+// K = N = 4096, with the weight stored as float32, bf16 and f16 (the WeightSuffix twins: the same plan, the
+// weight read narrow and widened as it is loaded); 4 weight copies rotated, so M = 1 reads w from HBM. Bytes
+// counted: x, w (at its stored size) and out once each.
+func BenchmarkMatmulWeights(b *testing.B) {
+	g := openGPU(b)
+	const K, N, copies, Mmax = 4096, 4096, 4, 1024
+	r := rand.New(rand.NewPCG(3, 4))
+	d := &dev{g: g}
+	defer d.free()
+	x := d.f32(b, randn(r, Mmax*K, true))
+	out := d.poisoned(b, Mmax*N)
+	for _, wdt := range kernels.WeightDTypes {
+		ok := true
+		g.d.Do(func(c *cuda.Ctx) error { ok = g.k.HasWeights(wdt); return nil }) //nolint:errcheck
+		if !ok {
+			b.Fatalf("the loaded PTX has no %v-weight kernels", wdt)
+		}
+		wd := &dev{g: g} // this dtype's weight copies, freed before the next dtype's
+		var ws [copies]cuda.Ptr
+		for i := range ws {
+			v := randn(r, N*K, false)
+			if wdt == kernels.F32 {
+				ws[i] = wd.f32(b, kernels.RoundWeights(kernels.BF16, v).Float32())
+			} else {
+				bits, _ := storedWeights(wdt, v)
+				ws[i] = upload(b, wd, bits)
+			}
+		}
+		for _, M := range []int{1, Mmax} {
+			b.Run(fmt.Sprintf("w=%v/M=%d", wdt, M), func(b *testing.B) {
+				ms := timeGPU(b, g, max(b.N, 10), func(c *cuda.Ctx, i int) error {
+					return g.k.MatmulForwardW(c, kernels.Canonical, DTCode(kernels.BF16), out, x, ws[i%copies], wdt, 0, M, K, N)
+				})
+				bytes := 4*float64(M*K+M*N) + float64(wdt.Size())*float64(N*K)
+				b.ReportMetric(ms*1e3, "gpu-us/op")
+				b.ReportMetric(2*float64(M)*K*N/(ms*1e-3)/1e12, "TFLOP/s")
+				b.ReportMetric(bytes/(ms*1e-3)/1e9, "GB/s")
+				if hbmCeiling > 0 {
+					b.ReportMetric(100*bytes/(ms*1e-3)/hbmCeiling, "%copy-BW")
+				}
+			})
+		}
+		wd.free()
+	}
+}
+
 // BenchmarkOps times the other kernels at a Qwen-7B-like decode/prefill size.
 func BenchmarkOps(b *testing.B) {
 	g := openGPU(b)

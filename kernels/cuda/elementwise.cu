@@ -1,6 +1,6 @@
 // elementwise.cu: twins of kernels.ResidualForward, SwiGLUForward, EmbeddingForward, DType.RoundSlice, the
 // engine's AddBias (docs/arithmetic.md §1, §8) and fp.F32ToBF16 (narrow_bf16). One thread per element: no reduction, so no order to keep.
-#include "common.cuh"
+#include "weights.cuh"
 
 // residual: out[i] = round_dt(a[i] ⊕ b[i]); dt = DT_NONE gives the engine's unrounded Add. out may alias a or b.
 extern "C" __global__ void residual(float* out, const float* a, const float* b, long long n, int dt) {
@@ -74,5 +74,16 @@ extern "C" __global__ void embedding_bf16w(float* out, const unsigned short* tab
     const int t = (int)(i / C), c = (int)(i % C);
     const int id = tokens[t];
     out[i] = (id >= 0 && id < V) ? round_dt(__uint_as_float((unsigned)table[(long long)id * C + c] << 16), dt)
+                                 : __uint_as_float(BT_CANONICAL_NAN);
+}
+
+// embedding_f16w: embedding on a table of f16 bits (the checkpoint's, uploaded as stored), widened exactly.
+extern "C" __global__ void embedding_f16w(float* out, const unsigned short* table, const int* tokens, int T, int V,
+                                          int C, int dt) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)T * C) return;
+    const int t = (int)(i / C), c = (int)(i % C);
+    const int id = tokens[t];
+    out[i] = (id >= 0 && id < V) ? round_dt(widen_f16(table[(long long)id * C + c]), dt)
                                  : __uint_as_float(BT_CANONICAL_NAN);
 }

@@ -274,6 +274,8 @@ func TestMatmulBatchInvariance(t *testing.T) {
 	}
 }
 
+// TestRMSNormBitwise: both RMSNorm kernels, every output dtype, the weight as float32 and as bf16 or f16 bits
+// (the twins), out-of-place and in place, bitwise the CPU's.
 func TestRMSNormBitwise(t *testing.T) {
 	g := openGPU(t)
 	r := newRand(t)
@@ -281,29 +283,42 @@ func TestRMSNormBitwise(t *testing.T) {
 		{2, 70000}} { // the last does not fit in shared memory: the warp-per-row kernel either way
 		for _, p := range []kernels.Profile{kernels.Canonical, kernels.Standard} {
 			for _, dt := range []kernels.DType{kernels.BF16, kernels.F16, kernels.F32} {
-				x, w := randn(r, s.rows*s.C, true), randn(r, s.C, true)
-				want := make([]float32, len(x))
-				kernels.RMSNormForward(p, dt, want, x, w, s.rows, s.C, 1e-6)
-				d := &dev{g: g}
-				out, dx, dw := d.poisoned(t, len(x)), d.f32(t, x), d.f32(t, w)
-				for _, general := range []bool{false, true} { // rmsnorm_row, and the warp-per-row kernel rmsnorm
-					name := fmt.Sprintf("%v %v rows=%d C=%d general=%v", p, dt, s.rows, s.C, general)
-					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-						k.general = general
-						defer func() { k.general = false }()
-						return k.RMSNormForward(c, p, dt, out, dx, dw, s.rows, s.C, 1e-6)
-					})
-					same(t, name, d.get(t, out, len(x)), want)
-					// in place (out aliases x), as the engine may run it
-					in := d.f32(t, x)
-					d.run(t, func(c *cuda.Ctx, k *Kernels) error {
-						k.general = general
-						defer func() { k.general = false }()
-						return k.RMSNormForward(c, p, dt, in, in, dw, s.rows, s.C, 1e-6)
-					})
-					same(t, name+" in place", d.get(t, in, len(x)), want)
+				// the weight as float32 values and, through the _bf16w and _f16w twins, as its 16-bit bits
+				for _, wdt := range kernels.WeightDTypes {
+					x := randn(r, s.rows*s.C, true)
+					d := &dev{g: g}
+					var w []float32
+					var dw cuda.Ptr
+					if wdt == kernels.F32 {
+						w = randn(r, s.C, true)
+						dw = d.f32(t, w)
+					} else {
+						var bits []uint16
+						bits, w = storedWeights(wdt, randn(r, s.C, false))
+						dw = upload(t, d, bits)
+					}
+					want := make([]float32, len(x))
+					kernels.RMSNormForward(p, dt, want, x, w, s.rows, s.C, 1e-6)
+					out, dx := d.poisoned(t, len(x)), d.f32(t, x)
+					for _, general := range []bool{false, true} { // rmsnorm_row, and the warp-per-row kernel rmsnorm
+						name := fmt.Sprintf("%v %v w=%v rows=%d C=%d general=%v", p, dt, wdt, s.rows, s.C, general)
+						d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+							k.general = general
+							defer func() { k.general = false }()
+							return k.RMSNormForwardW(c, p, dt, out, dx, dw, wdt, s.rows, s.C, 1e-6)
+						})
+						same(t, name, d.get(t, out, len(x)), want)
+						// in place (out aliases x), as the engine may run it
+						in := d.f32(t, x)
+						d.run(t, func(c *cuda.Ctx, k *Kernels) error {
+							k.general = general
+							defer func() { k.general = false }()
+							return k.RMSNormForwardW(c, p, dt, in, in, dw, wdt, s.rows, s.C, 1e-6)
+						})
+						same(t, name+" in place", d.get(t, in, len(x)), want)
+					}
+					d.free()
 				}
-				d.free()
 			}
 		}
 	}

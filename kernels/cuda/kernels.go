@@ -61,7 +61,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 				return nil, err
 			}
 			if mt, ok := strings.CutPrefix(name, "matmul_dec"); ok {
-				n, err := strconv.Atoi(strings.TrimSuffix(mt, BF16WeightSuffix))
+				n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSuffix(mt, WeightSuffix(kernels.BF16)), WeightSuffix(kernels.F16)))
 				if _, _, ok := rules.dec(n); err != nil || !ok {
 					return nil, fmt.Errorf("cudakernels: %s has no entry in launch.json's matmul.dec", name)
 				}
@@ -81,18 +81,49 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	return k, nil
 }
 
-// BF16WeightSuffix names a kernel's twin that reads bf16 weights (the checkpoint's bits, widened exactly as
-// they are loaded: the same bits as the float32 kernel on the widened values): matmul_dec1_bf16w, embedding_bf16w.
-const BF16WeightSuffix = "_bf16w"
+// WeightSuffix names a kernel's twin that reads weights stored as dt (kernels.WeightDTypes): "" for float32,
+// "_bf16w" for bf16 bits, "_f16w" for IEEE half bits (the checkpoint's bits, widened exactly as they are loaded:
+// the same bits as the float32 kernel on the widened values): matmul_dec1_bf16w, embedding_f16w. Every twin
+// has its float32 kernel's plan (grid, block, shared memory): only the name changes.
+func WeightSuffix(dt kernels.DType) string {
+	switch dt {
+	case kernels.BF16:
+		return "_bf16w"
+	case kernels.F16:
+		return "_f16w"
+	}
+	return ""
+}
 
-// HasBF16Weights reports whether the loaded PTX has the bf16-weight twin of every kernel that reads a weight
-// matrix (each matmul variant and the embedding): only then may weights live on the device as bf16. PTX built
-// before those kernels existed has none, and the weights are uploaded as float32.
-func (k *Kernels) HasBF16Weights() bool {
+// weightKernel reports whether name is a float32 kernel that reads a weight (each matmul variant, the embedding
+// and the RMSNorm kernels), the kernels that have a twin per weight dtype.
+func weightKernel(name string) bool {
+	if name == "embedding" || name == "rmsnorm" || name == "rmsnorm_row" {
+		return true
+	}
+	if !strings.HasPrefix(name, "matmul_") || name == "matmul_reduce" {
+		return false
+	}
+	for _, dt := range kernels.WeightDTypes {
+		if s := WeightSuffix(dt); s != "" && strings.HasSuffix(name, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// HasWeights reports whether the loaded PTX has the dt twin of every kernel that reads a weight (each matmul
+// variant, the embedding and the RMSNorm kernels): only then may weights of dt live on the device in dt. PTX built before
+// those kernels existed has none, and such weights are uploaded widened to float32. Float32 is always there.
+func (k *Kernels) HasWeights(dt kernels.DType) bool {
+	if !kernels.IsWeightDType(dt) {
+		return false
+	}
+	suf := WeightSuffix(dt)
 	n := 0
 	for name := range k.fn {
-		if strings.HasPrefix(name, "matmul_") && name != "matmul_reduce" && !strings.HasSuffix(name, BF16WeightSuffix) || name == "embedding" {
-			if k.fn[name+BF16WeightSuffix] == nil {
+		if weightKernel(name) {
+			if k.fn[name+suf] == nil {
 				return false
 			}
 			n++

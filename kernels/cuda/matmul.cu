@@ -6,20 +6,14 @@
 // FMA chain over its k in ascending order, starting from +0; the partials are then added in a fixed pairwise
 // tree. So the kernels parallelise across outputs and segments only, never inside a segment's chain, and the
 // order never depends on M, the tile or the launch.
-#include "common.cuh"
+#include "weights.cuh"
 
-// Weight loads. Every kernel here is instantiated for float32 weights and for bf16 weights (the _bf16w entries:
-// w holds the bf16 bits of the checkpoint, as the host mapped them). A bf16 weight is widened exactly as it is
-// loaded (its bits are the top half of the float32), so the chains see the same values as with float32
-// weights and the results are the same bits; x, bias and out are float32 either way.
-__device__ __forceinline__ float4 ld4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
-__device__ __forceinline__ float ld1(const float* p) { return __ldg(p); }
-__device__ __forceinline__ float4 ld4(const unsigned short* p) {  // 4 bf16, 8-byte aligned
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));  // little-endian: element 0 is v.x's low half
-    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u), __uint_as_float(v.y << 16),
-                       __uint_as_float(v.y & 0xffff0000u));
-}
-__device__ __forceinline__ float ld1(const unsigned short* p) { return __uint_as_float((unsigned)__ldg(p) << 16); }
+// Weight loads. Every kernel here is instantiated for float32 weights, for bf16 weights (the _bf16w entries:
+// w holds the bf16 bits of the checkpoint, as the host mapped them) and for f16 weights (the _f16w entries, the
+// IEEE half bits). A 16-bit weight is widened exactly as it is loaded (bf16: its bits are the top half of the
+// float32; f16: cvt.f32.f16, widen_f16), so the chains see the same values as with float32 weights and the
+// results are the same bits; x, bias and out are float32 either way.
+// (wld4 and wld1, the loads for each weight type, are in weights.cuh: rmsnorm.cu reads weights too.)
 
 // ---------------------------------------------------------------------------------------------------------
 // Large M: BM×128 output tiles (BM = 128 or 64), 16-deep K tiles double-buffered in shared memory, (BM/16)×8
@@ -49,13 +43,13 @@ __device__ __forceinline__ void tile_load(float4 (&r)[ROWS / 64], const T* __res
         const int row = r0 + (tid >> 2) + 64 * i;
         const int k = k0 + 4 * q;
         if (VEC && full) {
-            r[i] = k < ke ? ld4(src + (size_t)row * K + k) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            r[i] = k < ke ? wld4(src + (size_t)row * K + k) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         } else if (VEC && row < rows && k + 3 < ke) {
-            r[i] = ld4(src + (size_t)row * K + k);
+            r[i] = wld4(src + (size_t)row * K + k);
         } else {
             float v[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = (row < rows && k + j < ke) ? ld1(src + (size_t)row * K + k + j) : 0.0f;
+            for (int j = 0; j < 4; j++) v[j] = (row < rows && k + j < ke) ? wld1(src + (size_t)row * K + k + j) : 0.0f;
             r[i] = make_float4(v[0], v[1], v[2], v[3]);
         }
     }
@@ -258,7 +252,8 @@ __device__ __forceinline__ void matmul_tiled_body(float* __restrict__ out, float
     }
 #define TILED(BM, NAME)                                                                                          \
     TILED1(BM, NAME##_vec, true, float) TILED1(BM, NAME, false, float)                                           \
-    TILED1(BM, NAME##_vec_bf16w, true, unsigned short) TILED1(BM, NAME##_bf16w, false, unsigned short)
+    TILED1(BM, NAME##_vec_bf16w, true, unsigned short) TILED1(BM, NAME##_bf16w, false, unsigned short)           \
+    TILED1(BM, NAME##_vec_f16w, true, f16bits) TILED1(BM, NAME##_f16w, false, f16bits)
 TILED(128, matmul_t128)
 TILED(64, matmul_t64)
 
@@ -307,7 +302,7 @@ __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const
         const int kb = segs.b[lane_s], ke = segs.b[lane_s + 1];
         const WT* wr = w + (size_t)n * K;
         for (int k = kb; k < ke; k++) {  // exactly the segment's k, in order
-            const float wk = ld1(wr + k);
+            const float wk = wld1(wr + k);
 #pragma unroll
             for (int m = 0; m < MT; m++)
                 if (m < M) acc[m] = __fmaf_rn(__ldg(x + (size_t)m * K + k), wk, acc[m]);
@@ -348,7 +343,9 @@ __device__ __forceinline__ void matmul_small_body(float* __restrict__ out, const
         const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
         matmul_small_body<MT, ROWS, WT>(out, x, w, bias, M, K, N, segs, seq, dt);                                 \
     }
-#define SMALL(MT, ROWS) SMALL1(MT, ROWS, matmul_small##MT, float) SMALL1(MT, ROWS, matmul_small##MT##_bf16w, unsigned short)
+#define SMALL(MT, ROWS)                                                                                          \
+    SMALL1(MT, ROWS, matmul_small##MT, float) SMALL1(MT, ROWS, matmul_small##MT##_bf16w, unsigned short)         \
+    SMALL1(MT, ROWS, matmul_small##MT##_f16w, f16bits)
 SMALL(1, 8)
 SMALL(2, 8)
 SMALL(4, 8)
@@ -416,9 +413,9 @@ __device__ __forceinline__ void matmul_dec_body(float* __restrict__ out, const f
                 if constexpr (sizeof(WT) == 4) {
                     cp_async16(dst, reinterpret_cast<const float*>(src), bytes);  // bytes 0: zero-fill, no read
                 } else {
-                    // bf16: four weights (8 bytes) loaded and widened by this thread into the same float slots
+                    // bf16, f16: four weights (8 bytes) loaded and widened by this thread into the same float slots
                     // (a plain store: visible after the __syncthreads that precedes this stage's use)
-                    *reinterpret_cast<float4*>(dst) = bytes ? ld4(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    *reinterpret_cast<float4*>(dst) = bytes ? wld4(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
             }
             // x: 8 segments × MT rows × QR quads
@@ -499,7 +496,9 @@ __device__ __forceinline__ void matmul_dec_body(float* __restrict__ out, const f
         const float* __restrict__ bias, int M, int K, int N, Segs segs, int seq, int dt) {                        \
         matmul_dec_body<MT, CH, ST, WT>(out, x, w, bias, M, K, N, segs, seq, dt);                                 \
     }
-#define DEC(MT, CH, ST) DEC1(MT, CH, ST, matmul_dec##MT, float) DEC1(MT, CH, ST, matmul_dec##MT##_bf16w, unsigned short)
+#define DEC(MT, CH, ST)                                                                                          \
+    DEC1(MT, CH, ST, matmul_dec##MT, float) DEC1(MT, CH, ST, matmul_dec##MT##_bf16w, unsigned short)             \
+    DEC1(MT, CH, ST, matmul_dec##MT##_f16w, f16bits)
 DEC(1, 64, 3)
 DEC(2, 64, 3)
 DEC(4, 64, 2)

@@ -10,35 +10,39 @@ import (
 // MatmulForward: x is (M, K), w is (N, K), bias is (N) or 0, out is (M, N) = round_dt(x·wᵀ + bias)
 // (kernels.MatmulForward). dt NoRound skips the final rounding.
 func (k *Kernels) MatmulForward(c *cuda.Ctx, p kernels.Profile, dt int, out, x, w, bias cuda.Ptr, M, K, N int) error {
-	return k.MatmulForwardW(c, p, dt, out, x, w, false, bias, M, K, N)
+	return k.MatmulForwardW(c, p, dt, out, x, w, kernels.F32, bias, M, K, N)
 }
 
-// MatmulForwardW is MatmulForward with w holding bf16 bits when bf16 (the _bf16w kernels: HasBF16Weights).
-func (k *Kernels) MatmulForwardW(c *cuda.Ctx, p kernels.Profile, dt int, out, x, w cuda.Ptr, bf16 bool, bias cuda.Ptr, M, K, N int) error {
+// MatmulForwardW is MatmulForward with w stored as wdt (kernels.WeightDTypes: float32 values, or bf16 or f16
+// bits read by the WeightSuffix twins, which HasWeights(wdt) says the PTX has).
+func (k *Kernels) MatmulForwardW(c *cuda.Ctx, p kernels.Profile, dt int, out, x, w cuda.Ptr, wdt kernels.DType, bias cuda.Ptr, M, K, N int) error {
 	b, tree := kernels.MatmulBounds(p, M, K) // the CPU reference's bounds and combine order, from the same function
-	return k.matmul(c, out, x, w, bf16, bias, M, K, N, b, tree, dt)
+	return k.matmul(c, out, x, w, wdt, bias, M, K, N, b, tree, dt)
 }
 
 // MatmulPartial: this rank's share of a row-parallel matmul (kernels.MatmulPartial): x is (M, kLocal), w is
 // (N, kLocal), out (M, N) gets the rank's float32 subtree of G = 8/tp local segments, unrounded, no bias.
 func (k *Kernels) MatmulPartial(c *cuda.Ctx, p kernels.Profile, out, x, w cuda.Ptr, M, kLocal, N, tp int) error {
-	return k.MatmulPartialW(c, p, out, x, w, false, M, kLocal, N, tp)
+	return k.MatmulPartialW(c, p, out, x, w, kernels.F32, M, kLocal, N, tp)
 }
 
-// MatmulPartialW is MatmulPartial with w holding bf16 bits when bf16.
-func (k *Kernels) MatmulPartialW(c *cuda.Ctx, p kernels.Profile, out, x, w cuda.Ptr, bf16 bool, M, kLocal, N, tp int) error {
+// MatmulPartialW is MatmulPartial with w stored as wdt (see MatmulForwardW).
+func (k *Kernels) MatmulPartialW(c *cuda.Ctx, p kernels.Profile, out, x, w cuda.Ptr, wdt kernels.DType, M, kLocal, N, tp int) error {
 	b, tree, err := kernels.PartialBounds(p, kLocal, tp)
 	if err != nil {
 		return err
 	}
-	return k.matmul(c, out, x, w, bf16, 0, M, kLocal, N, b, tree, NoRound)
+	return k.matmul(c, out, x, w, wdt, 0, M, kLocal, N, b, tree, NoRound)
 }
 
 // matmul launches the plan for M (planMatmul): b are the chains' K-ranges, tree says whether their partials
 // are added by the tree (else left to right, the kernels' seq = 1).
-// bf16: w holds bf16 bits; the plan is the float32 weight's (same grid, block and shared memory), its first
-// kernel the _bf16w twin.
-func (k *Kernels) matmul(c *cuda.Ctx, out, x, w cuda.Ptr, bf16 bool, bias cuda.Ptr, M, K, N int, b []int, tree bool, dt int) error {
+// wdt: w's stored dtype; the plan is the float32 weight's (same grid, block and shared memory), its first
+// kernel the WeightSuffix(wdt) twin.
+func (k *Kernels) matmul(c *cuda.Ctx, out, x, w cuda.Ptr, wdt kernels.DType, bias cuda.Ptr, M, K, N int, b []int, tree bool, dt int) error {
+	if !kernels.IsWeightDType(wdt) {
+		return fmt.Errorf("cudakernels: MatmulForward: weight dtype %v (want one of %v)", wdt, kernels.WeightDTypes)
+	}
 	if M <= 0 || N <= 0 {
 		return nil
 	}
@@ -53,9 +57,7 @@ func (k *Kernels) matmul(c *cuda.Ctx, out, x, w cuda.Ptr, bf16 bool, bias cuda.P
 	sg := segs(b)
 	pl := planMatmul(k.lim, M, K, N, b, tree, vec, k.tile)
 	l := pl.Launches[0]
-	if bf16 {
-		l.Kernel += BF16WeightSuffix
-	}
+	l.Kernel += WeightSuffix(wdt)
 	if pl.Tile.bm == 0 { // matmul_dec or matmul_small
 		return k.launch(c, l, out, x, w, bias, M, K, N, sg, seq, dt)
 	}
@@ -75,11 +77,22 @@ func (k *Kernels) matmul(c *cuda.Ctx, out, x, w cuda.Ptr, bf16 bool, bias cuda.P
 
 // RMSNormForward: x is (rows, C), w is (C), out is (rows, C) (kernels.RMSNormForward); out may alias x.
 func (k *Kernels) RMSNormForward(c *cuda.Ctx, p kernels.Profile, dt kernels.DType, out, x, w cuda.Ptr, rows, C int, eps float32) error {
+	return k.RMSNormForwardW(c, p, dt, out, x, w, kernels.F32, rows, C, eps)
+}
+
+// RMSNormForwardW is RMSNormForward with w stored as wdt (see MatmulForwardW): the plan's kernel's
+// WeightSuffix(wdt) twin.
+func (k *Kernels) RMSNormForwardW(c *cuda.Ctx, p kernels.Profile, dt kernels.DType, out, x, w cuda.Ptr, wdt kernels.DType, rows, C int, eps float32) error {
+	if !kernels.IsWeightDType(wdt) {
+		return fmt.Errorf("cudakernels: RMSNormForward: weight dtype %v (want one of %v)", wdt, kernels.WeightDTypes)
+	}
 	if rows <= 0 {
 		return nil
 	}
 	l := planRMSNorm(k.lim, p, k.general, rows, C)
-	if l.Kernel == "rmsnorm_row" {
+	row := l.Kernel == "rmsnorm_row"
+	l.Kernel += WeightSuffix(wdt)
+	if row {
 		vec := 0
 		if C%4 == 0 && (out|x|w)%16 == 0 {
 			vec = 1
@@ -177,19 +190,18 @@ func (k *Kernels) AddBias(c *cuda.Ctx, out, bias cuda.Ptr, M, N int) error {
 // EmbeddingForward: table is (V, C), tokens is (T) int32 on the device, out is (T, C)
 // (kernels.EmbeddingForward). The caller checks the tokens (a bad one gives NaN rows here).
 func (k *Kernels) EmbeddingForward(c *cuda.Ctx, dt kernels.DType, out, table, tokens cuda.Ptr, T, V, C int) error {
-	return k.EmbeddingForwardW(c, dt, out, table, false, tokens, T, V, C)
+	return k.EmbeddingForwardW(c, dt, out, table, kernels.F32, tokens, T, V, C)
 }
 
-// EmbeddingForwardW is EmbeddingForward with table holding bf16 bits when bf16.
-func (k *Kernels) EmbeddingForwardW(c *cuda.Ctx, dt kernels.DType, out, table cuda.Ptr, bf16 bool, tokens cuda.Ptr, T, V, C int) error {
+// EmbeddingForwardW is EmbeddingForward with table stored as wdt (see MatmulForwardW).
+func (k *Kernels) EmbeddingForwardW(c *cuda.Ctx, dt kernels.DType, out, table cuda.Ptr, wdt kernels.DType, tokens cuda.Ptr, T, V, C int) error {
+	if !kernels.IsWeightDType(wdt) {
+		return fmt.Errorf("cudakernels: EmbeddingForward: table dtype %v (want one of %v)", wdt, kernels.WeightDTypes)
+	}
 	if T*C <= 0 {
 		return nil
 	}
-	name := "embedding"
-	if bf16 {
-		name += BF16WeightSuffix
-	}
-	return k.launch(c, planElementwise(name, int64(T)*int64(C)), out, table, tokens, T, V, C, DTCode(dt))
+	return k.launch(c, planElementwise("embedding"+WeightSuffix(wdt), int64(T)*int64(C)), out, table, tokens, T, V, C, DTCode(dt))
 }
 
 // LogSoftmaxStats: logits is (T, V) on one rank (tp = 1); m and S (each T floats, device) receive the row max

@@ -1,14 +1,17 @@
 // rmsnorm.cu: twin of kernels.RMSNormForward (docs/arithmetic.md §5, §13).
 // x is (rows, C), w is (C), out is (rows, C); out may alias x. Canonical rows that fit in shared memory:
 // rmsnorm_row (a block per row); else, and for the standard profile, rmsnorm (one warp per row, 8 per block).
-#include "common.cuh"
+// Each kernel has a twin per 16-bit weight dtype (_bf16w, _f16w: w holds the checkpoint's bits, widened exactly
+// as they are loaded, wld1/wld4): the same plan, the same bits.
+#include "weights.cuh"
 
 // Canonical: lanes 0..7 each run one segment's FMA chain (floor(s·C/8) boundaries, §3), combined by the fixed
 // tree (shuffles xor 1, 2, 4). Standard: rows < 16: lanes 0..3 run the 4 interleaved accumulators a[k%4],
 // combined (a0⊕a1)⊕(a2⊕a3); rows ≥ 16: lane 0 runs one chain. The row count picks the standard blocking, as
 // in a vendor library; the canonical order never looks at it.
-extern "C" __global__ void __launch_bounds__(256) rmsnorm(float* out, const float* x, const float* __restrict__ w,
-                                                          int rows, int C, float eps, int prof, int dt) {
+template <typename WT>
+__device__ __forceinline__ void rmsnorm_body(float* out, const float* x, const WT* __restrict__ w, int rows, int C,
+                                             float eps, int prof, int dt) {
     const int lane = threadIdx.x & 31;
     const int r = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (r >= rows) return;  // whole warps leave together
@@ -35,9 +38,17 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm(float* out, const floa
     float* orow = out + (long long)r * C;
     for (int k = lane; k < C; k += 32) {
         const float h = round_dt(__fmul_rn(xr[k], rs), dt);
-        orow[k] = round_dt(__fmul_rn(w[k], h), dt);
+        orow[k] = round_dt(__fmul_rn(wld1(w + k), h), dt);
     }
 }
+#define RMSNORM(NAME, WT)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                                            \
+        NAME(float* out, const float* x, const WT* __restrict__ w, int rows, int C, float eps, int prof, int dt) { \
+        rmsnorm_body<WT>(out, x, w, rows, C, eps, prof, dt);                                                     \
+    }
+RMSNORM(rmsnorm, float)
+RMSNORM(rmsnorm_bf16w, unsigned short)
+RMSNORM(rmsnorm_f16w, f16bits)
 
 // rmsnorm_row: the canonical op, one block of 128 threads per row (used when the row fits in shared memory).
 // The row is read once into shared memory, each segment at its own offset s·stride with stride ≡ 1 (mod 32), so
@@ -45,8 +56,9 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm(float* out, const floa
 // is; thread 0 adds their partials in the tree, and every thread writes its share, reading x again (from L2).
 // Each output element is read, then written, by the same thread after the chains are done, so out = x is safe.
 // vec: C is a multiple of 4 and x, w and out are 16-byte aligned (the host checks).
-extern "C" __global__ void __launch_bounds__(128) rmsnorm_row(float* out, const float* x, const float* __restrict__ w,
-                                                              int rows, int C, float eps, int dt, int vec) {
+template <typename WT>
+__device__ __forceinline__ void rmsnorm_row_body(float* out, const float* x, const WT* __restrict__ w, int rows, int C,
+                                                 float eps, int dt, int vec) {
     extern __shared__ __align__(16) float xs[];
     __shared__ float part[8];
     __shared__ float rs_sh;
@@ -91,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(128) rmsnorm_row(float* out, const 
     if (vec) {
         for (int i = tid; i < C / 4; i += 128) {
             const float4 xv = reinterpret_cast<const float4*>(xr)[i];
-            const float4 wv = __ldg(reinterpret_cast<const float4*>(w) + i);
+            const float4 wv = wld4(w + 4 * i);
             float4 o;
             o.x = round_dt(__fmul_rn(wv.x, round_dt(__fmul_rn(xv.x, rs), dt)), dt);
             o.y = round_dt(__fmul_rn(wv.y, round_dt(__fmul_rn(xv.y, rs), dt)), dt);
@@ -100,6 +112,14 @@ extern "C" __global__ void __launch_bounds__(128) rmsnorm_row(float* out, const 
             reinterpret_cast<float4*>(orow)[i] = o;
         }
     } else {
-        for (int k = tid; k < C; k += 128) orow[k] = round_dt(__fmul_rn(w[k], round_dt(__fmul_rn(xr[k], rs), dt)), dt);
+        for (int k = tid; k < C; k += 128) orow[k] = round_dt(__fmul_rn(wld1(w + k), round_dt(__fmul_rn(xr[k], rs), dt)), dt);
     }
 }
+#define RMSNORM_ROW(NAME, WT)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(128)                                                            \
+        NAME(float* out, const float* x, const WT* __restrict__ w, int rows, int C, float eps, int dt, int vec) {  \
+        rmsnorm_row_body<WT>(out, x, w, rows, C, eps, dt, vec);                                                  \
+    }
+RMSNORM_ROW(rmsnorm_row, float)
+RMSNORM_ROW(rmsnorm_row_bf16w, unsigned short)
+RMSNORM_ROW(rmsnorm_row_f16w, f16bits)
