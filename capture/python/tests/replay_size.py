@@ -280,8 +280,13 @@ def main():
                   f"{col('load the checkpoint')} {col('upload weights')} {col('forward'):>7} "
                   f"{col('record: device', 'record: fingerprints')} "
                   f"{col('record: capture writes')} {col('diff the capture')}  {r.get('first_divergence') or r.get('error', '')[:60]}")
-            if r.get("phase_peak_rss_gb"):
-                print("       peak RSS after: " + ", ".join(f"{n.split(' (')[0]} {g:.2f}" for n, g in r["phase_peak_rss_gb"].items()))
+            rises, last = [], 0.0  # the phases that raised the peak RSS (by 1 % or more), with the peak after each
+            for n, g in r.get("phase_peak_rss_gb", {}).items():
+                if g > last * 1.01:
+                    rises.append(f"{n.split(' (')[0].split(',')[0]} {g:.2f}")
+                last = max(last, g)
+            if rises:
+                print("       peak RSS rose in: " + ", ".join(rises))
         print(f"{res['model']}: checkpoint {res['checkpoint_bytes'] / 1e9:.2f} GB, captures "
               + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in res["capture_bytes"].items())
               + f"; transformers bf16 forward {res['forward_bf16_s'] * 1e3:.1f} ms; recording "
