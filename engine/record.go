@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"encoding/binary"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"bitalign/capture"
 	"bitalign/internal/par"
@@ -286,10 +288,17 @@ func (rec *recorder) writeRows(r *rank, op string, dt capture.DType, width int, 
 
 // encodeRows encodes rows × width values as dt (encode), the rows split into chunks encoded in parallel; with
 // fingerprints it returns each row's fingerprint instead (capture.FingerprintRows over each chunk's encoding)
-// and no data.
+// and no data. Float32 values on a little-endian machine are already their encoding: the bytes of xs are
+// returned as they are (xs is the job's own download), no copy.
 func encodeRows(dt capture.DType, xs []float32, rows, width int, fingerprints bool) ([]byte, []uint64) {
+	if dt == capture.F32 && !fingerprints && len(xs) > 0 && littleEndian {
+		return unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)), nil
+	}
 	return chunkRows(rows, width, dt.Size(), fingerprints, func(r0, r1 int) []byte { return encode(dt, xs[r0*width:r1*width]) })
 }
+
+// littleEndian reports whether float32 values in memory are laid out as the capture stores them.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // encodeBitRows is encodeRows for values already narrowed to bf16 bits (NarrowDownloader): little-endian bytes.
 func encodeBitRows(bits []uint16, rows, width int, fingerprints bool) ([]byte, []uint64) {
