@@ -11,6 +11,10 @@ import (
 func adviseIndexing(b []byte) { _ = syscall.Madvise(b, syscall.MADV_RANDOM) }
 func adviseDone(b []byte)     { _ = syscall.Madvise(b, syscall.MADV_NORMAL) }
 
+// dropPages takes b's pages out of this process's resident set (MADV_DONTNEED on the shared, read-only file
+// mapping: the page cache keeps them, a later read faults them back in).
+func dropPages(b []byte) { _ = syscall.Madvise(b, syscall.MADV_DONTNEED) }
+
 // canPrefetch reports whether prefetcher does anything on this platform.
 const canPrefetch = true
 

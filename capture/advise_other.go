@@ -4,6 +4,7 @@ package capture
 
 func adviseIndexing([]byte) {}
 func adviseDone([]byte)     {}
+func dropPages([]byte)      {}
 
 const canPrefetch = false
 

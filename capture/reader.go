@@ -306,6 +306,27 @@ func (c *Capture) Tensor(i int) (Tensor, error) {
 	return c.entries[i].tensor(d), nil
 }
 
+// DropPages takes the pages lying wholly inside tensors idx out of this process's resident set: a reader done
+// with them (the diff, after each op) keeps the peak RSS near one op's tensors instead of both whole captures.
+// Their Data stays valid: reading it again faults the pages back in from the page cache. It does nothing where
+// the files are not mapped (only Linux's mappings are advised) and ignores indices out of range.
+func (c *Capture) DropPages(idx []int) {
+	if c.closed {
+		return
+	}
+	pg := int64(os.Getpagesize())
+	for _, i := range idx {
+		if i < 0 || i >= len(c.entries) {
+			continue
+		}
+		e := &c.entries[i]
+		lo, hi := (e.Offset+pg-1)/pg*pg, (e.Offset+e.NBytes)/pg*pg
+		if d := c.files[e.File].data; hi > lo && hi <= int64(len(d)) {
+			dropPages(d[lo:hi])
+		}
+	}
+}
+
 // Close unmaps the files. Slices returned by Data are invalid afterwards. Close is idempotent.
 func (c *Capture) Close() error {
 	if c.closed {

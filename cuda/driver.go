@@ -103,6 +103,7 @@ const (
 	sEventCreate
 	sEventRecord
 	sEventSynchronize
+	sEventQuery
 	sEventElapsedTime
 	sEventDestroy
 	sTensorMapEncodeTiled
@@ -153,6 +154,7 @@ var symNames = [numSyms][]string{
 	sEventCreate:          {"cuEventCreate"},
 	sEventRecord:          {"cuEventRecord"},
 	sEventSynchronize:     {"cuEventSynchronize"},
+	sEventQuery:           {"cuEventQuery"},
 	sEventElapsedTime:     {"cuEventElapsedTime_v2", "cuEventElapsedTime"},
 	sEventDestroy:         {"cuEventDestroy_v2"},
 	sTensorMapEncodeTiled: {"cuTensorMapEncodeTiled"},

@@ -2,12 +2,14 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"bitalign/internal/testgpu"
 )
@@ -185,5 +187,71 @@ func TestKernelFaultIsError(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "FAULT-ERROR cuda: cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS") {
 		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+// TestEventDoneOnSideStream: a copy into page-locked memory on a non-blocking stream, ordered after an event of
+// the default stream; EventDone turns true once it has completed (never before the bytes are there), and the
+// bytes are the device's.
+func TestEventDoneOnSideStream(t *testing.T) {
+	d := openOrSkip(t)
+	const n = 64 << 20
+	err := d.Do(func(c *Ctx) error {
+		st, err := c.NewStreamFlags(StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer c.DestroyStream(st)
+		host, err := c.HostAlloc(n)
+		if err != nil {
+			return err
+		}
+		defer c.FreeHost(host)
+		p, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer c.Free(p)
+		e, err := c.NewEvent()
+		if err != nil {
+			return err
+		}
+		defer c.DestroyEvent(e)
+		if err := c.Memset8Async(p, 0x5a, n, nil); err != nil {
+			return err
+		}
+		if err := c.Record(e, nil); err != nil {
+			return err
+		}
+		if err := c.WaitEvent(st, e); err != nil {
+			return err
+		}
+		if err := c.CopyDtoHAsync(unsafe.Pointer(&host[0]), p, n, st); err != nil {
+			return err
+		}
+		if err := c.Record(e, st); err != nil {
+			return err
+		}
+		for i := 0; ; i++ {
+			done, err := c.EventDone(e)
+			if err != nil {
+				return err
+			}
+			if done {
+				break
+			}
+			if i > 1e7 {
+				return fmt.Errorf("the copy never completed")
+			}
+		}
+		for i := 0; i < n; i += 4093 {
+			if host[i] != 0x5a {
+				return fmt.Errorf("byte %d is %#x after EventDone, want 0x5a", i, host[i])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -77,6 +77,16 @@ func (c *Ctx) Record(e *Event, s *Stream) error { return c.d.lib.call(sEventReco
 // EventSync waits for e.
 func (c *Ctx) EventSync(e *Event) error { return c.d.lib.call(sEventSynchronize, e.h) }
 
+// EventDone reports whether the work before e's last Record has completed (cuEventQuery), without waiting.
+func (c *Ctx) EventDone(e *Event) (bool, error) {
+	err := c.d.lib.call(sEventQuery, e.h)
+	var ce *Error
+	if errors.As(err, &ce) && ce.Code == 600 { // CUDA_ERROR_NOT_READY
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // Elapsed returns the milliseconds between two completed events.
 func (c *Ctx) Elapsed(start, end *Event) (float32, error) {
 	var ms float32

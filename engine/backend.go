@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bitalign/capture"
 	"bitalign/kernels"
 	"bitalign/nvls"
 )
@@ -80,4 +81,28 @@ type AttnOptions struct {
 // e.g. PTX without the kernel) means the caller downloads float32 and narrows on the host, with the same bits.
 type NarrowDownloader interface {
 	DownloadBF16(dst []uint16, src Buf) (ok bool, err error) // len(dst) == src.Len()
+}
+
+// RowFingerprinter is a Backend that fingerprints rows where they are and downloads 8 bytes a row: dst[r] is
+// capture.Fingerprint of row r of src (rows × width values) encoded as dt, the bytes the capture would store
+// (bf16: fp.F32ToBF16's bits; f32: the float32 bits). ok false (a dtype or buffer it does not handle, PTX
+// without the kernel) means the caller downloads the rows and fingerprints them on the host: the same values.
+type RowFingerprinter interface {
+	FingerprintRows(dst []uint64, src Buf, rows, width int, dt capture.DType) (ok bool, err error) // len(dst) == rows
+}
+
+// AsyncDownloader is a Backend that starts copying src's values, encoded as dt (the capture's bytes, as
+// RowFingerprinter), into host memory of its own behind the work already queued, and returns without waiting:
+// the recorder's full copies overlap the next ops. The backend bounds the memory in flight (StartDownload
+// waits for Release when it is used up). ok false: the caller downloads synchronously.
+type AsyncDownloader interface {
+	StartDownload(src Buf, dt capture.DType) (p PendingDownload, ok bool, err error)
+}
+
+// PendingDownload is one AsyncDownloader copy in flight.
+type PendingDownload interface {
+	// Wait returns the copied bytes once the copy has completed; they stay valid until Release.
+	Wait() ([]byte, error)
+	// Release gives the host memory back (after Wait, or instead of it when the write is abandoned); once.
+	Release()
 }

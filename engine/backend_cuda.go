@@ -87,6 +87,14 @@ type CUDA struct {
 	stN  int64
 	nar  cuda.Ptr // DownloadBF16's device buffer of bf16 bits
 	narN int64
+
+	fp            *cudakernels.Fingerprinter // FingerprintRows (record_cuda.go)
+	fpOut         cuda.Ptr                   // its output, 8 bytes a row
+	fpOutN        int64
+	fpUnavailable bool      // the loaded PTX has no fingerprint_rows
+	ring          *copyRing // StartDownload's pinned buffers
+	ringFailed    bool      // pinned memory unavailable: synchronous copies
+	ringBytes     int64     // the ring's size (0: pinnedRingBytes; tests make it small)
 }
 
 // NewCUDA returns a backend on GPU ordinal. Errors wrap cuda.ErrUnavailable when there is no usable GPU.
@@ -317,14 +325,17 @@ func (b *CUDA) DownloadBF16(dst []uint16, src Buf) (bool, error) {
 	return b.err == nil, b.err
 }
 
-// releaseScratch frees DownloadBF16's buffer (the run is over; group.close).
+// releaseScratch frees DownloadBF16's buffer, the fingerprint tables and the pinned copy ring (the run is
+// over and its writers drained; group.close).
 func (b *CUDA) releaseScratch() {
-	if b.nar == 0 {
-		return
-	}
-	p := b.nar
-	b.nar, b.narN = 0, 0
-	b.dev.d.Do(func(c *cuda.Ctx) error { return c.Free(p) }) //nolint:errcheck // freeing after an error too
+	b.dev.d.Do(func(c *cuda.Ctx) error { //nolint:errcheck // freeing after an error too
+		b.releaseRing(c)
+		if b.nar != 0 {
+			c.Free(b.nar) //nolint:errcheck
+			b.nar, b.narN = 0, 0
+		}
+		return nil
+	})
 }
 
 func (b *CUDA) Copy(dst, src Buf) {

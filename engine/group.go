@@ -105,6 +105,14 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 		}
 		g.ranks = append(g.ranks, r)
 	}
+	onDevice := true
+	for _, r := range g.ranks {
+		_, cuda := r.be.(*CUDA)
+		onDevice = onDevice && cuda
+	}
+	if onDevice { // every weight is in GPU memory now: the mapped checkpoint need not stay resident
+		m.dropMappedPages()
+	}
 	return g, nil
 }
 

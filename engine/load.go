@@ -94,6 +94,14 @@ func Load(dir string) (*Model, error) {
 	if err := runJobs(jobs, kdt(cfg.DType)); err != nil {
 		return nil, err
 	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		m.mappings = append(m.mappings, files[n].m)
+	}
 	for _, f := range fused {
 		m.splitFused(f)
 	}

@@ -10,11 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"bitalign/capture"
+	"bitalign/internal/rss"
 )
 
 // Qwen2Shape is a Qwen2-1.5B-shaped bf16 config (hidden 1536, 12/2 heads of 128, intermediate 8960,
@@ -164,21 +164,6 @@ func TestLoadPeakRSSChild(t *testing.T) {
 		t.Skip("the child process of BenchmarkLoadCheckpoint")
 	}
 	m := loadOnto(t, dir, os.Getenv("BITALIGN_LOAD_DEVICE"))
-	fmt.Printf("peak-rss-bytes %d\n", peakRSS())
+	fmt.Printf("peak-rss-bytes %d\n", rss.Peak())
 	_ = m.Config
-}
-
-// peakRSS is this process's peak resident set in bytes.
-func peakRSS() int64 {
-	if b, err := os.ReadFile("/proc/self/status"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru) //nolint:errcheck
-	return ru.Maxrss << 10                      // kB on Linux (macOS reports bytes: there it over-states by 1024)
 }

@@ -44,6 +44,17 @@ type Model struct {
 	Layers []Layer
 	Norm   W // (H)
 	LMHead W // (V, H); the same tensor as Embed when the embeddings are tied
+
+	mappings []*mapping // the checkpoint files Load mapped (dropMappedPages)
+}
+
+// dropMappedPages takes the mapped checkpoint's pages out of the resident set once every backend holds its
+// weights itself (the GPU's: newGroup). Reading a weight on the host afterwards is still correct: it faults
+// its pages in again from the page cache.
+func (m *Model) dropMappedPages() {
+	for _, mp := range m.mappings {
+		dropPages(mp.data) //nolint:errcheck // only the resident set is at stake
+	}
 }
 
 // WeightBytes is the memory the model's weights occupy (a tied LM head counted once).

@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"bitalign/internal/rss"
 )
 
 // Phases accumulates the wall-clock time of named phases of a run (`bitalign replay --timings`), in the order
@@ -16,11 +18,12 @@ type Phases struct {
 	d     map[string]time.Duration
 	n     map[string]int
 	bytes map[string]int64
+	hwm   map[string]int64 // the process's peak RSS when the phase last ended (Since)
 }
 
 // NewPhases returns an empty phase report.
 func NewPhases() *Phases {
-	return &Phases{d: map[string]time.Duration{}, n: map[string]int{}, bytes: map[string]int64{}}
+	return &Phases{d: map[string]time.Duration{}, n: map[string]int{}, bytes: map[string]int64{}, hwm: map[string]int64{}}
 }
 
 // Add adds d (and bytes moved, 0 if none) to phase name.
@@ -38,10 +41,17 @@ func (p *Phases) Add(name string, d time.Duration, bytes int64) {
 	p.bytes[name] += bytes
 }
 
-// Since adds the time since start to phase name and returns now, the start of the next phase.
+// Since adds the time since start to phase name and returns now, the start of the next phase. It also notes
+// the process's peak RSS so far (VmHWM), so that the report shows which phase raised it.
 func (p *Phases) Since(name string, start time.Time) time.Time {
 	now := time.Now()
 	p.Add(name, now.Sub(start), 0)
+	if p != nil {
+		peak := rss.Peak()
+		p.mu.Lock()
+		p.hwm[name] = peak
+		p.mu.Unlock()
+	}
 	return now
 }
 
@@ -51,6 +61,7 @@ type Phase struct {
 	Duration time.Duration
 	Count    int   // how many times it was added
 	Bytes    int64 // bytes it moved (0: not counted)
+	PeakRSS  int64 // the process's peak RSS when it last ended (0: not noted; phases timed by Since only)
 }
 
 // List returns the phases in the order they were first reported.
@@ -62,7 +73,7 @@ func (p *Phases) List() []Phase {
 	defer p.mu.Unlock()
 	out := make([]Phase, 0, len(p.names))
 	for _, n := range p.names {
-		out = append(out, Phase{Name: n, Duration: p.d[n], Count: p.n[n], Bytes: p.bytes[n]})
+		out = append(out, Phase{Name: n, Duration: p.d[n], Count: p.n[n], Bytes: p.bytes[n], PeakRSS: p.hwm[n]})
 	}
 	return out
 }
@@ -83,6 +94,9 @@ func (p *Phases) Write(w io.Writer, total time.Duration) error {
 			if s := ph.Duration.Seconds(); s > 0 {
 				line += fmt.Sprintf(" (%.2f GB/s)", float64(ph.Bytes)/1e9/s)
 			}
+		}
+		if ph.PeakRSS > 0 {
+			line += fmt.Sprintf("  [peak RSS %.2f GB]", float64(ph.PeakRSS)/1e9)
 		}
 		if _, err := fmt.Fprintln(w, line); err != nil {
 			return err

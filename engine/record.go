@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"encoding/binary"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"bitalign/capture"
 	"bitalign/internal/par"
@@ -39,6 +41,7 @@ type recorder struct {
 type recJob struct {
 	bytes int64
 	run   func() error
+	free  func() // nil, or gives back memory the job holds outside the budget (run or not)
 }
 
 // recordBudget bounds the downloaded bytes waiting for the writer goroutine.
@@ -73,6 +76,9 @@ func (rec *recorder) writer() {
 		if !failed {
 			err = j.run()
 		}
+		if j.free != nil {
+			j.free()
+		}
 		rec.mu.Lock()
 		if err != nil && rec.err == nil {
 			rec.err = err
@@ -86,6 +92,12 @@ func (rec *recorder) writer() {
 // submit queues run, which holds bytes of host memory, behind the writes already queued; it waits while the
 // queue holds recordBudget bytes. It returns the writer's first error, if any (then run is not queued).
 func (rec *recorder) submit(bytes int64, run func() error) error {
+	return rec.submitFree(bytes, run, nil)
+}
+
+// submitFree is submit with free, called by the writer after run (or instead of it after an error), also when
+// the job is refused here.
+func (rec *recorder) submitFree(bytes int64, run func() error, free func()) error {
 	start := time.Now()
 	rec.mu.Lock()
 	for rec.err == nil && rec.busy > 0 && rec.busy+bytes > recordBudget {
@@ -93,6 +105,9 @@ func (rec *recorder) submit(bytes int64, run func() error) error {
 	}
 	if err := rec.err; err != nil {
 		rec.mu.Unlock()
+		if free != nil {
+			free()
+		}
 		return err
 	}
 	rec.busy += bytes
@@ -100,7 +115,7 @@ func (rec *recorder) submit(bytes int64, run func() error) error {
 	if bytes > 0 {
 		rec.ph.Add("record: forward waits for the writer", time.Since(start), 0)
 	}
-	rec.jobs <- recJob{bytes: bytes, run: run}
+	rec.jobs <- recJob{bytes: bytes, run: run, free: free}
 	return nil
 }
 
@@ -171,12 +186,45 @@ func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, 
 	for _, s := range segs {
 		rows += len(s.toks)
 	}
+	// a shard's fingerprints are not those of the full rows: sharded ops are written in full
+	asFP := rec.fingerprinted(op) && !shard.Sharded()
+	segs, offs = append([]segment(nil), segs...), append([]int(nil), offs...) // the job outlives the forward's slices
+	view := r.be.View(b, 0, rows*width)
 	start := time.Now()
+	if rf, ok := r.be.(RowFingerprinter); ok && asFP && rows*width > 0 {
+		fps := make([]uint64, rows)
+		done, err := rf.FingerprintRows(fps, view, rows, width, dt)
+		if err != nil {
+			return err
+		}
+		if done {
+			rec.ph.Add("record: fingerprints on the device (8 bytes a row copied)", time.Since(start), int64(8*rows))
+			return rec.submit(0, func() error { return rec.writeRows(r, op, dt, width, shard, segs, offs, true, nil, fps) })
+		}
+	}
+	if ad, ok := r.be.(AsyncDownloader); ok && !asFP && rows*width > 0 {
+		p, done, err := ad.StartDownload(view, dt)
+		if err != nil {
+			return err
+		}
+		if done {
+			rec.ph.Add("record: device→host copies queued (pinned, side stream)", time.Since(start), int64(dt.Size()*rows*width))
+			return rec.submitFree(0, func() error {
+				t0 := time.Now()
+				data, err := p.Wait()
+				rec.ph.Add("record: writer waits for the copies", time.Since(t0), 0)
+				if err != nil {
+					return err
+				}
+				return rec.writeRows(r, op, dt, width, shard, segs, offs, false, data, nil)
+			}, p.Release)
+		}
+	}
 	var host []float32
 	var bits []uint16 // bf16 ops narrowed on the device (NarrowDownloader): half the bytes, the same bits
 	if nd, ok := r.be.(NarrowDownloader); ok && dt == capture.BF16 {
 		bits = make([]uint16, rows*width)
-		done, err := nd.DownloadBF16(bits, r.be.View(b, 0, rows*width))
+		done, err := nd.DownloadBF16(bits, view)
 		if err != nil {
 			return err
 		}
@@ -188,16 +236,12 @@ func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, 
 	}
 	if bits == nil {
 		host = make([]float32, rows*width)
-		if err := r.be.Download(host, r.be.View(b, 0, rows*width)); err != nil {
+		if err := r.be.Download(host, view); err != nil {
 			return err
 		}
 		rec.ph.Add("record: device→host copies (float32)", time.Since(start), int64(4*len(host)))
 	}
 	held := int64(4*len(host) + 2*len(bits))
-	// a shard's fingerprints are not those of the full rows: sharded ops are written in full
-	asFP := rec.fingerprinted(op) && !shard.Sharded()
-	rank := int32(r.lay.rank)
-	segs, offs = append([]segment(nil), segs...), append([]int(nil), offs...) // the job outlives the forward's slices
 	return rec.submit(held, func() error {
 		t0 := time.Now()
 		var data []byte
@@ -208,38 +252,53 @@ func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, 
 			data, fps = encodeRows(dt, host, rows, width, asFP)
 		}
 		rec.ph.Add("record: encode (writer, parallel)", time.Since(t0), 0)
-		t0 = time.Now()
-		var written int64
-		size := int64(dt.Size())
-		for i, s := range segs {
-			n := len(s.toks)
-			t := capture.Tensor{Step: rec.step, Seq: s.seq, Pos: int64(s.start), NTok: int64(n), Op: op,
-				Index: rec.idx[op], Role: "out", DType: dt, Shape: []int64{int64(n), int64(width)},
-				Rank: rank, Shard: shard}
-			if asFP {
-				t = capture.FingerprintsOf(t, fps[offs[i]:offs[i]+n])
-			} else {
-				t.Data = data[int64(offs[i]*width)*size : int64((offs[i]+n)*width)*size]
-				if shard.Sharded() {
-					t.Shard.FullShape = []int64{int64(n), shard.FullShape[1]}
-				}
-			}
-			if err := rec.w.Write(t); err != nil {
-				return err
-			}
-			written += int64(len(t.Data))
-		}
-		rec.ph.Add("record: capture writes (writer)", time.Since(t0), written)
-		return nil
+		return rec.writeRows(r, op, dt, width, shard, segs, offs, asFP, data, fps)
 	})
+}
+
+// writeRows writes op's tensor of every segment (on the writer goroutine): with asFP the rows' fingerprints
+// fps, else their bytes from data (rows × width values of dt, packed over segs at offs).
+func (rec *recorder) writeRows(r *rank, op string, dt capture.DType, width int, shard capture.Shard, segs []segment,
+	offs []int, asFP bool, data []byte, fps []uint64) error {
+	t0 := time.Now()
+	var written int64
+	size := int64(dt.Size())
+	rank := int32(r.lay.rank)
+	for i, s := range segs {
+		n := len(s.toks)
+		t := capture.Tensor{Step: rec.step, Seq: s.seq, Pos: int64(s.start), NTok: int64(n), Op: op,
+			Index: rec.idx[op], Role: "out", DType: dt, Shape: []int64{int64(n), int64(width)},
+			Rank: rank, Shard: shard}
+		if asFP {
+			t = capture.FingerprintsOf(t, fps[offs[i]:offs[i]+n])
+		} else {
+			t.Data = data[int64(offs[i]*width)*size : int64((offs[i]+n)*width)*size]
+			if shard.Sharded() {
+				t.Shard.FullShape = []int64{int64(n), shard.FullShape[1]}
+			}
+		}
+		if err := rec.w.Write(t); err != nil {
+			return err
+		}
+		written += int64(len(t.Data))
+	}
+	rec.ph.Add("record: capture writes (writer)", time.Since(t0), written)
+	return nil
 }
 
 // encodeRows encodes rows × width values as dt (encode), the rows split into chunks encoded in parallel; with
 // fingerprints it returns each row's fingerprint instead (capture.FingerprintRows over each chunk's encoding)
-// and no data.
+// and no data. Float32 values on a little-endian machine are already their encoding: the bytes of xs are
+// returned as they are (xs is the job's own download), no copy.
 func encodeRows(dt capture.DType, xs []float32, rows, width int, fingerprints bool) ([]byte, []uint64) {
+	if dt == capture.F32 && !fingerprints && len(xs) > 0 && littleEndian {
+		return unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)), nil
+	}
 	return chunkRows(rows, width, dt.Size(), fingerprints, func(r0, r1 int) []byte { return encode(dt, xs[r0*width:r1*width]) })
 }
+
+// littleEndian reports whether float32 values in memory are laid out as the capture stores them.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // encodeBitRows is encodeRows for values already narrowed to bf16 bits (NarrowDownloader): little-endian bytes.
 func encodeBitRows(bits []uint16, rows, width int, fingerprints bool) ([]byte, []uint64) {

@@ -167,6 +167,12 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 		if rs != nil {
 			rows[k] = rs
 		}
+		for _, side := range []*sideIndex{ia, ib} { // this op's pages are read: out of the resident set
+			if side.c != nil {
+				side.c.DropPages(side.byOp[k])
+				side.c.DropPages(side.fps[k])
+			}
+		}
 		done += opBytes
 		report()
 		rep.Ops = append(rep.Ops, st)

@@ -297,7 +297,7 @@ func TestFingerprintShapesAndMissing(t *testing.T) {
 }
 
 // pathSize is the size of a file, or of the files of a directory.
-func pathSize(t *testing.T, path string) int64 {
+func pathSize(t testing.TB, path string) int64 {
 	var n int64
 	err := filepath.Walk(path, func(_ string, fi os.FileInfo, err error) error {
 		if err == nil && !fi.IsDir() {

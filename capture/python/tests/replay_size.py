@@ -122,11 +122,12 @@ def forward_time(m, ids, dev, iters=3):
 
 
 PHASE = re.compile(r"^  (.+?)\s+([0-9.]+) s(?:\s+([0-9.]+)%)?(?:\s+(\d+)×)?(?:\s+([0-9.]+) MB)?")
+PHASE_RSS = re.compile(r"\[peak RSS ([0-9.]+) GB\]")
 
 
 def timings(stderr):
-    """{phase: seconds} of the replay's --timings report."""
-    out, on = {}, False
+    """({phase: seconds}, {phase: the process's peak RSS in GB when it ended}) of the replay's --timings report."""
+    out, rss, on = {}, {}, False
     for line in stderr.splitlines():
         if line.startswith("bitalign replay: timings"):
             on = True
@@ -135,7 +136,10 @@ def timings(stderr):
             mt = PHASE.match(line)
             if mt:
                 out[mt.group(1).strip()] = float(mt.group(2))
-    return out
+                mr = PHASE_RSS.search(line)
+                if mr:
+                    rss[mt.group(1).strip()] = float(mr.group(1))
+    return out, rss
 
 
 TIME = "/usr/bin/time"
@@ -184,7 +188,9 @@ def replay(binary, ckpt, cap, report, dev, ops=None):
     if timed:
         mt = MAXRSS.search(err)
         peak = int(mt.group(1)) * 1024 if mt else 0
-    res = {"cmd": " ".join(cmd), "exit": p.returncode, "wall_s": round(wall, 3), "phases": timings(err),
+    phases, phase_rss = timings(err)
+    res = {"cmd": " ".join(cmd), "exit": p.returncode, "wall_s": round(wall, 3), "phases": phases,
+           "phase_peak_rss_gb": phase_rss,
            "peak_rss_gb": round(peak / 1e9, 3), "rss_from": "/usr/bin/time -v" if timed else "VmHWM polled"}
     if p.returncode == 2 or not os.path.exists(report):
         res["error"] = err.strip()[-2000:]
@@ -251,25 +257,41 @@ def main():
             r = replay(binary, ckpt, cap, f(f"replay-{run}.json"), dev, o)
             res["runs"][run] = r
             failed = failed or "error" in r
+        res["model_wall_s"] = round(time.perf_counter() - t0, 1)  # build, save, record, replays: the 600 s budget
         results.append(res)
         if not a.keep:
             shutil.rmtree(ckpt, ignore_errors=True)
             for c in caps.values():
                 os.remove(c)
     json.dump(results, open(os.path.join(a.out, "replay-size.json"), "w"), indent=1)
-    print(f"{'model':6} {'run':12} {'exit':>4} {'wall s':>8} {'RSS GB':>7} {'load':>6} {'upload':>6} {'forward':>7} "
-          f"{'D→H':>6} {'write':>6} {'diff':>6}  first divergence")
+    print(f"{'model':6} {'run':12} {'exit':>4} {'wall s':>8} {'RSS GB':>7} {'/ckpt':>5} {'load':>6} {'upload':>6} "
+          f"{'forward':>7} {'D→H':>6} {'write':>6} {'diff':>6}  first divergence")
     for res in results:
         for run, r in res["runs"].items():
             ph = r["phases"]
-            col = lambda k: f"{next((v for n, v in ph.items() if n.startswith(k)), float('nan')):6.2f}"  # noqa: E731
-            print(f"{res['model']:6} {run:12} {r['exit']:4} {r['wall_s']:8.2f} {r.get('peak_rss_gb', float('nan')):7.2f} "
-                  f"{col('load the checkpoint')} {col('upload weights')} {col('forward'):>7} {col('record: device')} "
+
+            def col(*ks):  # the sum of the phases named by these prefixes (D→H: the copies and the device fingerprints)
+                v = [t for n, t in ph.items() if n.startswith(ks)]
+                return f"{sum(v) if v else float('nan'):6.2f}"
+
+            rss = r.get("peak_rss_gb", float("nan"))
+            print(f"{res['model']:6} {run:12} {r['exit']:4} {r['wall_s']:8.2f} {rss:7.2f} "
+                  f"{rss * 1e9 / res['checkpoint_bytes']:5.2f} "
+                  f"{col('load the checkpoint')} {col('upload weights')} {col('forward'):>7} "
+                  f"{col('record: device', 'record: fingerprints')} "
                   f"{col('record: capture writes')} {col('diff the capture')}  {r.get('first_divergence') or r.get('error', '')[:60]}")
+            rises, last = [], 0.0  # the phases that raised the peak RSS (by 1 % or more), with the peak after each
+            for n, g in r.get("phase_peak_rss_gb", {}).items():
+                if g > last * 1.01:
+                    rises.append(f"{n.split(' (')[0].split(',')[0]} {g:.2f}")
+                last = max(last, g)
+            if rises:
+                print("       peak RSS rose in: " + ", ".join(rises))
         print(f"{res['model']}: checkpoint {res['checkpoint_bytes'] / 1e9:.2f} GB, captures "
               + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in res["capture_bytes"].items())
               + f"; transformers bf16 forward {res['forward_bf16_s'] * 1e3:.1f} ms; recording "
-              + ", ".join(f"{k[7:-2]} {res[k]:.2f} s" for k in res if k.startswith("record_")))
+              + ", ".join(f"{k[7:-2]} {res[k]:.2f} s" for k in res if k.startswith("record_"))
+              + f"; {res['model_wall_s']:.0f} s for the model in all")
     print(json.dumps(results))
     return 1 if failed else 0
 

@@ -29,6 +29,7 @@ def test_replay_size_tiny_cpu(tmp_path):
         for name, run in r["runs"].items():
             assert run["exit"] in (0, 1), (r["model"], name, run)
             assert run["peak_rss_gb"] > 0 and run["wall_s"] > 0
+            assert run["phase_peak_rss_gb"].get("load the checkpoint (mapped)", 0) > 0, run["phase_peak_rss_gb"]
             for ph in ("load the checkpoint (mapped)", "upload weights and tables", "forward (with the recorder's copies)",
                        "diff the capture with the replay"):
                 assert ph in run["phases"], (r["model"], name, sorted(run["phases"]))
