@@ -22,7 +22,7 @@ import (
 // DiffVerdict is Diff's report with the verdict first: every op's status, first mismatch and cause, the
 // first divergence (with its op's statistics), the routing comparison and Identical are the ones Diff
 // gives; the other ops' statistics are not computed (Report.Pending, OpStat.Pending), nor is Check
-// (WithTolerance is ignored). It takes Diff's options and fails where Diff fails on the inputs.
+// (WithTolerance is checked only when nothing is pending). It takes Diff's options and fails where Diff fails on the inputs.
 func DiffVerdict(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, error) {
 	d, err := newDiffer(a, b, opts)
 	if err != nil {
@@ -89,6 +89,10 @@ func DiffVerdict(ctx context.Context, a, b *capture.Capture, opts ...Option) (*R
 		return nil, err
 	}
 	rep.pending = slices.ContainsFunc(rep.Ops, func(o OpStat) bool { return o.pending })
+	if !rep.pending && d.cfg.tolerance != nil { // every op compared in full: the report is Diff's
+		c := rep.Within(*d.cfg.tolerance)
+		rep.Check = &c
+	}
 	return rep, nil
 }
 
