@@ -18,9 +18,9 @@ type Progressive struct {
 	full   *Loaded       // Load's session of the same captures, once complete
 	// fullView is full's report converted for the TUI (Source), made in the background
 	fullView *view.Report
-	err    error         // why the complete report could not be made (the context's error after Close)
-	prog   atomic.Pointer[view.Progress]
-	closed sync.Once
+	err      error // why the complete report could not be made (the context's error after Close)
+	prog     atomic.Pointer[view.Progress]
+	closed   sync.Once
 }
 
 // LoadVerdict is Load with the verdict first: every input check Load makes and DiffVerdict happen before it
