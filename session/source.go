@@ -127,15 +127,11 @@ func (r *Report) pendingText(logprobs bool) string {
 	return strings.Join(parts, ", ")
 }
 
-// state is the current session and its report: the complete ones once they are there.
+// state is the current session and its report: the verdict's until complete has returned, then the
+// complete ones (so that Report changes only once a Wait has returned, as view.Completer says).
 func (a *source) state() (*Session, *view.Report) {
 	a.smu.Lock()
 	defer a.smu.Unlock()
-	if a.pend != nil && !a.swapped {
-		if l := a.pend.Complete(); l != nil {
-			a.s, a.report, a.swapped = l.Session, a.pend.fullView, true
-		}
-	}
 	return a.s, a.report
 }
 
@@ -145,14 +141,21 @@ func (a *source) session() *Session {
 	return s
 }
 
-// complete waits for the complete session (at once when there is no background).
+// complete waits for the complete session (at once when there is no background) and makes it current.
 func (a *source) complete(ctx context.Context) (*Session, error) {
-	if a.pend != nil {
-		if _, err := a.pend.Wait(ctx); err != nil {
-			return nil, err
-		}
+	if a.pend == nil {
+		return a.session(), nil
 	}
-	return a.session(), nil
+	l, err := a.pend.Wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	if !a.swapped {
+		a.s, a.report, a.swapped = l.Session, a.pend.fullView, true
+	}
+	return a.s, nil
 }
 
 // Report implements view.Source.

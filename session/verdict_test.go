@@ -1,15 +1,22 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"bitalign/capture"
 	"bitalign/engine"
+	"bitalign/session/view"
 )
 
 // checkVerdict fails unless DiffVerdict(a, b, opts) is the verdict of Diff's complete report full: the same
@@ -128,5 +135,135 @@ func TestVerdictDemos(t *testing.T) {
 				t.Fatalf("MoE demo: routing %v, first %v", full.Routing, full.First)
 			}
 		})
+	}
+}
+
+// TestLoadVerdict: LoadVerdict's source shows the verdict first (Pending, every op's status, the first
+// divergence as Load's), and after Wait exactly Load's report: the same view, the same text and JSON.
+func TestLoadVerdict(t *testing.T) {
+	s := sizeSpec{layers: 2, seqs: 2, tokens: 16}
+	dir := t.TempDir()
+	pa := filepath.Join(dir, "a.arrow")
+	writeSizeCapture(t, pa, "trainer", s, sizeIdentical)
+	for _, v := range sizeVariants {
+		t.Run(string(v), func(t *testing.T) {
+			pb := filepath.Join(dir, string(v)+".arrow")
+			writeSizeCapture(t, pb, "sampler", s, v)
+			in := Inputs{A: pa, B: pb, Device: "cpu"}
+			l, err := Load(context.Background(), in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			want := l.Source().Report()
+			p, err := LoadVerdict(context.Background(), in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			src := p.Source()
+			early := src.Report()
+			if early.Pending == "" || !strings.Contains(early.Pending, "the logprob section") {
+				t.Errorf("verdict pending %q: want the statistics and the logprob section", early.Pending)
+			}
+			if !reflect.DeepEqual(early.First, want.First) || early.Identical != want.Identical || len(early.Ops) != len(want.Ops) {
+				t.Fatalf("verdict first %+v identical %v, %d ops; Load's %+v %v, %d", early.First, early.Identical,
+					len(early.Ops), want.First, want.Identical, len(want.Ops))
+			}
+			for i := range early.Ops {
+				g, w := early.Ops[i], want.Ops[i]
+				if g.Status != w.Status || g.Cause != w.Cause || !g.Pending && !reflect.DeepEqual(g, w) {
+					t.Errorf("verdict op %s: %+v; Load's %+v", g.Op, g, w)
+				}
+			}
+			c, ok := src.(view.Completer)
+			if !ok {
+				t.Fatal("LoadVerdict's source is no view.Completer")
+			}
+			if src.Report() != early {
+				t.Error("the report changed before Wait returned")
+			}
+			if err := c.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := src.Report(); got.Pending != "" || !reflect.DeepEqual(got, want) {
+				t.Errorf("complete report differs from Load's (pending %q)", got.Pending)
+			}
+			for _, format := range []string{"text", "json"} {
+				var gb, wb bytes.Buffer
+				if err := src.WriteReport(&gb, format); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Source().WriteReport(&wb, format); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(gb.Bytes(), wb.Bytes()) {
+					t.Errorf("%s report differs from Load's:\n%s\n---\n%s", format, gb.Bytes(), wb.Bytes())
+				}
+			}
+		})
+	}
+}
+
+// TestLoadVerdictBadInput: LoadVerdict refuses what Load refuses, with Load's error, before any background.
+func TestLoadVerdictBadInput(t *testing.T) {
+	dir := t.TempDir()
+	trunc := filepath.Join(dir, "truncated.arrow")
+	writeSizeCapture(t, trunc, "trainer", sizeSpec{layers: 1, seqs: 1, tokens: 4}, sizeIdentical)
+	data, err := os.ReadFile(trunc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(trunc, data[:len(data)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []Inputs{{A: filepath.Join(dir, "absent.arrow"), B: trunc}, {A: trunc, B: trunc}} {
+		_, want := Load(context.Background(), in, nil)
+		p, got := LoadVerdict(context.Background(), in, nil)
+		if want == nil || got == nil || got.Error() != want.Error() || p != nil {
+			t.Errorf("%s ↔ %s: LoadVerdict %v, Load %v", in.A, in.B, got, want)
+		}
+	}
+}
+
+// TestLoadVerdictClose: closing (quitting the TUI) while the complete report is still being made stops the
+// background promptly and leaves no goroutine behind; so does cancelling LoadVerdict's context.
+func TestLoadVerdictClose(t *testing.T) {
+	s := sizeSpec{layers: 2, seqs: 2, tokens: 64}
+	pa, pb := sizePair(t, s, sizeAll)
+	in := Inputs{A: pa, B: pb, Device: "cpu"}
+	base := runtime.NumGoroutine()
+	for _, how := range []string{"close", "cancel"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		p, err := LoadVerdict(ctx, in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Complete() != nil {
+			t.Fatalf("%s: complete before the background could run", how)
+		}
+		t0 := time.Now()
+		if how == "cancel" {
+			cancel()
+			if _, err := p.Wait(context.Background()); !errors.Is(err, context.Canceled) {
+				t.Errorf("cancel: Wait = %v, want context.Canceled", err)
+			}
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if d := time.Since(t0); d > 5*time.Second {
+			t.Errorf("%s: the background took %v to stop", how, d)
+		}
+		if _, err := p.Wait(context.Background()); err == nil {
+			t.Errorf("%s: Wait after Close gave no error", how)
+		}
+	}
+	for i := 0; runtime.NumGoroutine() > base && i < 100; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		t.Errorf("%d goroutines left running (%d before)", n, base)
 	}
 }
