@@ -256,7 +256,7 @@ func (m *Model) statusView() string {
 		if p := m.bgProg; p.Total > 0 && p.Stage == "diffing" {
 			pct = fmt.Sprintf(" %d%%", min(100*p.Done/p.Total, 100))
 		}
-		right = m.st.Info.Render("⟳ statistics" + pct + " ")
+		right = m.st.Info.Render("⟳" + pct + " ")
 	}
 	if m.loading {
 		right = m.st.Info.Render(m.progressText(24) + " ")
