@@ -235,7 +235,7 @@ func (m *Model) pendingTicked() tea.Cmd {
 }
 
 // completed shows the complete report in place of the verdict: the op list's statistics, the sparkline, the
-// routing grid and the logprob section, keeping the selected op.
+// routing grid and the logprob section, keeping the selected op and the op list's filter.
 func (m *Model) completed(msg completeMsg) tea.Cmd {
 	if msg.err != nil {
 		if m.ctx.Err() == nil {
@@ -244,7 +244,9 @@ func (m *Model) completed(msg completeMsg) tea.Cmd {
 		return nil
 	}
 	m.rep = m.src.Report()
+	filter := m.list.Filter()
 	m.list.SetOps(m.rep.Ops)
+	m.list.SetFilter(filter)
 	if m.sel >= 0 && m.sel < len(m.rep.Ops) {
 		m.list.Select(m.sel)
 	}
