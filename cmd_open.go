@@ -24,16 +24,17 @@ type tuiArgs struct {
 // runUI runs the TUI (a variable so that tests can see whether a command reached it).
 var runUI = ui.Run
 
-// runTUI loads the session in the foreground (every bad input fails here, exit 2, before the screen
-// changes), then hands it to the TUI.
+// runTUI loads the session's verdict in the foreground (every bad input fails here, exit 2, before the
+// screen changes), then hands it to the TUI, which shows the verdict first and the complete report when the
+// background has made it (session.LoadVerdict).
 func runTUI(cmd *cobra.Command, in session.Inputs, title string) error {
 	bar := newProgressBar(cmd)
-	l, err := session.Load(cmd.Context(), in, bar.update)
+	p, err := session.LoadVerdict(cmd.Context(), in, bar.update)
 	bar.done()
 	if err != nil {
 		return inputErr(err)
 	}
-	src := l.Source() // closed by ui.Run once nothing reads it any more
+	src := p.Source() // closed by ui.Run once nothing reads it any more (which stops the background)
 	return runUI(cmd.Context(), ui.Options{Title: title,
 		Load: func(context.Context, func(view.Progress)) (view.Source, error) { return src, nil }})
 }

@@ -90,75 +90,29 @@ type rowSets struct {
 // report. Tensors present on one side only are reported missing; ops whose shapes disagree are reported, not
 // compared. It stops with ctx's error when ctx is cancelled.
 func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, error) {
-	cfg := config{workers: runtime.GOMAXPROCS(0), mapRows: 64, mapCols: 256}
-	for _, o := range opts {
-		o(&cfg)
+	d, err := newDiffer(a, b, opts)
+	if err != nil {
+		return nil, err
 	}
-	cfg.workers = max(cfg.workers, 1)
-	ia, ib := indexSide(a), indexSide(b)
-	type keyed struct {
-		k     opKey
-		index int32
-	}
-	var keys []keyed
-	for k, ix := range ia.index {
-		keys = append(keys, keyed{k, ix})
-	}
-	for k, ix := range ib.index {
-		if _, ok := ia.index[k]; !ok {
-			keys = append(keys, keyed{k, ix})
-		}
-	}
-	slices.SortFunc(keys, func(x, y keyed) int { return opOrder(x.index, y.index, x.k, y.k) })
-	var filtered map[string]bool // ops left out by WithOps
-	if len(cfg.ops) > 0 {
-		var names []string
-		for _, kk := range keys {
-			names = append(names, kk.k.op)
-		}
-		slices.Sort(names)
-		keep, err := matchOps(cfg.ops, slices.Compact(names), "either capture")
-		if err != nil {
-			return nil, err
-		}
-		filtered = map[string]bool{}
-		keys = slices.DeleteFunc(keys, func(kk keyed) bool {
-			filtered[kk.k.op] = !keep[kk.k.op]
-			return !keep[kk.k.op]
-		})
-	}
-
-	rep := &Report{A: captureInfo(a), B: captureInfo(b), Filter: slices.Clone(cfg.ops), IgnoreMissing: cfg.ignoreMissing}
-	rep.Warnings = append(append(rep.Warnings, a.ImportWarnings()...), b.ImportWarnings()...)
-	if h := capture.PrefixHint(a, b); h != "" {
-		rep.Warnings = append(rep.Warnings, h)
-	}
-	var total int64
-	for _, kk := range keys {
-		total += ia.bytes(kk.k) + ib.bytes(kk.k)
-	}
+	rep, cfg := d.rep, &d.cfg
 	var done int64
 	report := func() {
 		if cfg.progress != nil {
-			cfg.progress(done, total)
+			cfg.progress(done, d.total)
 		}
 	}
 	report()
-	accs := make([]*acc, cfg.workers)
-	for i := range accs {
-		accs[i] = &acc{}
-	}
 	rows := map[opKey]*rowSets{}
-	for _, kk := range keys {
+	for _, kk := range d.keys {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		k := kk.k
 		st := OpStat{Op: k.op, Index: kk.index, Role: k.role}
-		opBytes := ia.bytes(k) + ib.bytes(k)
-		rs, err := diffOp(ctx, &cfg, ia, ib, k, &st, rep, accs, func(n int64) {
+		opBytes := d.ia.bytes(k) + d.ib.bytes(k)
+		rs, err := diffOp(ctx, cfg, d.ia, d.ib, k, &st, rep, d.accs, func(n int64) {
 			if cfg.progress != nil {
-				cfg.progress(done+min(n, opBytes), total)
+				cfg.progress(done+min(n, opBytes), d.total)
 			}
 		})
 		if err != nil {
@@ -176,36 +130,9 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 		done += opBytes
 		report()
 		rep.Ops = append(rep.Ops, st)
-		rep.Compared += st.Elements
-		rep.Mismatched += st.Mismatched
 	}
-	causes(rep, rows, cfg.producers, filtered)
-	for i := range rep.Ops {
-		if o := &rep.Ops[i]; o.Located {
-			rep.Located++
-			if o.Divergent() && !slices.Contains(rep.LocatedOnly, o.Op) {
-				rep.LocatedOnly = append(rep.LocatedOnly, o.Op)
-			}
-		}
-	}
-	routing, err := compareRouting(rep, ia, ib, rows, cfg.producers, filtered)
-	if err != nil {
+	if err := d.finish(rows); err != nil {
 		return nil, err
-	}
-	rep.Routing = routing
-	nameFlip(rep)
-	rep.Identical = rep.Compared > 0
-	for i := range rep.Ops {
-		switch rep.Ops[i].Status {
-		case StatusIdentical:
-		case StatusIncomplete, StatusMissingA, StatusMissingB:
-			rep.Identical = rep.Identical && cfg.ignoreMissing
-		default:
-			rep.Identical = false
-		}
-	}
-	if len(rep.MissingProblems()) > 0 {
-		rep.Identical = false
 	}
 	if cfg.tolerance != nil {
 		c := rep.Within(*cfg.tolerance)
@@ -214,24 +141,147 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 	return rep, nil
 }
 
+// keyed is an aligned (op, role) and its execution index.
+type keyed struct {
+	k     opKey
+	index int32
+}
+
+// differ is one diff of two captures: what Diff and DiffVerdict share (the ops in order, the report's
+// header, the workers' accumulators) before the ops are compared, and the causes, routing and verdict after.
+type differ struct {
+	cfg      config
+	ia, ib   *sideIndex
+	keys     []keyed         // execution order, WithOps applied
+	filtered map[string]bool // ops left out by WithOps
+	rep      *Report
+	total    int64 // both captures' bytes of the kept ops
+	accs     []*acc
+}
+
+func newDiffer(a, b *capture.Capture, opts []Option) (*differ, error) {
+	d := &differ{cfg: config{workers: runtime.GOMAXPROCS(0), mapRows: 64, mapCols: 256}}
+	cfg := &d.cfg
+	for _, o := range opts {
+		o(cfg)
+	}
+	cfg.workers = max(cfg.workers, 1)
+	d.ia, d.ib = indexSide(a), indexSide(b)
+	ia, ib := d.ia, d.ib
+	var keys []keyed
+	for k, ix := range ia.index {
+		keys = append(keys, keyed{k, ix})
+	}
+	for k, ix := range ib.index {
+		if _, ok := ia.index[k]; !ok {
+			keys = append(keys, keyed{k, ix})
+		}
+	}
+	slices.SortFunc(keys, func(x, y keyed) int { return opOrder(x.index, y.index, x.k, y.k) })
+	if len(cfg.ops) > 0 {
+		var names []string
+		for _, kk := range keys {
+			names = append(names, kk.k.op)
+		}
+		slices.Sort(names)
+		keep, err := matchOps(cfg.ops, slices.Compact(names), "either capture")
+		if err != nil {
+			return nil, err
+		}
+		d.filtered = map[string]bool{}
+		keys = slices.DeleteFunc(keys, func(kk keyed) bool {
+			d.filtered[kk.k.op] = !keep[kk.k.op]
+			return !keep[kk.k.op]
+		})
+	}
+	d.keys = keys
+	rep := &Report{A: captureInfo(a), B: captureInfo(b), Filter: slices.Clone(cfg.ops), IgnoreMissing: cfg.ignoreMissing}
+	rep.Warnings = append(append(rep.Warnings, a.ImportWarnings()...), b.ImportWarnings()...)
+	if h := capture.PrefixHint(a, b); h != "" {
+		rep.Warnings = append(rep.Warnings, h)
+	}
+	d.rep = rep
+	for _, kk := range keys {
+		d.total += ia.bytes(kk.k) + ib.bytes(kk.k)
+	}
+	d.accs = make([]*acc, cfg.workers)
+	for i := range d.accs {
+		d.accs[i] = &acc{}
+	}
+	return d, nil
+}
+
+// finish sums the ops up, labels the causes, picks the first divergence, compares the routing and decides
+// whether the report is identical. rows are every compared op's row sets.
+func (d *differ) finish(rows map[opKey]*rowSets) error {
+	rep := d.rep
+	for i := range rep.Ops {
+		rep.Compared += rep.Ops[i].Elements
+		rep.Mismatched += rep.Ops[i].Mismatched
+	}
+	causes(rep, rows, d.cfg.producers, d.filtered)
+	for i := range rep.Ops {
+		if o := &rep.Ops[i]; o.Located {
+			rep.Located++
+			if o.Divergent() && !slices.Contains(rep.LocatedOnly, o.Op) {
+				rep.LocatedOnly = append(rep.LocatedOnly, o.Op)
+			}
+		}
+	}
+	routing, err := compareRouting(rep, d.ia, d.ib, rows, d.cfg.producers, d.filtered)
+	if err != nil {
+		return err
+	}
+	rep.Routing = routing
+	nameFlip(rep)
+	rep.Identical = rep.Compared > 0
+	for i := range rep.Ops {
+		switch rep.Ops[i].Status {
+		case StatusIdentical:
+		case StatusIncomplete, StatusMissingA, StatusMissingB:
+			rep.Identical = rep.Identical && d.cfg.ignoreMissing
+		default:
+			rep.Identical = false
+		}
+	}
+	if len(rep.MissingProblems()) > 0 {
+		rep.Identical = false
+	}
+	return nil
+}
+
 // diffOp aligns and compares one (op, role), filling st and appending missing tensors (and the first
 // divergence) to rep.
 func diffOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *OpStat, rep *Report, accs []*acc,
 	progress func(int64)) (*rowSets, error) {
+	o, rs, err := prepareOp(ctx, cfg, ia, ib, k, st, rep, accs, progress)
+	if err != nil || o == nil {
+		return rs, err
+	}
+	return compareOp(ctx, o, st, accs, progress)
+}
+
+// prepareOp aligns one (op, role): it sets st's dtype, shape, element count and missing rows, appends the
+// missing tensors to rep, and returns the aligned work to compare (nil when there is nothing to compare:
+// one side only, shapes that differ). An op a side holds as fingerprints is compared here, whole (its rows
+// are returned, o is nil).
+func prepareOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *OpStat, rep *Report, accs []*acc,
+	progress func(int64)) (o *opWork, rs *rowSets, err error) {
 	addMissing := func(m MissingTensor) {
 		m.Op, m.Index, m.Role = k.op, st.Index, k.role
 		rep.Missing = append(rep.Missing, m)
 	}
 	if fingerprintMode(ia, ib, k) {
-		return diffFingerprints(ctx, cfg, ia, ib, k, st, accs, addMissing, progress)
+		rs, err := diffFingerprints(ctx, cfg, ia, ib, k, st, accs, addMissing, progress)
+		return nil, rs, err
 	}
 	ua, pa, err := buildUnits(ia.c, ia.byOp[k])
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ub, pb, err := buildUnits(ib.c, ib.byOp[k])
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	unassembled(pa, pb, addMissing)
 	if len(ua) == 0 || len(ub) == 0 {
@@ -241,28 +291,34 @@ func diffOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *Op
 			}
 		}
 		oneSided(st, ua, ub, addMissing)
-		return nil, nil
+		return nil, nil, nil
 	}
 	st.DType, st.Shape = ua[0].dt.String(), ua[0].feat
 	if d := shapeProblem(ua, ub); d != "" {
 		st.Status = StatusShapeMismatch
 		st.Detail = d
 		st.ShapeB = ub[0].feat
-		return nil, nil
+		return nil, nil, nil
 	}
 	f, err := formatOf(ua[0].dt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	al := align(ua, ub)
 	for _, m := range al.missing {
 		addMissing(m)
 	}
 	st.MissingRowsA, st.MissingRowsB = al.rowsA, al.rowsB
-	o := newOpWork(f, al.pieces, cfg.mapRows, cfg.mapCols)
+	o = newOpWork(f, al.pieces, cfg.mapRows, cfg.mapCols)
 	for i := range o.pieces {
 		st.Elements += o.pieces[i].rows * o.pieces[i].rowLen
 	}
+	return o, nil, nil
+}
+
+// compareOp compares every element of a prepared op and fills st with its statistics.
+func compareOp(ctx context.Context, o *opWork, st *OpStat, accs []*acc, progress func(int64)) (*rowSets, error) {
+	f := o.f
 	w, err := o.run(ctx, accs, progress)
 	if err != nil {
 		return nil, err
@@ -277,6 +333,7 @@ func diffOp(ctx context.Context, cfg *config, ia, ib *sideIndex, k opKey, st *Op
 		}
 	}
 	st.Status = compared(st)
+	st.pending = false
 	return o.rowSets(), nil
 }
 

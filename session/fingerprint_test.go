@@ -26,6 +26,7 @@ func fpDiff(t *testing.T, a, b *capture.Capture) *Report {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkVerdict(t, a.Path()+" ↔ "+b.Path(), a, b, r, opts...)
 	return r
 }
 

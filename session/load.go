@@ -39,6 +39,15 @@ func Load(ctx context.Context, in Inputs, progress func(view.Progress)) (*Loaded
 	if progress == nil {
 		progress = func(view.Progress) {}
 	}
+	m, err := loadModel(in, progress)
+	if err != nil {
+		return nil, err
+	}
+	return load(ctx, in, m, progress)
+}
+
+// loadModel checks the replay device and loads the checkpoint in.Checkpoint names (nil: none).
+func loadModel(in Inputs, progress func(view.Progress)) (*engine.Model, error) {
 	if _, _, err := engine.SelectBackend(orAuto(in.Device)); err != nil {
 		return nil, err
 	}
@@ -57,41 +66,67 @@ func Load(ctx context.Context, in Inputs, progress func(view.Progress)) (*Loaded
 			return nil, err
 		}
 	}
-	return load(ctx, in, m, progress)
+	return m, nil
 }
 
 // load is Load with the checkpoint's model already loaded (nil: none).
 func load(ctx context.Context, in Inputs, m *engine.Model, progress func(view.Progress)) (*Loaded, error) {
-	l := &Loaded{Model: m}
-	var err error
-	if l.Backend, l.BackendName, err = engine.SelectBackend(orAuto(in.Device)); err != nil {
+	l, a, b, opts, err := openPair(ctx, in, m, progress)
+	if err != nil || a == nil {
+		return l, err
+	}
+	r, err := Diff(ctx, a, b, opts...)
+	if err != nil {
+		a.Close()
+		b.Close()
 		return nil, err
+	}
+	return l.complete(ctx, in, a, b, r, progress)
+}
+
+// complete makes l the session of a and b with their report r and adds the logprob section; it closes
+// the captures when that fails.
+func (l *Loaded) complete(ctx context.Context, in Inputs, a, b *capture.Capture, r *Report, progress func(view.Progress)) (*Loaded, error) {
+	l.Session = NewSession(a, b, r)
+	if err := l.addRL(ctx, in.RL, progress); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// openPair is load up to the diff: it selects the backend, opens and checks both captures and returns
+// them with the diff's options (progress, producers, in.Options). A pair with a logprob table on a side is
+// loaded whole: l is complete and a, b are nil.
+func openPair(ctx context.Context, in Inputs, m *engine.Model, progress func(view.Progress)) (l *Loaded, a, b *capture.Capture, opts []Option, err error) {
+	l = &Loaded{Model: m}
+	if l.Backend, l.BackendName, err = engine.SelectBackend(orAuto(in.Device)); err != nil {
+		return nil, nil, nil, nil, err
 	}
 	progress(view.Progress{Stage: "opening the captures"})
 	ka, err := sniffInput(in.A)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, nil, err
 	}
 	kb, err := sniffInput(in.B)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, nil, err
 	}
 	if ka.IsTable() || kb.IsTable() {
-		return loadTables(ctx, in, l, ka, kb, progress)
+		l, err := loadTables(ctx, in, l, ka, kb, progress)
+		return l, nil, nil, nil, err
 	}
-	a, err := openCapture(in.A)
-	if err != nil {
-		return nil, err
+	if a, err = openCapture(in.A); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	b, err := openCapture(in.B)
-	if err != nil {
+	if b, err = openCapture(in.B); err != nil {
 		a.Close()
-		return nil, err
+		return nil, nil, nil, nil, err
 	}
-	fail := func(err error) (*Loaded, error) {
+	fail := func(err error) (*Loaded, *capture.Capture, *capture.Capture, []Option, error) {
 		a.Close()
 		b.Close()
-		return nil, err
+		return nil, nil, nil, nil, err
 	}
 	if err := checkModels(a, b, in.Force); err != nil {
 		return fail(err)
@@ -103,22 +138,13 @@ func load(ctx context.Context, in Inputs, m *engine.Model, progress func(view.Pr
 			}
 		}
 	}
-	opts := append([]Option{WithProgress(func(done, total int64) {
+	opts = append([]Option{WithProgress(func(done, total int64) {
 		progress(view.Progress{Stage: "diffing", Done: done, Total: total})
 	})}, in.Options...)
 	if g := ProducerGraph(l.Model, a.Meta(), b.Meta()); g != nil {
 		opts = append(opts, WithProducers(g))
 	}
-	r, err := Diff(ctx, a, b, opts...)
-	if err != nil {
-		return fail(err)
-	}
-	l.Session = NewSession(a, b, r)
-	if err := l.addRL(ctx, in.RL, progress); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
+	return l, a, b, opts, nil
 }
 
 func orAuto(device string) string {

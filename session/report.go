@@ -187,10 +187,17 @@ type OpStat struct {
 	first       hit   // the earliest mismatch, for the report's first divergence (ulp in ULPDType)
 	firstCoord  Coord // its coordinates
 	firstRMSRel float64
+	// pending: DiffVerdict's cheap pass compared the op's rows, not its elements: Status, FirstAt and the
+	// cause are known, the statistics (Mismatched, MaxULP, Hist, NaN counts, map, ULPDType) are not.
+	pending bool
 }
 
 // Divergent reports whether the op has mismatched elements.
-func (o *OpStat) Divergent() bool { return o.Mismatched > 0 }
+func (o *OpStat) Divergent() bool { return o.Mismatched > 0 || o.Status == StatusDivergent }
+
+// Pending reports whether the op's statistics are still to be computed (a DiffVerdict report): only its
+// status, first mismatch and cause are known.
+func (o *OpStat) Pending() bool { return o.pending }
 
 // Report is the result of Diff.
 type Report struct {
@@ -220,7 +227,16 @@ type Report struct {
 	// that diverge, in execution order: the ops whose differing rows are known but not their values.
 	Located     int
 	LocatedOnly []string
+
+	// pending: a DiffVerdict report, whose first divergence is final but whose other ops' statistics, Check
+	// and logprob section are not computed (Pending).
+	pending bool
 }
+
+// Pending reports whether r is a verdict-first report (DiffVerdict): Identical, First, the first divergent
+// op's statistics and every op's status and cause are those of the complete report; the other ops'
+// statistics (OpStat.Pending), Mismatched, Check and RL are not computed.
+func (r *Report) Pending() bool { return r.pending }
 
 // RecordFull is the bitalign_capture.record line that records in full, next to every op's fingerprints, the
 // located-only ops where a divergence starts: those not called propagated (their inputs or producers

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,17 +15,34 @@ import (
 // Source adapts a loaded session to view.Source, the TUI's only way into the core: it converts the report
 // and pairs to view types once, and replays on the backend Load chose.
 func (l *Loaded) Source() view.Source {
-	return &source{s: l.Session, model: l.Model, backend: l.Backend, backendName: l.BackendName,
-		report: convertReport(l.Session)}
+	r := convertReport(l.Session)
+	return &source{s: l.Session, model: l.Model, backend: l.Backend, backendName: l.BackendName, report: &r}
+}
+
+// Source adapts a progressive session to view.Source and view.Completer: its report is the verdict until the
+// complete report is there, then the complete report (converted in the background). Close stops the
+// background and closes the captures.
+func (p *Progressive) Source() view.Source {
+	a := p.early.Source().(*source)
+	if p.Complete() == p.early { // nothing was left for later
+		return a
+	}
+	a.pend = p
+	a.report.Pending = p.early.Report.pendingText(hasLogprobs(p.early.Session))
+	return a
 }
 
 // source implements view.Source over a Loaded session.
 type source struct {
-	s           *Session
 	model       *engine.Model         // nil: no checkpoint, no replay
 	backend     engine.BackendFactory // nil: the CPU
 	backendName string
-	report      view.Report
+
+	pend    *Progressive // the session whose complete report replaces the verdict's; nil: complete
+	smu     sync.Mutex
+	s       *Session     // the verdict's session, then the complete one
+	report  *view.Report // s's report, converted
+	swapped bool         // s is pend's complete session
 
 	mu  sync.Mutex
 	run engine.Backend // made at the first replay
@@ -76,7 +94,8 @@ func convertReport(s *Session) view.Report {
 		st := view.OpStat{Op: o.Op, Index: o.Index, Role: o.Role, Layer: layerOf(o.Op), DType: o.DType, Shape: o.Shape,
 			Status: convertStatus(o.Status), Elements: o.Elements, Mismatched: o.Mismatched, MaxULP: o.MaxULP,
 			MaxAt: convertCoord(o.MaxAt), Hist: o.Hist, MaxAbs: o.MaxAbs, MeanAbs: o.MeanAbs, MaxRel: o.MaxRel,
-			NaNA: o.NaNA, NaNB: o.NaNB, InfA: o.InfA, InfB: o.InfB, Cause: string(o.Cause), Located: o.Located}
+			NaNA: o.NaNA, NaNB: o.NaNB, InfA: o.InfA, InfB: o.InfB, Cause: string(o.Cause), Located: o.Located,
+			Pending: o.pending}
 		for _, q := range s.Seqs(o.Op, o.Role) {
 			st.Seqs = append(st.Seqs, view.SeqKey{Step: q.Step, Seq: q.Seq})
 		}
@@ -95,15 +114,84 @@ func convertReport(s *Session) view.Report {
 	return out
 }
 
+// pendingText says what a verdict report (Pending) leaves for later: "every op's statistics, the logprob
+// section" (logprobs: both sides capture them).
+func (r *Report) pendingText(logprobs bool) string {
+	var parts []string
+	if r.pending {
+		parts = append(parts, "every op's statistics")
+	}
+	if logprobs {
+		parts = append(parts, "the logprob section")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// state is the current session and its report: the verdict's until complete has returned, then the
+// complete ones (so that Report changes only once a Wait has returned, as view.Completer says).
+func (a *source) state() (*Session, *view.Report) {
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	return a.s, a.report
+}
+
+// session is the current session.
+func (a *source) session() *Session {
+	s, _ := a.state()
+	return s
+}
+
+// complete waits for the complete session (at once when there is no background) and makes it current.
+func (a *source) complete(ctx context.Context) (*Session, error) {
+	if a.pend == nil {
+		return a.session(), nil
+	}
+	l, err := a.pend.Wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	if !a.swapped {
+		a.s, a.report, a.swapped = l.Session, a.pend.fullView, true
+	}
+	return a.s, nil
+}
+
 // Report implements view.Source.
-func (a *source) Report() *view.Report { return &a.report }
+func (a *source) Report() *view.Report {
+	_, r := a.state()
+	return r
+}
+
+// Wait implements view.Completer.
+func (a *source) Wait(ctx context.Context) error {
+	_, err := a.complete(ctx)
+	return err
+}
+
+// Progress implements view.Completer.
+func (a *source) Progress() view.Progress {
+	if a.pend == nil {
+		return view.Progress{}
+	}
+	return a.pend.Progress()
+}
 
 // Pair implements view.Source: the pair's bytes and the levels the core computed for it (Session.Pair).
 func (a *source) Pair(ctx context.Context, k view.Key) (*view.Pair, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	p, err := a.s.Pair(k.Op, k.Role, k.Step, k.Seq)
+	s, r := a.state()
+	if i := r.FindOp(k.Op, k.Role); i >= 0 && r.Ops[i].Pending && r.Ops[i].DType == "f32" {
+		// whether an f32 op's ULPs are bf16's is one of the statistics the complete report decides
+		var err error
+		if s, err = a.complete(ctx); err != nil {
+			return nil, err
+		}
+	}
+	p, err := s.Pair(k.Op, k.Role, k.Step, k.Seq)
 	if err != nil {
 		return nil, err
 	}
@@ -168,14 +256,15 @@ func (a *source) Replay(ctx context.Context, k view.Key) (*view.Replay, error) {
 		opts = append(opts, ReplayBackend(b))
 	}
 	start := time.Now()
-	v, err := Replay(ctx, a.s, a.model, k.Op, k.Step, k.Seq, opts...)
+	s := a.session()
+	v, err := Replay(ctx, s, a.model, k.Op, k.Step, k.Seq, opts...)
 	if err != nil {
 		return nil, err
 	}
 	if v.FromA.Err != "" && v.FromB.Err != "" {
 		return nil, fmt.Errorf("session: cannot replay %s: %s", k.Op, v.FromA.Err)
 	}
-	p, err := a.s.Pair(k.Op, k.Role, k.Step, k.Seq)
+	p, err := s.Pair(k.Op, k.Role, k.Step, k.Seq)
 	if err != nil {
 		return nil, err
 	}
@@ -189,9 +278,13 @@ func (a *source) Replay(ctx context.Context, k view.Key) (*view.Replay, error) {
 		Verdict: v.Text, Elapsed: time.Since(start)}, nil
 }
 
-// WriteReport implements view.Source.
+// WriteReport implements view.Source: the complete report (it waits for it).
 func (a *source) WriteReport(w io.Writer, format string) error {
-	return WriteReport(w, a.s.Report, format)
+	s, err := a.complete(context.Background())
+	if err != nil {
+		return err
+	}
+	return WriteReport(w, s.Report, format)
 }
 
 // Route implements view.Router: one token's routing in one MoE layer on both sides (Session.Route).
@@ -199,18 +292,23 @@ func (a *source) Route(ctx context.Context, layer int, at view.Coord) (*view.Tok
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return a.s.Route(layer, TokenID{at.Step, at.Seq, at.Pos})
+	return a.session().Route(layer, TokenID{at.Step, at.Seq, at.Pos})
 }
 
-// Close closes the session's captures.
-func (a *source) Close() error { return a.s.Close() }
+// Close closes the session's captures (and stops a progressive session's background first).
+func (a *source) Close() error {
+	if a.pend != nil {
+		return a.pend.Close()
+	}
+	return a.s.Close()
+}
 
 // Audit implements view.Auditor.
 func (a *source) Audit(ctx context.Context, progress func(done, total int)) (*view.Audit, error) {
 	if a.model == nil {
 		return nil, view.ErrNoReplay
 	}
-	r, err := Audit(ctx, a.s, a.model, AuditOptions{Progress: progress})
+	r, err := Audit(ctx, a.session(), a.model, AuditOptions{Progress: progress})
 	if err != nil {
 		return nil, err
 	}
@@ -222,10 +320,14 @@ func (a *source) FirstDivergenceOf(ctx context.Context, step, seq int64) (view.K
 	if err := ctx.Err(); err != nil {
 		return view.Key{}, 0, false, err
 	}
-	if a.s.A == nil || a.s.B == nil {
+	s, err := a.complete(ctx)
+	if err != nil {
+		return view.Key{}, 0, false, err
+	}
+	if s.A == nil || s.B == nil {
 		return view.Key{}, 0, false, fmt.Errorf("session: a logprob table has no ops: record these sequences in full (bitalign diff --sequences)")
 	}
-	d, err := a.s.FirstDivergenceOf(step, seq)
+	d, err := s.FirstDivergenceOf(step, seq)
 	if err != nil || d == nil {
 		return view.Key{}, 0, false, err
 	}

@@ -32,7 +32,11 @@ type (
 		res *view.Audit
 		err error
 	}
-	exportMsg struct {
+	// completeMsg: a view.Completer's complete report replaced its verdict (or err says why not)
+	completeMsg struct{ err error }
+	// pendingTickMsg: time to read the background's progress again while the report is the verdict's
+	pendingTickMsg struct{}
+	exportMsg      struct {
 		path  string
 		bytes int64
 		err   error
@@ -202,6 +206,62 @@ func (m *Model) Wait(d time.Duration) bool {
 	case <-time.After(d):
 		return false
 	}
+}
+
+// awaitComplete waits in the background for the complete report of a source that showed its verdict first
+// (view.Completer); nil when the report is complete already.
+func (m *Model) awaitComplete() tea.Cmd {
+	c, ok := m.src.(view.Completer)
+	if !ok || m.rep.Pending == "" {
+		return nil
+	}
+	ctx := m.ctx
+	return tea.Batch(m.track(func() tea.Msg { return completeMsg{err: c.Wait(ctx)} }), pendingTick())
+}
+
+// pendingTick asks for the background's progress in a quarter of a second.
+func pendingTick() tea.Cmd {
+	return tea.Tick(250*time.Millisecond, func(time.Time) tea.Msg { return pendingTickMsg{} })
+}
+
+// pendingTicked reads the background's progress for the status line, and asks again while it runs.
+func (m *Model) pendingTicked() tea.Cmd {
+	c, ok := m.src.(view.Completer)
+	if !ok || m.rep == nil || m.rep.Pending == "" || m.ctx.Err() != nil {
+		return nil
+	}
+	m.bgProg = c.Progress()
+	return pendingTick()
+}
+
+// completed shows the complete report in place of the verdict: the op list's statistics, the sparkline, the
+// routing grid and the logprob section, keeping the selected op and the op list's filter.
+func (m *Model) completed(msg completeMsg) tea.Cmd {
+	if msg.err != nil {
+		if m.ctx.Err() == nil {
+			m.setStatus(statusErr, "the complete report failed: "+msg.err.Error())
+		}
+		return nil
+	}
+	m.rep = m.src.Report()
+	filter := m.list.Filter()
+	m.list.SetOps(m.rep.Ops)
+	m.list.SetFilter(filter)
+	if m.sel >= 0 && m.sel < len(m.rep.Ops) {
+		m.list.Select(m.sel)
+	}
+	if m.audit != nil {
+		m.list.SetAudit(m.audit)
+	}
+	m.route.SetData(m.rep.Routing)
+	if m.rep.RL != nil {
+		m.seqs.SetRL(m.rep.RL)
+	}
+	if m.status == "" || m.statusKind == statusInfo {
+		m.setStatus(statusInfo, "complete: every op's statistics are in")
+	}
+	m.resize()
+	return nil
 }
 
 // startAudit runs the audit in the background once the captures are loaded, when the source can (a

@@ -83,7 +83,8 @@ type Model struct {
 	target       *view.Coord // the element to put the cursor on when the next pair arrives (a suspect's)
 	audit        *view.Audit // the audit's result, once it has run (nil before, or without a checkpoint)
 	auditing     bool
-	suspect      int // the suspect s/S last went to (index into audit.Suspects), -1 before
+	bgProg       view.Progress // the complete report's progress while the report is the verdict's (view.Completer)
+	suspect      int           // the suspect s/S last went to (index into audit.Suspects), -1 before
 	replays      map[view.Key]*replay.Status
 	route        routing.Model // the routing view's grid
 	routes       routeState    // and its token's detail
@@ -194,6 +195,10 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 	case auditMsg:
 		m.auditDone(msg)
 		return nil
+	case completeMsg:
+		return m.completed(msg)
+	case pendingTickMsg:
+		return m.pendingTicked()
 	case routeMsg:
 		return m.routeLoaded(msg)
 	case exportMsg:
@@ -256,8 +261,11 @@ func (m *Model) loaded(msg loadedMsg) tea.Cmd {
 	if m.sel >= 0 {
 		m.seq = seqOf(&m.rep.Ops[m.sel], view.SeqKey{Step: -1})
 	}
+	if m.rep.Pending != "" {
+		m.status += " · still computing: " + m.rep.Pending
+	}
 	m.resize()
-	return tea.Batch(m.ensurePair(), m.startAudit())
+	return tea.Batch(m.ensurePair(), m.startAudit(), m.awaitComplete())
 }
 
 // seqOf picks the slice to show for op o: keep (when o has it), else o's worst slice.

@@ -200,3 +200,85 @@ func TestRealSessionAudit(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestRealSessionVerdictFirst: `bitalign open`'s path (session.LoadVerdict) on the engine's demo: the first
+// screen is the verdict (the fault's first divergent op selected, the other ops' statistics pending, the
+// status line saying what still runs), and once the complete report arrives (completeMsg) the overview and
+// the sequences view are those of a session loaded whole (session.Load).
+func TestRealSessionVerdictFirst(t *testing.T) {
+	in := realDemo(t)
+	in.Device = "cpu"
+	in.Checkpoint = "" // no audit: the status line is the verdict's, then the completion's
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var prog *session.Progressive
+	m := New(ctx, func(ctx context.Context, progress func(view.Progress)) (view.Source, error) {
+		p, err := session.LoadVerdict(ctx, in, progress)
+		if err != nil {
+			return nil, err
+		}
+		prog = p
+		return p.Source(), nil
+	}, "demo")
+	defer func() { prog.Close() }()
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
+	cmd := m.Init()
+	var next tea.Cmd
+	for next == nil {
+		switch msg := cmd().(type) {
+		case loadedMsg:
+			_, next = m.Update(msg)
+		default:
+			_, cmd = m.Update(msg)
+		}
+	}
+	if m.loadErr != nil {
+		t.Fatal(m.loadErr)
+	}
+	const want = "layers.2.mlp_norm"
+	before := text(m)
+	if m.rep.Pending == "" || m.rep.First == nil || m.rep.First.Op != want || selectedOp(m) != want {
+		t.Fatalf("verdict: pending %q, first %+v, selected %q", m.rep.Pending, m.rep.First, selectedOp(m))
+	}
+	for _, s := range []string{"first divergence: " + want, "still computing: every op's statistics", "…", "⟳"} {
+		if !strings.Contains(before, s) {
+			t.Errorf("the verdict's screen lacks %q:\n%s", s, before)
+		}
+	}
+	var complete *completeMsg
+	for _, msg := range drive(m, next) {
+		if c, ok := msg.(completeMsg); ok {
+			complete = &c
+		}
+	}
+	if complete == nil {
+		t.Fatal("no completeMsg")
+	}
+	m.Update(*complete)
+	if m.rep.Pending != "" || m.rep.RL == nil || selectedOp(m) != want {
+		t.Fatalf("complete: pending %q, RL %v, selected %q", m.rep.Pending, m.rep.RL != nil, selectedOp(m))
+	}
+	whole := New(context.Background(), loaderOf(in), "demo")
+	whole.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
+	run(t, whole, whole.Init())
+	defer whole.src.(interface{ Close() error }).Close()
+	same := func(what string) {
+		t.Helper()
+		got, exp := strings.Split(text(m), "\n"), strings.Split(text(whole), "\n")
+		if len(got) != len(exp) {
+			t.Fatalf("%s: %d lines, whole session's %d", what, len(got), len(exp))
+		}
+		for i := range got {
+			if i != len(got)-2 && got[i] != exp[i] { // the status line says how each got there
+				t.Errorf("%s line %d:\n%s\nwhole session's:\n%s", what, i, got[i], exp[i])
+			}
+		}
+	}
+	same("overview")
+	if got := text(m); got == before || !strings.Contains(got, "complete: every op's statistics are in") || strings.Contains(got, "⟳") {
+		t.Errorf("the complete screen:\n%s", got)
+	}
+	press(t, m, "t")
+	press(t, whole, "t")
+	same("sequences view")
+}

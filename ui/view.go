@@ -251,6 +251,13 @@ func (m *Model) statusView() string {
 	case running > 1:
 		right = m.st.Info.Render(fmt.Sprintf("⟳ %d replays running ", running))
 	}
+	if right == "" && m.rep != nil && m.rep.Pending != "" {
+		pct := ""
+		if p := m.bgProg; p.Total > 0 && p.Stage == "diffing" {
+			pct = fmt.Sprintf(" %d%%", min(100*p.Done/p.Total, 100))
+		}
+		right = m.st.Info.Render("⟳" + pct + " ")
+	}
 	if m.loading {
 		right = m.st.Info.Render(m.progressText(24) + " ")
 	}

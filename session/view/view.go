@@ -45,7 +45,8 @@ func FormatOf(path string) (string, error) {
 // Source is everything the UI asks of a loaded debugging session. Calls other than Report may be slow and
 // are always made from a background command, never from Update or View.
 type Source interface {
-	// Report is the whole-capture diff; it never changes once the source is loaded.
+	// Report is the whole-capture diff. It never changes once the source is loaded, except for a Completer's:
+	// the verdict first (Report.Pending set), then, once Completer.Wait has returned, the complete report.
 	Report() *Report
 	// Pair returns both sides of one tensor over tokens × features.
 	Pair(ctx context.Context, k Key) (*Pair, error)
@@ -53,6 +54,17 @@ type Source interface {
 	Replay(ctx context.Context, k Key) (*Replay, error)
 	// WriteReport writes the divergence report in one of ReportFormats.
 	WriteReport(w io.Writer, format string) error
+}
+
+// Completer is a Source whose report comes in two parts: Report is first the verdict (the first divergence
+// and its cause, every op's status; Report.Pending says what is still being computed), then the complete
+// report, computed in the background.
+type Completer interface {
+	// Wait returns once Report is the complete report, or with the error that stopped it (ctx's when ctx
+	// ends first).
+	Wait(ctx context.Context) error
+	// Progress is the background's latest progress.
+	Progress() Progress
 }
 
 // ErrNoReplay is returned by Source.Replay when replay is impossible (no checkpoint).
@@ -165,6 +177,9 @@ type OpStat struct {
 	// Located: compared through fingerprints (a side holds no values): Elements and Mismatched count token
 	// rows, and Source.Pair says why there is no heatmap.
 	Located bool
+	// Pending: only Status, Cause and where the op first differs are known yet (Report.Pending); Elements
+	// is known, Mismatched, MaxULP, Hist and the other statistics are zero until the report completes.
+	Pending bool
 }
 
 // MismatchFrac is the fraction of elements that differ.
@@ -195,6 +210,10 @@ type Report struct {
 	Ops       []OpStat // execution order
 	Routing   *Routing // the MoE layers' routing comparison; nil when the captures have none
 	RL        *RL      // both sides' per-token log-probabilities compared; nil when a side has none
+	// Pending says what is still being computed ("every op's statistics, the logprob section") while the
+	// report is a Completer's verdict; "" once the report is complete. Identical, First, the first divergent
+	// op's row and every op's Status and Cause are final; ops marked Pending have no statistics yet.
+	Pending string
 }
 
 // RouteMark is how one token's routing compares in one layer (session.RouteMark).

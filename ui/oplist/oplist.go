@@ -274,6 +274,9 @@ func (m Model) row(i int, selected bool, c cols) string {
 		}
 		pct = fmtPct(o.MismatchFrac())
 		ulp = Measure(o)
+		if o.Pending { // the verdict first: the statistics come with the complete report
+			pct, ulp = "…", "…"
+		}
 		stStyle = m.st.Bad
 	case view.MissingA, view.MissingB, view.Incomplete, view.ShapeMismatch:
 		status, stStyle = warnStatus[o.Status], m.st.Warn
@@ -406,6 +409,9 @@ func Describe(o *view.OpStat) string {
 		s += " [" + o.Role + "]"
 	}
 	s += " · " + o.Status.String()
+	if o.Pending && o.Status == view.Divergent {
+		s += " · statistics still being computed"
+	}
 	if o.Mismatched > 0 {
 		if Integer(o.DType) {
 			s += fmt.Sprintf(" · %d of %d values differ (%s)", o.Mismatched, o.Elements, fmtPct(o.MismatchFrac()))

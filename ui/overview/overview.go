@@ -184,6 +184,8 @@ func Sparkline(st theme.Styles, ops []view.OpStat, selected, w int) (string, []i
 		cellOp[c] = best
 		o := ops[best]
 		switch {
+		case o.Pending && status == view.Divergent && o.MaxULP == 0: // divergent, its statistics still to come
+			emit(-2, '?')
 		case status.Problem() && o.MaxULP == 0:
 			emit(-2, '∅')
 		case o.MaxULP == 0:
