@@ -84,6 +84,10 @@ type CUDA struct {
 	stN  int64
 	nar  cuda.Ptr // DownloadBF16's device buffer of bf16 bits
 	narN int64
+	tcx  cuda.Ptr // the tc matmul's x as bf16 bits (tcOperands)
+	tcxN int64
+	tcw  cuda.Ptr // the tc matmul's w as bf16 bits when it is held as float32 (tcOperands)
+	tcwN int64
 }
 
 // NewCUDA returns a backend on GPU ordinal. Errors wrap cuda.ErrUnavailable when there is no usable GPU.
@@ -314,14 +318,19 @@ func (b *CUDA) DownloadBF16(dst []uint16, src Buf) (bool, error) {
 	return b.err == nil, b.err
 }
 
-// releaseScratch frees DownloadBF16's buffer (the run is over; group.close).
+// releaseScratch frees DownloadBF16's and the tc matmul's buffers (the run is over; group.close).
 func (b *CUDA) releaseScratch() {
-	if b.nar == 0 {
-		return
+	for _, s := range []struct {
+		p *cuda.Ptr
+		n *int64
+	}{{&b.nar, &b.narN}, {&b.tcx, &b.tcxN}, {&b.tcw, &b.tcwN}} {
+		if *s.p == 0 {
+			continue
+		}
+		p := *s.p
+		*s.p, *s.n = 0, 0
+		b.dev.d.Do(func(c *cuda.Ctx) error { return c.Free(p) }) //nolint:errcheck // freeing after an error too
 	}
-	p := b.nar
-	b.nar, b.narN = 0, 0
-	b.dev.d.Do(func(c *cuda.Ctx) error { return c.Free(p) }) //nolint:errcheck // freeing after an error too
 }
 
 func (b *CUDA) Copy(dst, src Buf) {
@@ -357,14 +366,62 @@ func (b *CUDA) Embed(out, table Buf, ids []int32, H int, dt kernels.DType) {
 
 func (b *CUDA) Matmul(pr kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		if pr == kernels.TC { // K is never split here: one chain over K (tc.2)
+			xb, wb, err := b.tcOperands(c, k, x, w, M, K, N)
+			if err != nil {
+				return err
+			}
+			return k.MatmulTC(c, kernels.ColumnParallel, cudakernels.DTCode(dt), cudaPtr(out), xb, wb, cudaPtr(bias), M, K, N)
+		}
 		return k.MatmulForwardW(c, pr, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), isBF16(w), cudaPtr(bias), M, K, N)
 	})
 }
 
 func (b *CUDA) MatmulPartial(pr kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		if pr == kernels.TC { // the rank's subtree of its 8/tp segment chains; AllReduce finishes the tree (tc.2)
+			xb, wb, err := b.tcOperands(c, k, x, w, M, kLocal, N)
+			if err != nil {
+				return err
+			}
+			return k.MatmulTCPartial(c, cudaPtr(out), xb, wb, M, kLocal, N, tp)
+		}
 		return k.MatmulPartialW(c, pr, cudaPtr(out), cudaPtr(x), cudaPtr(w), isBF16(w), M, kLocal, N, tp)
 	})
+}
+
+// tcOperands gives the tc matmul its operands as bf16 bits on the device (cudakernels.MatmulTC reads uint16
+// bf16, the engine holds activations as float32): x (M, K) narrowed into this backend's scratch (exact: the
+// activations are bf16 values, every op rounds them), w as it is when it is a bf16 weight buffer, else (PTX
+// without the _bf16w kernels holds weights as float32) narrowed likewise. The narrowing is narrow_bf16
+// (fp.F32ToBF16), ordered before the matmul on the default stream.
+func (b *CUDA) tcOperands(c *cuda.Ctx, k *cudakernels.Kernels, x, w Buf, M, K, N int) (xb, wb cuda.Ptr, err error) {
+	if err := k.HasTC(); err != nil {
+		return 0, 0, fmt.Errorf("--profile tc: %w", err)
+	}
+	if !k.HasNarrowBF16() {
+		return 0, 0, fmt.Errorf("--profile tc: the loaded PTX has no narrow_bf16 (rebuild it: make ptx)")
+	}
+	if x.Len() < M*K || w.Len() < N*K {
+		return 0, 0, fmt.Errorf("kernels: MatmulTC: x has %d elements, w %d, shape (%d, %d)·(%d, %d)ᵀ needs %d and %d",
+			x.Len(), w.Len(), M, K, N, K, M*K, N*K)
+	}
+	if err := cudaGrow(c, &b.tcx, &b.tcxN, 2*int64(M)*int64(K)); err != nil {
+		return 0, 0, err
+	}
+	if err := k.NarrowBF16(c, b.tcx, cudaPtr(x), M*K); err != nil {
+		return 0, 0, err
+	}
+	if isBF16(w) {
+		return b.tcx, cudaPtr(w), nil
+	}
+	if err := cudaGrow(c, &b.tcw, &b.tcwN, 2*int64(N)*int64(K)); err != nil {
+		return 0, 0, err
+	}
+	if err := k.NarrowBF16(c, b.tcw, cudaPtr(w), N*K); err != nil {
+		return 0, 0, err
+	}
+	return b.tcx, b.tcw, nil
 }
 
 func (b *CUDA) MatmulFinish(out, bias Buf, M, N int, dt kernels.DType) {

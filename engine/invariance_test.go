@@ -65,7 +65,8 @@ func runMatrix(t *testing.T, cfg Config, p kernels.Profile) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p == kernels.Canonical {
+	exact := p != kernels.Standard // canonical and tc: invariant by contract (docs/arithmetic.md §3, §18)
+	if exact {
 		if d := compare(t, cfg, refDir, refRoll); d != nil {
 			t.Fatalf("trainer vs the rollout's own sampler capture: first divergence %v", d)
 		}
@@ -83,8 +84,8 @@ func runMatrix(t *testing.T, cfg Config, p kernels.Profile) {
 			d := compare(t, cfg, refDir, dir)
 			diff := sameOutputs(ref, out)
 			switch {
-			case p == kernels.Canonical && (d != nil || diff != ""):
-				t.Fatalf("canonical kernels: first divergence %v; outputs: %q", d, diff)
+			case exact && (d != nil || diff != ""):
+				t.Fatalf("%v kernels: first divergence %v; outputs: %q", p, d, diff)
 			case p == kernels.Standard && c.standardDiffers && d == nil:
 				t.Fatalf("standard kernels: expected a divergence, captures identical")
 			case p == kernels.Standard && !c.standardDiffers && (d != nil || diff != ""):

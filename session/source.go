@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"bitalign/engine"
+	"bitalign/kernels"
 	"bitalign/session/view"
 )
 
 // Source adapts a loaded session to view.Source, the TUI's only way into the core: it converts the report
 // and pairs to view types once, and replays on the backend Load chose.
 func (l *Loaded) Source() view.Source {
-	return &source{s: l.Session, model: l.Model, backend: l.Backend, backendName: l.BackendName,
+	return &source{s: l.Session, model: l.Model, backend: l.Backend, backendName: l.BackendName, profile: l.Profile,
 		report: convertReport(l.Session)}
 }
 
@@ -24,6 +25,7 @@ type source struct {
 	model       *engine.Model         // nil: no checkpoint, no replay
 	backend     engine.BackendFactory // nil: the CPU
 	backendName string
+	profile     kernels.Profile // the replays' kernel profile
 	report      view.Report
 
 	mu  sync.Mutex
@@ -163,7 +165,7 @@ func (a *source) Replay(ctx context.Context, k view.Key) (*view.Replay, error) {
 	if err != nil {
 		return nil, err
 	}
-	var opts []ReplayOption
+	opts := []ReplayOption{ReplayProfile(a.profile)}
 	if b != nil {
 		opts = append(opts, ReplayBackend(b))
 	}
