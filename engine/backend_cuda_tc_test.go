@@ -92,3 +92,91 @@ func TestCUDAInvarianceTC(t *testing.T) {
 	}
 	t.Run("standard-control", func(t *testing.T) { runMatrixOn(t, tcTinyConfig(ArchLlama), kernels.Standard, gpu) })
 }
+
+// TestCUDATCMatmulBackend: the CUDA backend's tc matmuls (float32 activations narrowed to bf16 bits on the
+// device, a bf16 weight buffer or a float32 one, views at odd offsets) give the CPU backend's bits: Matmul
+// (column-parallel chain; bias, bf16 and float32 output) and MatmulPartial at TP 1, 2, 4 and 8 (each rank's
+// subtree, unrounded). Independent of the tc attention kernel.
+func TestCUDATCMatmulBackend(t *testing.T) {
+	gpuF := tcCUDAOrSkip(t)
+	gpu, err := gpuF(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := NewCPU()
+	for _, s := range []struct{ M, K, N int }{{1, 80, 48}, {7, 192, 80}, {70, 200, 33}, {130, 1024, 64}} {
+		M, K, N := s.M, s.K, s.N
+		x, wv, bias := tcRand(M*K, 11), tcRand((N+1)*K, 12), tcRand(N, 13)
+		wts := kernels.RoundWeights(kernels.BF16, wv)
+		for _, c := range []struct {
+			name string
+			run  func(be Backend, out, xb, w, bb Buf)
+		}{
+			{"column bf16 out + bias", func(be Backend, out, xb, w, bb Buf) { be.Matmul(kernels.TC, out, xb, w, bb, M, K, N, kernels.BF16) }},
+			{"column f32 out", func(be Backend, out, xb, w, bb Buf) { be.Matmul(kernels.TC, out, xb, w, nil, M, K, N, kernels.F32) }},
+			{"row tp 1", func(be Backend, out, xb, w, bb Buf) { be.MatmulPartial(kernels.TC, out, xb, w, M, K, N, 0, 1) }},
+		} {
+			// the weight: its bf16 bits from row 0, from row 1 (another alignment), or a float32 buffer of its values
+			for _, wk := range []string{"bf16 row 0", "bf16 row 1", "float32"} {
+				var outs [2][]float32
+				for i, be := range []Backend{cpu, gpu} {
+					up := func(v []float32) Buf { b := be.Alloc(len(v)); be.Upload(b, v); return b }
+					w := be.UploadWeights(wts)
+					wv := be.View(w, 0, N*K)
+					switch wk {
+					case "bf16 row 1":
+						wv = be.View(w, K, N*K)
+					case "float32":
+						wv = up(wts.Float32()[:N*K])
+					}
+					xb, bb, out := up(x), up(bias), be.Alloc(M*N)
+					c.run(be, out, xb, wv, bb)
+					outs[i] = make([]float32, M*N)
+					if err := be.Download(outs[i], out); err != nil {
+						t.Fatalf("%s M=%d K=%d N=%d on %s: %v", c.name, M, K, N, be.Name(), err)
+					}
+					for _, b := range []Buf{w, wv, xb, bb, out} {
+						be.Free(b)
+					}
+				}
+				if i, ulp, differ := kernels.FirstDiff(outs[1], outs[0]); differ {
+					t.Errorf("%s M=%d K=%d N=%d (weight %s): GPU differs from CPU at %d (row %d col %d), %d ULP",
+						c.name, M, K, N, wk, i, i/N, i%N, ulp)
+				}
+			}
+		}
+		// row-parallel over tp ranks: rank r's columns [r·K/tp, (r+1)·K/tp) of x and w
+		for _, tp := range []int{2, 4, 8} {
+			kl := K / tp
+			if K%tp != 0 {
+				continue
+			}
+			for r := 0; r < tp; r++ {
+				xl, wl := make([]float32, M*kl), make([]float32, N*kl)
+				for m := 0; m < M; m++ {
+					copy(xl[m*kl:(m+1)*kl], x[m*K+r*kl:m*K+(r+1)*kl])
+				}
+				for n := 0; n < N; n++ {
+					copy(wl[n*kl:(n+1)*kl], wv[n*K+r*kl:n*K+(r+1)*kl])
+				}
+				var outs [2][]float32
+				for i, be := range []Backend{cpu, gpu} {
+					xb, out := be.Alloc(M*kl), be.Alloc(M*N)
+					be.Upload(xb, xl)
+					w := be.UploadWeights(kernels.RoundWeights(kernels.BF16, wl))
+					be.MatmulPartial(kernels.TC, out, xb, w, M, kl, N, r, tp)
+					outs[i] = make([]float32, M*N)
+					if err := be.Download(outs[i], out); err != nil {
+						t.Fatalf("partial M=%d K=%d N=%d tp=%d rank %d on %s: %v", M, K, N, tp, r, be.Name(), err)
+					}
+					for _, b := range []Buf{xb, w, out} {
+						be.Free(b)
+					}
+				}
+				if i, ulp, differ := kernels.FirstDiff(outs[1], outs[0]); differ {
+					t.Errorf("partial M=%d K=%d N=%d tp=%d rank %d: GPU differs from CPU at %d, %d ULP", M, K, N, tp, r, i, ulp)
+				}
+			}
+		}
+	}
+}
