@@ -41,7 +41,11 @@ func ParseProfile(s string) (Profile, error) {
 			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("kernels: unknown kernel profile %q (want canonical, standard or tc)", s)
+	names := make([]string, len(Profiles))
+	for i, p := range Profiles {
+		names[i] = p.String()
+	}
+	return 0, fmt.Errorf("kernels: unknown kernel profile %q (want %s)", s, strings.Join(names, ", "))
 }
 
 // The profile's rules: which ops it changes and which models it serves, in one place (docs/arithmetic.md §13,
