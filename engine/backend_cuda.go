@@ -390,6 +390,21 @@ func (b *CUDA) MatmulPartial(pr kernels.Profile, out, x, w Buf, M, kLocal, N, ra
 	})
 }
 
+// ServesProfile: the tc profile needs the loaded PTX's tc modules (cudakernels.HasTC) and narrow_bf16 (the
+// activations' narrowing for the tc matmul); every other profile runs on the committed kernels.
+func (b *CUDA) ServesProfile(p kernels.Profile) error {
+	if p != kernels.TC {
+		return nil
+	}
+	if err := b.dev.k.HasTC(); err != nil {
+		return fmt.Errorf("engine: %s: --profile tc needs the tc kernels (make ptx-tc PTX_OUT=DIR, then BITALIGN_PTX_DIR=DIR): %w", b.name, err)
+	}
+	if !b.dev.k.HasNarrowBF16() {
+		return fmt.Errorf("engine: %s: --profile tc needs narrow_bf16, which the loaded PTX lacks (make ptx)", b.name)
+	}
+	return nil
+}
+
 // tcOperands gives the tc matmul its operands as bf16 bits on the device (cudakernels.MatmulTC reads uint16
 // bf16, the engine holds activations as float32): x (M, K) narrowed into this backend's scratch (exact: the
 // activations are bf16 values, every op rounds them), w as it is when it is a bf16 weight buffer, else (PTX
@@ -698,4 +713,5 @@ func IsGPUUnavailable(err error) bool { return errors.Is(err, cuda.ErrUnavailabl
 var (
 	_ Backend          = (*CUDA)(nil)
 	_ NarrowDownloader = (*CUDA)(nil)
+	_ profileServer    = (*CUDA)(nil)
 )

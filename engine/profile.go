@@ -21,3 +21,23 @@ func CheckProfile(p kernels.Profile, cfg Config, checkpoint string) error {
 	}
 	return fmt.Errorf("engine: %s model: %w", cfg.Architecture, err)
 }
+
+// profileServer is a Backend that runs some profiles only (the CUDA backend: tc needs the tc PTX modules).
+type profileServer interface {
+	ServesProfile(p kernels.Profile) error // nil: this backend runs p's kernels
+}
+
+// checkBackend returns why backend be cannot run one of the profiles of v (nil: it can), before any weight is
+// placed on it.
+func checkBackend(be Backend, v variant) error {
+	ps, ok := be.(profileServer)
+	if !ok {
+		return nil
+	}
+	for _, p := range []kernels.Profile{v.matmul, v.attn, v.router, v.experts, v.norm, v.softmax} {
+		if err := ps.ServesProfile(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -65,6 +65,9 @@ func (m *Model) RunOp(op string, in OpInputs, opts ...Option) (capture.Tensor, e
 	if be == nil {
 		be = NewCPU()
 	}
+	if err := checkBackend(be, profileVariant(o.profile)); err != nil {
+		return capture.Tensor{}, err
+	}
 	x := &opRun{m: m, be: be, asm: asm, in: in, op: op, prof: o.profile}
 	out, dt, width, err := x.run()
 	if err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -188,4 +189,40 @@ func tcTinyConfigDType(dt capture.DType) Config {
 	c := tcTinyConfig(ArchLlama)
 	c.DType = dt
 	return c
+}
+
+// noTCBackend is the CPU backend saying, as the CUDA backend does without the tc PTX, that it cannot run tc.
+type noTCBackend struct{ *CPU }
+
+func (noTCBackend) ServesProfile(p kernels.Profile) error {
+	if p == kernels.TC {
+		return errors.New("engine: test: --profile tc needs the tc kernels")
+	}
+	return nil
+}
+
+// TestTCBackendRefuses: a backend that cannot run tc (the CUDA backend without the tc PTX modules) is refused
+// by Train, Sample and RunOp before a weight is placed, with its reason; other profiles run on it.
+func TestTCBackendRefuses(t *testing.T) {
+	cfg := tcTinyConfig(ArchLlama)
+	m := NewRandom(cfg, 1)
+	ps, mn := tinyPrompts(cfg)
+	be := func(int) (Backend, error) { return noTCBackend{NewCPU()}, nil }
+	for _, p := range []kernels.Profile{kernels.TC, kernels.Canonical} {
+		ro := RunOptions{TP: 2, Profile: p, Seed: 1, Backend: be}
+		_, errT := m.Train(context.Background(), ps, TrainOptions{RunOptions: ro})
+		_, errS := m.Sample(context.Background(), ps, SampleOptions{RunOptions: ro, Slots: 2, MaxNew: mn})
+		for name, err := range map[string]error{"Train": errT, "Sample": errS} {
+			if p == kernels.TC && (err == nil || !strings.Contains(err.Error(), "needs the tc kernels")) {
+				t.Errorf("%s with tc on a backend without it: %v, want its reason", name, err)
+			}
+			if p != kernels.TC && err != nil {
+				t.Errorf("%s with %v: %v", name, p, err)
+			}
+		}
+	}
+	if _, err := m.RunOp(OpEmbed, OpInputs{Pos: 0, N: 1}, WithProfile(kernels.TC), WithBackend(noTCBackend{NewCPU()})); err == nil ||
+		!strings.Contains(err.Error(), "needs the tc kernels") {
+		t.Errorf("RunOp with tc on a backend without it: %v, want its reason", err)
+	}
 }
