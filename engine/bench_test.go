@@ -37,7 +37,9 @@ func demoSequences(b *testing.B, m *Model) ([][]int32, []int, int) {
 	return seqs, plen, tokens
 }
 
-func benchTrain(b *testing.B, tp int, capture bool) { benchTrainProfile(b, tp, capture, kernels.Canonical) }
+func benchTrain(b *testing.B, tp int, capture bool) {
+	benchTrainProfile(b, tp, capture, kernels.Canonical)
+}
 
 func benchTrainProfile(b *testing.B, tp int, capture bool, p kernels.Profile) {
 	m := NewRandom(DemoConfig(), DemoSeed)
