@@ -58,8 +58,7 @@
 #         `bitalign replay --device cuda --timings` end to end (wall, peak RSS, phases), --ops 'layers.L.*' too;
 #         a table and $OUT/replay-size/replay-size.json. Needs about 40 GB of disk (the 8B checkpoint is 16 GB,
 #         deleted at the end). Not in the default list: `bash scripts/gpu.sh replay`. REPLAYFLAGS: more flags
-#         (--profile tc: the tc engine's replay beside transformers' bf16 forward in the same run),
-#         (e.g. --models 1.5b).
+#         (e.g. --models 1.5b; --profile tc: the tc engine's replay beside transformers' bf16 forward in the same run).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
