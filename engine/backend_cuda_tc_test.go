@@ -12,6 +12,15 @@ import (
 // a failure instead of a skip (as kernels/cuda's tc tests).
 const requireTCEnv = "BITALIGN_REQUIRE_TC"
 
+// tcGPUConfigs are tcConfigs with heads of 64 (the head dims the CUDA tc attention kernel serves: 64 and 128).
+func tcGPUConfigs() []Config {
+	cs := tcConfigs()
+	for i := range cs {
+		cs[i].HeadDim = 64
+	}
+	return cs
+}
+
 // tcCUDAOrSkip returns the CUDA backend factory when the loaded PTX has the tc matmul (cudakernels.HasTC),
 // else skips (fails with BITALIGN_REQUIRE_TC=1).
 func tcCUDAOrSkip(t *testing.T) BackendFactory {
@@ -33,10 +42,10 @@ func tcCUDAOrSkip(t *testing.T) BackendFactory {
 // TestCUDATCMatchesCPU: the CPU↔GPU row of the tc profile (docs/arithmetic.md tc.5: the CPU engine's emulated
 // k-steps are the H200's bits). Sampler (3 slots, continuous batching) and trainer (batch 3) on the GPU give the
 // CPU's outputs and captures bitwise at TP 1, 2 and 4 (ranks sharing the GPUs), for dense Llama, Qwen2, Qwen3 and
-// the two MoE models, all bf16; the first differing op, element and ULP distance are reported.
+// the two MoE models, all bf16 with heads of 64; the first differing op, element and ULP distance are reported.
 func TestCUDATCMatchesCPU(t *testing.T) {
 	gpu := tcCUDAOrSkip(t)
-	for _, cfg := range tcConfigs() {
+	for _, cfg := range tcGPUConfigs() {
 		m := NewRandom(cfg, 5)
 		ps, mn := tinyPrompts(cfg)
 		for _, tp := range []int{1, 2, 4} {
@@ -61,6 +70,10 @@ func TestCUDATCMatchesCPU(t *testing.T) {
 // (TP 2, batch 8) and sampler (TP 1, continuous batching) agree bitwise with each other.
 func TestCUDADemoTC(t *testing.T) {
 	gpu := tcCUDAOrSkip(t)
+	cfg, err := DemoConfigFor("", "", kernels.TC) // heads of 64: the CUDA tc attention's head dims
+	if err != nil {
+		t.Fatal(err)
+	}
 	cpuDir, gpuDir := t.TempDir(), t.TempDir()
 	if err := Demo(cpuDir, DemoOptions{Profile: kernels.TC}); err != nil {
 		t.Fatal(err)
@@ -69,11 +82,11 @@ func TestCUDADemoTC(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, side := range []string{SideSampler, SideTrainer} {
-		if d := compare(t, DemoConfig(), filepath.Join(cpuDir, side), filepath.Join(gpuDir, side)); d != nil {
+		if d := compare(t, cfg, filepath.Join(cpuDir, side), filepath.Join(gpuDir, side)); d != nil {
 			t.Errorf("tc demo %s: GPU differs from CPU at %v", side, d)
 		}
 	}
-	if d := compare(t, DemoConfig(), filepath.Join(gpuDir, SideTrainer), filepath.Join(gpuDir, SideSampler)); d != nil {
+	if d := compare(t, cfg, filepath.Join(gpuDir, SideTrainer), filepath.Join(gpuDir, SideSampler)); d != nil {
 		t.Errorf("tc demo on the GPU: trainer and sampler diverge at %v", d)
 	}
 }
@@ -83,14 +96,14 @@ func TestCUDADemoTC(t *testing.T) {
 // MoE bf16 model (-short: the dense one); and the standard profile on the same model and GPU fails it (the control).
 func TestCUDAInvarianceTC(t *testing.T) {
 	gpu := tcCUDAOrSkip(t)
-	cfgs := []Config{tcTinyConfig(ArchLlama), tcTinyConfig(ArchQwen3MoE)}
+	cfgs := []Config{tcGPUConfigs()[0], tcGPUConfigs()[3]} // Llama, Qwen3-MoE
 	if testing.Short() {
 		cfgs = cfgs[:1]
 	}
 	for _, cfg := range cfgs {
 		t.Run(cfg.Architecture, func(t *testing.T) { runMatrixOn(t, cfg, kernels.TC, gpu) })
 	}
-	t.Run("standard-control", func(t *testing.T) { runMatrixOn(t, tcTinyConfig(ArchLlama), kernels.Standard, gpu) })
+	t.Run("standard-control", func(t *testing.T) { runMatrixOn(t, tcGPUConfigs()[0], kernels.Standard, gpu) })
 }
 
 // TestCUDATCMatmulBackend: the CUDA backend's tc matmuls (float32 activations narrowed to bf16 bits on the
