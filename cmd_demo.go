@@ -25,7 +25,9 @@ TP 1) and DIR/trainer (the trainer's recomputation of the sampled sequences: one
 --model moe writes a Qwen3-MoE-style model instead (16 experts, 4 per token); the faults that need experts
 (router-split-k) choose it themselves.
 
-With the canonical kernels the two captures are bitwise identical in every op and log-probability. --fault
+With the canonical kernels the two captures are bitwise identical in every op and log-probability, and so they
+are with --profile tc (the tensor-core profile; its demo model has 4 heads of 64 in place of 8 of 32, the head
+dims the GPU's tc attention serves). --fault
 plants one documented source of mismatch (see --list-faults) on the side and at the op where it really arises;
 --fault none (the default) plants none.`,
 		Example: `  bitalign demo --out /tmp/run && bitalign diff /tmp/run/trainer /tmp/run/sampler

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"bitalign/kernels"
 	"bitalign/session"
 	"bitalign/session/view"
 	"bitalign/ui"
@@ -14,11 +15,12 @@ import (
 
 // tuiArgs are the root command's and `open`'s flags.
 type tuiArgs struct {
-	fault  string
-	layer  int
-	ckpt   string
-	device string
-	force  bool
+	fault   string
+	layer   int
+	ckpt    string
+	device  string
+	profile string
+	force   bool
 }
 
 // runUI runs the TUI (a variable so that tests can see whether a command reached it).
@@ -85,12 +87,17 @@ The captures are opened, checked and diffed before the debugger starts: bad inpu
 			if err != nil {
 				return err
 			}
-			in := session.Inputs{A: args[0], B: args[1], Checkpoint: a.ckpt, Device: a.device, Force: a.force, RL: rlo}
+			prof, err := kernels.ParseProfile(a.profile)
+			if err != nil {
+				return usageErr("open: %v", err)
+			}
+			in := session.Inputs{A: args[0], B: args[1], Checkpoint: a.ckpt, Device: a.device, Force: a.force, RL: rlo, Profile: prof}
 			return runTUI(cmd, in, filepath.Base(args[0])+" ↔ "+filepath.Base(args[1]))
 		},
 	}
 	cmd.Flags().StringVar(&a.ckpt, "checkpoint", "", "model directory (config.json + safetensors): enables replay")
 	addDeviceFlag(cmd, &a.device, "replay")
+	addProfileFlag(cmd, &a.profile, "kernel profile of the replays")
 	cmd.Flags().BoolVar(&a.force, "force", false, "compare captures of different models (what can be compared)")
 	rl.add(cmd, false)
 	return cmd

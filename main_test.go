@@ -185,7 +185,8 @@ func TestCLIItems(t *testing.T) {
 		{[]string{"diff", "--format", ""}, []string{"json", "html"}},
 		{[]string{"--fault", ""}, []string{"none", "fusion", "split-k"}},
 		{[]string{"replay", "--device", ""}, []string{"auto", "cuda"}},
-		{[]string{"demo", "--profile", ""}, []string{"canonical", "standard"}},
+		{[]string{"demo", "--profile", ""}, []string{"canonical", "standard", "tc"}},
+		{[]string{"open", "--profile", ""}, []string{"canonical", "standard", "tc"}},
 	} {
 		code, out, _ := run(t, append([]string{"__complete"}, c.args...)...)
 		for _, w := range c.want {

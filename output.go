@@ -95,8 +95,12 @@ func addDeviceFlag(cmd *cobra.Command, device *string, what string) {
 }
 
 func addProfileFlag(cmd *cobra.Command, profile *string, what string) {
-	names := []string{kernels.Canonical.String(), kernels.Standard.String()}
-	cmd.Flags().StringVar(profile, "profile", names[0], what+": "+strings.Join(names, " or "))
+	var names []string
+	for _, p := range kernels.Profiles {
+		names = append(names, p.String())
+	}
+	cmd.Flags().StringVar(profile, "profile", names[0], what+": "+strings.Join(names, ", ")+
+		" (tc: tensor-core matmuls and attention, bf16 models only)")
 	completeWords(cmd, "profile", names...)
 }
 

@@ -95,6 +95,10 @@ type CUDA struct {
 	ring          *copyRing // StartDownload's pinned buffers
 	ringFailed    bool      // pinned memory unavailable: synchronous copies
 	ringBytes     int64     // the ring's size (0: pinnedRingBytes; tests make it small)
+	tcx           cuda.Ptr  // the tc matmul's x as bf16 bits (tcOperands)
+	tcxN          int64
+	tcw           cuda.Ptr // the tc matmul's w as bf16 bits when it is held as float32 (tcOperands)
+	tcwN          int64
 }
 
 // NewCUDA returns a backend on GPU ordinal. Errors wrap cuda.ErrUnavailable when there is no usable GPU.
@@ -325,14 +329,19 @@ func (b *CUDA) DownloadBF16(dst []uint16, src Buf) (bool, error) {
 	return b.err == nil, b.err
 }
 
-// releaseScratch frees DownloadBF16's buffer, the fingerprint tables and the pinned copy ring (the run is
-// over and its writers drained; group.close).
+// releaseScratch frees DownloadBF16's buffer, the tc matmul's operand buffers, the fingerprint tables and the
+// pinned copy ring (the run is over and its writers drained; group.close).
 func (b *CUDA) releaseScratch() {
 	b.dev.d.Do(func(c *cuda.Ctx) error { //nolint:errcheck // freeing after an error too
 		b.releaseRing(c)
-		if b.nar != 0 {
-			c.Free(b.nar) //nolint:errcheck
-			b.nar, b.narN = 0, 0
+		for _, s := range []struct {
+			p *cuda.Ptr
+			n *int64
+		}{{&b.nar, &b.narN}, {&b.tcx, &b.tcxN}, {&b.tcw, &b.tcwN}} {
+			if *s.p != 0 {
+				c.Free(*s.p) //nolint:errcheck
+				*s.p, *s.n = 0, 0
+			}
 		}
 		return nil
 	})
@@ -373,14 +382,80 @@ func (b *CUDA) Embed(out, table Buf, ids []int32, H int, dt kernels.DType) {
 
 func (b *CUDA) Matmul(pr kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		if pr == kernels.TC { // K is never split here: one chain over K (tc.2)
+			xb, wb, err := b.tcOperands(c, k, x, w, M, K, N)
+			if err != nil {
+				return err
+			}
+			return k.MatmulTC(c, kernels.ColumnParallel, cudakernels.DTCode(dt), cudaPtr(out), xb, wb, cudaPtr(bias), M, K, N)
+		}
 		return k.MatmulForwardW(c, pr, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), weightDType(w), cudaPtr(bias), M, K, N)
 	})
 }
 
 func (b *CUDA) MatmulPartial(pr kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
 	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		if pr == kernels.TC { // the rank's subtree of its 8/tp segment chains; AllReduce finishes the tree (tc.2)
+			xb, wb, err := b.tcOperands(c, k, x, w, M, kLocal, N)
+			if err != nil {
+				return err
+			}
+			return k.MatmulTCPartial(c, cudaPtr(out), xb, wb, M, kLocal, N, tp)
+		}
 		return k.MatmulPartialW(c, pr, cudaPtr(out), cudaPtr(x), cudaPtr(w), weightDType(w), M, kLocal, N, tp)
 	})
+}
+
+// ServesProfile: the tc profile needs the loaded PTX's tc modules (cudakernels.HasTC) and narrow_bf16 (the
+// activations' narrowing for the tc matmul); every other profile runs on the committed kernels.
+func (b *CUDA) ServesProfile(p kernels.Profile) error {
+	if p != kernels.TC {
+		return nil
+	}
+	if err := b.dev.k.HasTC(); err != nil {
+		return fmt.Errorf("engine: %s: --profile tc needs the tc kernels (make ptx-tc PTX_OUT=DIR, then BITALIGN_PTX_DIR=DIR): %w", b.name, err)
+	}
+	if !b.dev.k.HasNarrowBF16() {
+		return fmt.Errorf("engine: %s: --profile tc needs narrow_bf16, which the loaded PTX lacks (make ptx)", b.name)
+	}
+	return nil
+}
+
+// tcOperands gives the tc matmul its operands as bf16 bits on the device (cudakernels.MatmulTC reads uint16
+// bf16, the engine holds activations as float32): x (M, K) narrowed into this backend's scratch (exact: the
+// activations are bf16 values, every op rounds them), w as it is when it is a bf16 weight buffer, else (PTX
+// without the _bf16w kernels holds weights as float32) narrowed likewise. The narrowing is narrow_bf16
+// (fp.F32ToBF16), ordered before the matmul on the default stream.
+func (b *CUDA) tcOperands(c *cuda.Ctx, k *cudakernels.Kernels, x, w Buf, M, K, N int) (xb, wb cuda.Ptr, err error) {
+	if err := k.HasTC(); err != nil {
+		return 0, 0, fmt.Errorf("--profile tc: %w", err)
+	}
+	if !k.HasNarrowBF16() {
+		return 0, 0, fmt.Errorf("--profile tc: the loaded PTX has no narrow_bf16 (rebuild it: make ptx)")
+	}
+	if x.Len() < M*K || w.Len() < N*K {
+		return 0, 0, fmt.Errorf("kernels: MatmulTC: x has %d elements, w %d, shape (%d, %d)·(%d, %d)ᵀ needs %d and %d",
+			x.Len(), w.Len(), M, K, N, K, M*K, N*K)
+	}
+	if err := cudaGrow(c, &b.tcx, &b.tcxN, 2*int64(M)*int64(K)); err != nil {
+		return 0, 0, err
+	}
+	if err := k.NarrowBF16(c, b.tcx, cudaPtr(x), M*K); err != nil {
+		return 0, 0, err
+	}
+	switch weightDType(w) {
+	case kernels.BF16:
+		return b.tcx, cudaPtr(w), nil
+	case kernels.F16: // CheckProfile refuses an f16 checkpoint for tc before a weight is placed
+		return 0, 0, fmt.Errorf("the tc matmul takes bf16 weights, not f16 (tc.2)")
+	}
+	if err := cudaGrow(c, &b.tcw, &b.tcwN, 2*int64(N)*int64(K)); err != nil {
+		return 0, 0, err
+	}
+	if err := k.NarrowBF16(c, b.tcw, cudaPtr(w), N*K); err != nil {
+		return 0, 0, err
+	}
+	return b.tcx, b.tcw, nil
 }
 
 func (b *CUDA) MatmulFinish(out, bias Buf, M, N int, dt kernels.DType) {
@@ -657,4 +732,5 @@ func IsGPUUnavailable(err error) bool { return errors.Is(err, cuda.ErrUnavailabl
 var (
 	_ Backend          = (*CUDA)(nil)
 	_ NarrowDownloader = (*CUDA)(nil)
+	_ profileServer    = (*CUDA)(nil)
 )

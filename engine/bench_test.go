@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"bitalign/kernels"
 )
 
 // cpuSeconds is this process's user + system CPU time: tokens per CPU-second stay meaningful when other
@@ -36,12 +38,16 @@ func demoSequences(b *testing.B, m *Model) ([][]int32, []int, int) {
 }
 
 func benchTrain(b *testing.B, tp int, capture bool) {
+	benchTrainProfile(b, tp, capture, kernels.Canonical)
+}
+
+func benchTrainProfile(b *testing.B, tp int, capture bool, p kernels.Profile) {
 	m := NewRandom(DemoConfig(), DemoSeed)
 	seqs, plen, tokens := demoSequences(b, m)
 	b.ResetTimer()
 	cpu0 := cpuSeconds()
 	for i := 0; i < b.N; i++ {
-		o := TrainOptions{RunOptions: RunOptions{TP: tp, Seed: DemoSampSeed}, PromptLens: plen}
+		o := TrainOptions{RunOptions: RunOptions{TP: tp, Seed: DemoSampSeed, Profile: p}, PromptLens: plen}
 		if capture {
 			b.StopTimer()
 			o.CaptureDir = filepath.Join(b.TempDir(), "t")
@@ -58,6 +64,10 @@ func benchTrain(b *testing.B, tp int, capture bool) {
 // BenchmarkTrainDemo: the demo trainer's forward (8 sequences packed, ~100 positions) without capture.
 func BenchmarkTrainDemoTP1(b *testing.B) { benchTrain(b, 1, false) }
 func BenchmarkTrainDemoTP2(b *testing.B) { benchTrain(b, 2, false) }
+
+// BenchmarkTrainDemoTC: the same forward at TP 1 with the tc profile (the CPU's emulated tensor-core k-steps,
+// docs/arithmetic.md tc.5), beside BenchmarkTrainDemoTP1.
+func BenchmarkTrainDemoTC(b *testing.B) { benchTrainProfile(b, 1, false, kernels.TC) }
 
 // BenchmarkTrainDemoTP2Capture includes writing both rank files of the capture.
 func BenchmarkTrainDemoTP2Capture(b *testing.B) { benchTrain(b, 2, true) }

@@ -127,11 +127,19 @@ func (c *CPU) Matmul(p kernels.Profile, out, x, w, bias Buf, M, K, N int, dt ker
 	if c.err != nil {
 		return
 	}
+	if p == kernels.TC { // K is never split here: one chain over K (tc.2)
+		c.fail(kernels.MatmulTCW(kernels.ColumnParallel, dt, s(out), s(x), weights(w), s(bias), M, K, N))
+		return
+	}
 	kernels.MatmulForwardW(p, dt, s(out), s(x), weights(w), s(bias), M, K, N)
 }
 
 func (c *CPU) MatmulPartial(p kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
 	if c.err != nil {
+		return
+	}
+	if p == kernels.TC { // the rank's subtree of its 8/tp segment chains; AllReduce finishes the tree (tc.2)
+		c.fail(kernels.MatmulTCPartialW(s(out), s(x), weights(w), M, kLocal, N, tp))
 		return
 	}
 	c.fail(kernels.MatmulPartialW(p, s(out), s(x), weights(w), M, kLocal, N, rank, tp))
@@ -175,6 +183,10 @@ func (c *CPU) Attention(p kernels.Profile, out, q, k, v Buf, start, n, heads, kv
 	S := start + n
 	if o.FastExp { // the fast-exp fault: canonical attention with an approximate exp in the softmax
 		c.fail(kernels.AttentionForwardExp(kernels.Canonical, kernels.FastExp, dt, s(out), s(q), s(k), s(v), qpos, n, S, heads, kvHeads, hd, kernels.AttentionScale(hd)))
+		return
+	}
+	if p == kernels.TC {
+		c.fail(kernels.AttentionTC(dt, s(out), s(q), s(k), s(v), qpos, n, S, heads, kvHeads, hd, kernels.AttentionScale(hd)))
 		return
 	}
 	c.fail(kernels.AttentionForward(p, dt, s(out), s(q), s(k), s(v), qpos, n, S, heads, kvHeads, hd, kernels.AttentionScale(hd)))

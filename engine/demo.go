@@ -70,6 +70,23 @@ func DemoModelConfig(model, fault string) (Config, error) {
 	return Config{}, fmt.Errorf("engine: demo: unknown model %q (dense or moe)", model)
 }
 
+// DemoTCHeadDim is the head dim of the tc profile's demo models: the CUDA tc attention kernel serves head dims 64
+// and 128, the demo's 32 it does not, so `demo --profile tc` writes the same model with 4 heads of 64 (over 1 kv
+// head) in place of 8 of 32 over 2 (the same widths: hidden, q and kv projections unchanged in size).
+const DemoTCHeadDim = 64
+
+// DemoConfigFor is DemoModelConfig for a demo run with profile p: the tc profile's demo has heads of
+// DemoTCHeadDim (docs/arithmetic.md tc.7); every other profile's is DemoModelConfig's.
+func DemoConfigFor(model, fault string, p kernels.Profile) (Config, error) {
+	cfg, err := DemoModelConfig(model, fault)
+	if err != nil || p != kernels.TC {
+		return cfg, err
+	}
+	cfg.Heads, cfg.KVHeads = cfg.Heads*cfg.HeadDim/DemoTCHeadDim, cfg.KVHeads*cfg.HeadDim/DemoTCHeadDim
+	cfg.HeadDim = DemoTCHeadDim
+	return cfg, nil
+}
+
 // DemoPromptSet returns the demo's prompts and their new-token counts: different lengths, so that sequences
 // finish at different steps.
 func DemoPromptSet(cfg Config) (prompts [][]int32, maxNew []int) {
@@ -131,7 +148,7 @@ func Demo(dir string, opts DemoOptions) error {
 	if err := CheckDemoFault(opts.Fault, opts.Layer); err != nil {
 		return err
 	}
-	cfg, err := DemoModelConfig(opts.Model, opts.Fault)
+	cfg, err := DemoConfigFor(opts.Model, opts.Fault, opts.Profile)
 	if err != nil {
 		return err
 	}

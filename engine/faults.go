@@ -73,6 +73,9 @@ func runVariant(side string, o RunOptions, cfg Config) (v variant, stale int, er
 	layers := cfg.Layers
 	v = profileVariant(o.Profile)
 	stale = -1
+	if err := CheckProfile(o.Profile, cfg, ""); err != nil {
+		return v, stale, err
+	}
 	if o.Fault == "" {
 		return v, stale, nil
 	}

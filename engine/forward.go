@@ -20,8 +20,11 @@ type variant struct {
 	rngSlot                     bool            // Gumbel noise keyed by batch slot instead of sequence id (rng-slot fault)
 }
 
+// profileVariant is profile p's kernels for every op family: the matmuls and attention run p, the rest
+// p.Others() (tc: canonical), the all-reduces in ring order only for the standard profile (kernels.Profile's rules).
 func profileVariant(p kernels.Profile) variant {
-	return variant{matmul: p, norm: p, attn: p, softmax: p, router: p, experts: p, ring: p != kernels.Canonical,
+	o := p.Others()
+	return variant{matmul: p, norm: o, attn: p, softmax: o, router: p, experts: p, ring: p.RingAllReduce(),
 		ringLayer: -1, fusionLayer: -1, fastExpLayer: -1}
 }
 

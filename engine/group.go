@@ -84,6 +84,10 @@ func newGroup(m *Model, o groupOptions) (*group, error) {
 			g.abort()
 			return nil, err
 		}
+		if err := checkBackend(be, o.v); err != nil {
+			g.abort()
+			return nil, err
+		}
 		var ring nvls.Comm
 		if rings != nil {
 			ring = rings[i]

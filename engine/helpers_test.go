@@ -55,8 +55,14 @@ func tinyPrompts(cfg Config) ([][]int32, []int) {
 // rollout samples the tiny prompts (continuous batching, 3 slots) and returns the sequences and prompt lengths.
 func rollout(t *testing.T, m *Model, p kernels.Profile, dir string) ([][]int32, []int, *Output) {
 	t.Helper()
+	return rolloutOn(t, m, p, nil, dir)
+}
+
+// rolloutOn is rollout on backend be (nil: the CPU).
+func rolloutOn(t *testing.T, m *Model, p kernels.Profile, be BackendFactory, dir string) ([][]int32, []int, *Output) {
+	t.Helper()
 	ps, mn := tinyPrompts(m.Config)
-	o := SampleOptions{RunOptions: RunOptions{TP: 1, Profile: p, Seed: 9, Step: 3, CaptureDir: dir}, Slots: 3, MaxNew: mn}
+	o := SampleOptions{RunOptions: RunOptions{TP: 1, Profile: p, Seed: 9, Step: 3, CaptureDir: dir, Backend: be}, Slots: 3, MaxNew: mn}
 	out, err := m.Sample(context.Background(), ps, o)
 	if err != nil {
 		t.Fatal(err)

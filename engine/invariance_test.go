@@ -12,25 +12,31 @@ import (
 // invarianceCase is one way of computing the reference rollout's sequences.
 type invarianceCase struct {
 	name string
-	run  func(m *Model, seqs [][]int32, plen []int, p kernels.Profile, dir string) (*Output, error)
+	run  func(m *Model, seqs [][]int32, plen []int, p kernels.Profile, be BackendFactory, dir string) (*Output, error)
 	// standardDiffers: with the standard profile this case must differ from the reference (vendor kernels
 	// are not invariant to it); false: it must still be identical (run-to-run determinism).
 	standardDiffers bool
 }
 
 func trainCase(name string, tp, batch int, differs bool) invarianceCase {
-	return invarianceCase{name, func(m *Model, seqs [][]int32, plen []int, p kernels.Profile, dir string) (*Output, error) {
-		o := TrainOptions{RunOptions: RunOptions{TP: tp, Profile: p, Seed: 9, Step: 3, CaptureDir: dir}, Batch: batch, PromptLens: plen}
+	return invarianceCase{name, func(m *Model, seqs [][]int32, plen []int, p kernels.Profile, be BackendFactory, dir string) (*Output, error) {
+		o := TrainOptions{RunOptions: runOn(be, tp, p, dir), Batch: batch, PromptLens: plen}
 		return m.Train(context.Background(), seqs, o)
 	}, differs}
 }
 
 func sampleCase(name string, tp, slots int, static, differs bool) invarianceCase {
-	return invarianceCase{name, func(m *Model, seqs [][]int32, plen []int, p kernels.Profile, dir string) (*Output, error) {
+	return invarianceCase{name, func(m *Model, seqs [][]int32, plen []int, p kernels.Profile, be BackendFactory, dir string) (*Output, error) {
 		ps, mn := tinyPrompts(m.Config)
-		o := SampleOptions{RunOptions: RunOptions{TP: tp, Profile: p, Seed: 9, Step: 3, CaptureDir: dir}, Slots: slots, MaxNew: mn, Static: static}
+		o := SampleOptions{RunOptions: runOn(be, tp, p, dir), Slots: slots, MaxNew: mn, Static: static}
 		return m.Sample(context.Background(), ps, o)
 	}, differs}
+}
+
+// runOn is the matrix's run options at TP tp on backend be (nil: the CPU), its collectives on the GPUs when
+// there is one per rank (GPUCollectives), else the CPU transport (ranks sharing a GPU).
+func runOn(be BackendFactory, tp int, p kernels.Profile, dir string) RunOptions {
+	return RunOptions{TP: tp, Profile: p, Seed: 9, Step: 3, CaptureDir: dir, Backend: be, Collectives: GPUCollectives(be, tp)}
 }
 
 // invarianceMatrix: the reference is a trainer prefill of all 8 sequences at TP 1.
@@ -55,17 +61,21 @@ func invarianceMatrix() []invarianceCase {
 	return cs
 }
 
-func runMatrix(t *testing.T, cfg Config, p kernels.Profile) {
+func runMatrix(t *testing.T, cfg Config, p kernels.Profile) { runMatrixOn(t, cfg, p, nil) }
+
+// runMatrixOn is runMatrix on backend be (nil: the CPU): every case, the reference and the rollout run there.
+func runMatrixOn(t *testing.T, cfg Config, p kernels.Profile, be BackendFactory) {
 	m := NewRandom(cfg, 5)
 	root := t.TempDir()
 	refRoll := filepath.Join(root, "rollout")
-	seqs, plen, rollOut := rollout(t, m, p, refRoll)
+	seqs, plen, rollOut := rolloutOn(t, m, p, be, refRoll)
 	refDir := filepath.Join(root, "ref")
-	ref, err := trainCase("ref", 1, 8, false).run(m, seqs, plen, p, refDir)
+	ref, err := trainCase("ref", 1, 8, false).run(m, seqs, plen, p, be, refDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p == kernels.Canonical {
+	exact := p != kernels.Standard // canonical and tc: invariant by contract (docs/arithmetic.md §3, §18)
+	if exact {
 		if d := compare(t, cfg, refDir, refRoll); d != nil {
 			t.Fatalf("trainer vs the rollout's own sampler capture: first divergence %v", d)
 		}
@@ -76,15 +86,15 @@ func runMatrix(t *testing.T, cfg Config, p kernels.Profile) {
 	for i, c := range invarianceMatrix() {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(root, "case"+itoa(i)+c.name)
-			out, err := c.run(m, seqs, plen, p, dir)
+			out, err := c.run(m, seqs, plen, p, be, dir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			d := compare(t, cfg, refDir, dir)
 			diff := sameOutputs(ref, out)
 			switch {
-			case p == kernels.Canonical && (d != nil || diff != ""):
-				t.Fatalf("canonical kernels: first divergence %v; outputs: %q", d, diff)
+			case exact && (d != nil || diff != ""):
+				t.Fatalf("%v kernels: first divergence %v; outputs: %q", p, d, diff)
 			case p == kernels.Standard && c.standardDiffers && d == nil:
 				t.Fatalf("standard kernels: expected a divergence, captures identical")
 			case p == kernels.Standard && !c.standardDiffers && (d != nil || diff != ""):

@@ -7,6 +7,7 @@ import (
 
 	"bitalign/capture"
 	"bitalign/cuda"
+	"bitalign/kernels"
 	cudakernels "bitalign/kernels/cuda"
 )
 
@@ -21,7 +22,7 @@ const pinnedRingBytes = 256 << 20
 // recordBytes is the size of src's values encoded as dt on the device (bf16 narrowed by narrow_bf16, f32 as it
 // is), and whether the device can produce that encoding.
 func (b *CUDA) recordBytes(src Buf, dt capture.DType) (int64, bool) {
-	if isBF16(src) {
+	if weightDType(src) != kernels.F32 { // a weight buffer of 16-bit bits, not float32 values
 		return 0, false
 	}
 	switch dt {

@@ -51,6 +51,9 @@ func (m *Model) RunOp(op string, in OpInputs, opts ...Option) (capture.Tensor, e
 	if err := checkOp(cfg, op); err != nil {
 		return capture.Tensor{}, err
 	}
+	if err := CheckProfile(o.profile, cfg, ""); err != nil {
+		return capture.Tensor{}, err
+	}
 	if err := in.check("RunOp", op); err != nil {
 		return capture.Tensor{}, err
 	}
@@ -61,6 +64,9 @@ func (m *Model) RunOp(op string, in OpInputs, opts ...Option) (capture.Tensor, e
 	be := o.backend
 	if be == nil {
 		be = NewCPU()
+	}
+	if err := checkBackend(be, profileVariant(o.profile)); err != nil {
+		return capture.Tensor{}, err
 	}
 	x := &opRun{m: m, be: be, asm: asm, in: in, op: op, prof: o.profile}
 	out, dt, width, err := x.run()
@@ -268,10 +274,15 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		L = m.Layers[l]
 	}
 	H, hd := cfg.Hidden, cfg.HeadDim
-	matmul := func(wt, bias W, K, Nout int, d kernels.DType) error {
+	matmul := func(wt, bias W, K, Nout int, row bool, d kernels.DType) error {
 		a, err := in0()
 		if err != nil {
 			return err
+		}
+		if row { // o_proj, down_proj: the forward's row-parallel path at TP 1 (the tc profile's tree, tc.2)
+			be.MatmulPartial(x.prof, out, a, mat(wt), N, K, Nout, 0, 1)
+			be.MatmulFinish(out, w(bias.Float32()), N, Nout, d)
+			return nil
 		}
 		be.Matmul(x.prof, out, a, mat(wt), w(bias.Float32()), N, K, Nout, d)
 		return nil
@@ -281,7 +292,7 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		if err != nil {
 			return err
 		}
-		be.RMSNorm(x.prof, out, a, w(wt.Float32()), rows, C, cfg.Eps, kd)
+		be.RMSNorm(x.prof.Others(), out, a, w(wt.Float32()), rows, C, cfg.Eps, kd)
 		return nil
 	}
 	rope := func(heads int) error {
@@ -306,7 +317,7 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		err = norm(m.Norm, N, H)
 	case x.op == OpLogits:
 		dt = capture.F32
-		err = matmul(m.LMHead, W{}, H, cfg.Vocab, kernels.F32)
+		err = matmul(m.LMHead, W{}, H, cfg.Vocab, false, kernels.F32)
 	case x.op == OpLogprobs:
 		dt, width = capture.F32, 0
 		logits, e := x.input(OpLogits, P, N)
@@ -317,7 +328,7 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		if e != nil {
 			return nil, 0, 0, e
 		}
-		be.LogProbs(x.prof, out, logits, targets, N, cfg.Vocab, nil)
+		be.LogProbs(x.prof.Others(), out, logits, targets, N, cfg.Vocab, nil)
 	case x.op == OpSample:
 		st := x.asm[tensorKey{x.in.Step, x.in.Seq, OpLogits}]
 		if st == nil {
@@ -338,7 +349,7 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 		return toks, capture.I32, 0, nil
 	case s == opRouter:
 		dt = capture.F32
-		err = matmul(L.Router, W{}, H, cfg.Experts, kernels.F32)
+		err = matmul(L.Router, W{}, H, cfg.Experts, false, kernels.F32)
 	case s == opExperts, s == opExpertWeights:
 		logits, e := x.floats(prod[0], P, N)
 		if e != nil {
@@ -354,7 +365,7 @@ func (x *opRun) run() (result any, dt capture.DType, width int, err error) {
 	case s == opCombine:
 		err = x.combine(out, L)
 	case lp.kind == layerMatmul:
-		err = matmul(lp.w, lp.bias, lp.k, lp.n, kd)
+		err = matmul(lp.w, lp.bias, lp.k, lp.n, lp.row, kd)
 	case lp.kind == layerNorm:
 		err = norm(lp.w, N*lp.rows, lp.k)
 	case lp.kind == layerRoPE:
@@ -502,6 +513,7 @@ type layerOp struct {
 	w, bias    W
 	k, n, rows int
 	heads      int
+	row        bool // a row-parallel matmul (o_proj, down_proj): the segment tree that TP's all-reduce finishes
 }
 
 type layerKind uint8
@@ -536,13 +548,17 @@ func layerOpOf(cfg Config, L Layer, s string) layerOp {
 	case opVProj:
 		return mm(L.V, L.VBias, H, cfg.KVDim())
 	case opOProj:
-		return mm(L.O, L.OB, cfg.QDim(), H)
+		o := mm(L.O, L.OB, cfg.QDim(), H)
+		o.row = true
+		return o
 	case opGateProj:
 		return mm(L.Gate, W{}, H, cfg.Intermediate)
 	case opUpProj:
 		return mm(L.Up, W{}, H, cfg.Intermediate)
 	case opDownProj:
-		return mm(L.Down, W{}, cfg.Intermediate, H)
+		o := mm(L.Down, W{}, cfg.Intermediate, H)
+		o.row = true
+		return o
 	case opRouter: // float32 output: RunOp and Oracle round to opDType
 		return mm(L.Router, W{}, H, cfg.Experts)
 	case opQRope:

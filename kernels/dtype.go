@@ -31,15 +31,56 @@ func (p Profile) String() string {
 	return fmt.Sprintf("Profile(%d)", int(p))
 }
 
-// ParseProfile parses "canonical" or "standard".
+// Profiles are the profiles ParseProfile accepts, in the order a flag lists them.
+var Profiles = []Profile{Canonical, Standard, TC}
+
+// ParseProfile parses "canonical", "standard" or "tc".
 func ParseProfile(s string) (Profile, error) {
-	switch strings.ToLower(s) {
-	case "canonical":
-		return Canonical, nil
-	case "standard":
-		return Standard, nil
+	for _, p := range Profiles {
+		if strings.EqualFold(s, p.String()) {
+			return p, nil
+		}
 	}
-	return 0, fmt.Errorf("kernels: unknown kernel profile %q (want canonical or standard)", s)
+	names := make([]string, len(Profiles))
+	for i, p := range Profiles {
+		names[i] = p.String()
+	}
+	return 0, fmt.Errorf("kernels: unknown kernel profile %q (want %s)", s, strings.Join(names, ", "))
+}
+
+// The profile's rules: which ops it changes and which models it serves, in one place (docs/arithmetic.md §13,
+// §18). An engine asks these, never the profile's name. Every profile runs the matmuls (projections, LM head,
+// MoE router and experts) and attention with itself: for TC a backend's column-parallel Matmul is
+// MatmulTC(ColumnParallel), its row-parallel MatmulPartial is MatmulTCPartial (tc.2), Attention is AttentionTC.
+
+// Others is the profile of every op the profile does not change: RMSNorm, RoPE, the log-softmax, the
+// element-wise ops, sampling. TC changes only the matmuls and attention's two products (§18), so its others are
+// canonical's.
+func (p Profile) Others() Profile {
+	if p == TC {
+		return Canonical
+	}
+	return p
+}
+
+// RingAllReduce reports whether the profile's all-reduces run in ring order (standard, the control group); the
+// others finish the segment tree with the canonical pairwise tree (§12; tc.2 keeps it).
+func (p Profile) RingAllReduce() bool { return p == Standard }
+
+// Serves returns nil when p can run a model whose op outputs round to dt (the checkpoint's dtype) and whose
+// attention head dim is headDim, else why not. TC serves bf16 models only (only the bf16 MMA was measured,
+// tc.2) with head dims a multiple of the k-step (tc.3).
+func (p Profile) Serves(dt DType, headDim int) error {
+	if p != TC {
+		return nil
+	}
+	if dt != BF16 {
+		return fmt.Errorf("the tc profile serves bf16 models only, this one is %v (docs/arithmetic.md tc.2: only the bf16 MMA was measured)", dt)
+	}
+	if headDim%TCStepK != 0 {
+		return fmt.Errorf("the tc profile needs a head dim that is a multiple of %d, this model's is %d (docs/arithmetic.md tc.3)", TCStepK, headDim)
+	}
+	return nil
 }
 
 // DType is the dtype an op rounds its output to (docs/arithmetic.md §1): the one dtype enum,

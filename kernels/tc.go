@@ -47,7 +47,7 @@ func MatmulTC(l TCLayout, dt DType, out, x, w, bias []float32, M, K, N int) erro
 		checkLen("MatmulTC", "bias", bias, N)
 	}
 	b, tree := TCBounds(l, K)
-	return matmulTC("MatmulTC", out, x, w, M, K, N, b, tree, epilogue{bias: bias, dt: dt})
+	return matmulTC("MatmulTC", out, x, WeightsF32(w), M, K, N, b, tree, epilogue{bias: bias, dt: dt})
 }
 
 // MatmulTCPartial is one rank's share of a tc row-parallel matmul: x is (M, kLocal), w is (N, kLocal) (the
@@ -60,7 +60,7 @@ func MatmulTCPartial(out, x, w []float32, M, kLocal, N, tp int) error {
 		return err
 	}
 	checkLen("MatmulTCPartial", "out", out, M*N)
-	return matmulTC("MatmulTCPartial", out, x, w, M, kLocal, N, b, tree, epilogue{raw: true})
+	return matmulTC("MatmulTCPartial", out, x, WeightsF32(w), M, kLocal, N, b, tree, epilogue{raw: true})
 }
 
 // tcCombine is how matmulTC adds an output's chains: the tree (tree true), the only chain (one range),
@@ -74,10 +74,12 @@ func tcCombine(tree bool) func([]float32) float32 {
 
 // matmulTC runs, for every (m, n), one tc chain per [b[s], b[s+1]), combines the chains (tree or left to
 // right) and stores post.apply(n, y). Workers own disjoint column ranges; each decodes a weight row once and
-// runs every row's chains against it, so the order of operations of one output is fixed by b alone.
-func matmulTC(op string, out, x, w []float32, M, K, N int, b []int, tree bool, post epilogue) error {
+// runs every row's chains against it, so the order of operations of one output is fixed by b alone. w is in its
+// stored dtype (a bf16 weight's bits are decoded as they are, no float32 copy).
+func matmulTC(op string, out, x []float32, w Weights, M, K, N int, b []int, tree bool, post epilogue) error {
 	checkLen(op, "x", x, M*K)
-	checkLen(op, "w", w, N*K)
+	checkWeights(op, "w", w, N*K)
+	defer runtime.KeepAlive(w)
 	if M <= 0 || N <= 0 {
 		return nil
 	}
@@ -85,7 +87,7 @@ func matmulTC(op string, out, x, w []float32, M, K, N int, b []int, tree bool, p
 	if err != nil {
 		return err
 	}
-	if err := checkBF16(op, "w", w[:N*K], K); err != nil {
+	if err := checkBF16W(op, "w", w, N*K, K); err != nil {
 		return err
 	}
 	combine := tcCombine(tree)
@@ -100,7 +102,7 @@ func matmulTC(op string, out, x, w []float32, M, K, N int, b []int, tree bool, p
 			wr := newTCOperand(1, K)
 			part := make([]float32, len(b)-1)
 			for n := n0; n < n1; n++ {
-				wr.decodeRow(0, w[n*K:(n+1)*K])
+				wr.decodeWeightsRow(0, w, n*K, K)
 				for m := 0; m < M; m++ {
 					for s := range part {
 						part[s] = tcChain(&xs, m, &wr, 0, b[s], b[s+1])

@@ -340,7 +340,7 @@ func TestMatmulTCAccuracy(t *testing.T) {
 // tcSplitByM is the control: a tc matmul that splits a column-parallel K by M as vendor libraries do
 // (StandardSplits(M) contiguous chunks, partials left to right). Same k-step, other chains.
 func tcSplitByM(out, x, w []float32, M, K, N int) error {
-	return matmulTC("tcSplitByM", out, x, w, M, K, N, ChunkBounds(K, StandardSplits(M)), false, epilogue{dt: F32})
+	return matmulTC("tcSplitByM", out, x, WeightsF32(w), M, K, N, ChunkBounds(K, StandardSplits(M)), false, epilogue{dt: F32})
 }
 
 // TestMatmulTCBatchInvariance: a row's bits do not depend on M or its slot in the batch, for both layouts;

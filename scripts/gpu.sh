@@ -8,7 +8,9 @@
 #         manifests; `tar -xf ptx.tar` at the repository root puts them in place); the tests then load the
 #         fresh PTX (BITALIGN_PTX_DIR) so one call checks new kernel sources.
 #   test  runs the cuda/ and kernels/cuda/ tests with BITALIGN_REQUIRE_GPU=1 (a skip becomes a failure).
-#   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's).
+#   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's), with
+#         the tc PTX built first (tc_ptx) for the tc profile's cases: the CPU↔GPU row, the tc demo, the invariance
+#         matrix on the GPU (TestCUDATCMatchesCPU, TestCUDADemoTC, TestCUDAInvarianceTC; BITALIGN_REQUIRE_TC=1).
 #   nvls  runs the GPU collectives' tests (the 2-GPU ones need a machine with two).
 #   audit plants bugs in transformers pairs made on the GPU (capture/python/tests/plant.py) and checks that
 #         bitalign audit's first suspect names each (docs/audit.md).
@@ -61,7 +63,7 @@
 #         `bitalign replay --device cuda --timings` end to end (wall, peak RSS, phases), --ops 'layers.L.*' too;
 #         a table and $OUT/replay-size/replay-size.json. Needs about 40 GB of disk (the 8B checkpoint is 16 GB,
 #         deleted at the end). Not in the default list: `bash scripts/gpu.sh replay`. REPLAYFLAGS: more flags
-#         (e.g. --models 1.5b).
+#         (e.g. --models 1.5b; --profile tc: the tc engine's replay beside transformers' bf16 forward in the same run).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -72,6 +74,35 @@ mkdir -p "$OUT"
 steps="${*:-ptx test engine nvls ui audit bench tc}"
 NVCC="${NVCC:-nvcc}"
 rc=0
+# tc_ptx builds the tc PTX (kernels/cuda/tc/*.cu: `make ptx-tc`, the Makefile's NVCCFLAGS) once per call into
+# $tcdir, beside the ptx step's fresh tree (BITALIGN_PTX_DIR) or a copy of the committed PTX; the engine and tc
+# steps load it from there. nvcc's failure is printed and sets rc; the modules that compiled still load.
+tcdir=""
+tc_ptx() {
+  [[ -n "$tcdir" ]] && return 0
+  tcdir="${BITALIGN_PTX_DIR:-}"
+  if [[ -z "$tcdir" ]]; then # no ptx step in this call: the committed PTX, plus the tc module
+    tcdir=$(mktemp -d)
+    mkdir -p "$tcdir/kernels/cuda" "$tcdir/nvls/cuda"
+    cp kernels/cuda/*.ptx "$tcdir/kernels/cuda/" && cp nvls/cuda/*.ptx "$tcdir/nvls/cuda/"
+  fi
+  local tcok=1
+  if [[ -n "${TC_PREBUILT:-}" ]]; then # BITALIGN_PTX_DIR already holds the tc PTX (make ptx-tc PTX_OUT=dir, built elsewhere)
+    echo "tc: the prebuilt tc PTX in $tcdir"
+  elif command -v make >/dev/null; then
+    make -s ptx-tc NVCC="$NVCC" PTX_OUT="$tcdir" >"$OUT/tc-nvcc.log" 2>&1 || tcok=0
+  else # the same commands as make ptx-tc, with NVCCFLAGS read from the Makefile (sm_90a for the wgmma file)
+    flags=$(sed -n 's/^NVCCFLAGS *:= *//p' Makefile)
+    for f in kernels/cuda/tc/*.cu; do
+      fl=$flags; [[ $f == *wgmma* || $f == *tma* ]] && fl=${flags/-arch=sm_90/-arch=sm_90a}
+      # shellcheck disable=SC2086
+      "$NVCC" $fl -I kernels/cuda -o "$tcdir/kernels/cuda/$(basename "$f" .cu).ptx" "$f" >>"$OUT/tc-nvcc.log" 2>&1 || tcok=0
+    done
+  fi
+  [[ $tcok == 0 ]] && { echo "tc: nvcc FAILED (the modules that compiled still run):"; grep -v "^ptx-tc: nvcc" "$OUT/tc-nvcc.log" | head -80; rc=1; }
+  return 0
+}
+
 for f in .gpu/*.gz; do [[ -e "$f" ]] && gunzip -f "$f" && chmod +x "${f%.gz}"; done  # make gpu-build gzips them
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 "$NVCC" --version | tail -2
@@ -111,9 +142,11 @@ if [[ " $steps " == *" test "* ]]; then
 fi
 
 if [[ " $steps " == *" engine "* ]]; then
-  echo "== engine (CUDA backend vs CPU, bitwise)"
-  (cd engine && BITALIGN_REQUIRE_GPU=1 ../.gpu/engine.test -test.run 'CUDA|SelectBackend' -test.v -test.count=1 \
-    -test.timeout 400s ${TESTFLAGS:-}) 2>&1 | tee "$OUT/test-engine.log" | grep -E "^(--- |    ---|ok|FAIL|PASS)|differs|GPU" | head -60
+  echo "== engine (CUDA backend vs CPU, bitwise; the tc profile's cases with the tc PTX)"
+  tc_ptx # the tc profile's engine tests need the tc modules: BITALIGN_REQUIRE_TC=1 fails them when one is missing
+  (cd engine && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../.gpu/engine.test -test.run 'CUDA|SelectBackend' \
+    -test.v -test.count=1 -test.timeout 540s ${TESTFLAGS:-}) 2>&1 | tee "$OUT/test-engine.log" |
+    grep -E "^(--- |    ---|ok|FAIL|PASS)|differs|diverge|GPU|tc " | head -90
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
 fi
 
@@ -167,26 +200,7 @@ if [[ " $steps " == *" bench "* ]]; then
 fi
 if [[ " $steps " == *" tc "* ]]; then
   echo "== tc (the tensor-core matmul: compile, bitwise against the CPU tc matmul, speed beside cuBLAS bf16)"
-  tcdir="${BITALIGN_PTX_DIR:-}"
-  if [[ -z "$tcdir" ]]; then # no ptx step in this call: the committed PTX, plus the tc module
-    tcdir=$(mktemp -d)
-    mkdir -p "$tcdir/kernels/cuda" "$tcdir/nvls/cuda"
-    cp kernels/cuda/*.ptx "$tcdir/kernels/cuda/" && cp nvls/cuda/*.ptx "$tcdir/nvls/cuda/"
-  fi
-  tcok=1
-  if [[ -n "${TC_PREBUILT:-}" ]]; then # BITALIGN_PTX_DIR already holds the tc PTX (make ptx-tc PTX_OUT=dir, built elsewhere)
-    echo "tc: the prebuilt tc PTX in $tcdir"
-  elif command -v make >/dev/null; then
-    make -s ptx-tc NVCC="$NVCC" PTX_OUT="$tcdir" >"$OUT/tc-nvcc.log" 2>&1 || tcok=0
-  else # the same commands as make ptx-tc, with NVCCFLAGS read from the Makefile (sm_90a for the wgmma file)
-    flags=$(sed -n 's/^NVCCFLAGS *:= *//p' Makefile)
-    for f in kernels/cuda/tc/*.cu; do
-      fl=$flags; [[ $f == *wgmma* || $f == *tma* ]] && fl=${flags/-arch=sm_90/-arch=sm_90a}
-      # shellcheck disable=SC2086
-      "$NVCC" $fl -I kernels/cuda -o "$tcdir/kernels/cuda/$(basename "$f" .cu).ptx" "$f" >>"$OUT/tc-nvcc.log" 2>&1 || tcok=0
-    done
-  fi
-  [[ $tcok == 0 ]] && { echo "tc: nvcc FAILED (the modules that compiled still run):"; grep -v "^ptx-tc: nvcc" "$OUT/tc-nvcc.log" | head -80; rc=1; }
+  tc_ptx
   if [[ ! -s "$tcdir/kernels/cuda/tc_matmul.ptx" ]]; then
     echo "tc: no tc_matmul.ptx: the tc tests and benchmark do not run"; rc=1
   else

@@ -121,7 +121,7 @@ func Diff(ctx context.Context, a, b *capture.Capture, opts ...Option) (*Report, 
 		if rs != nil {
 			rows[k] = rs
 		}
-		for _, side := range []*sideIndex{ia, ib} { // this op's pages are read: out of the resident set
+		for _, side := range []*sideIndex{d.ia, d.ib} { // this op's pages are read: out of the resident set
 			if side.c != nil {
 				side.c.DropPages(side.byOp[k])
 				side.c.DropPages(side.fps[k])

@@ -9,6 +9,7 @@ import (
 
 	"bitalign/capture"
 	"bitalign/engine"
+	"bitalign/kernels"
 	"bitalign/session/view"
 )
 
@@ -16,12 +17,15 @@ import (
 // `bitalign replay` all open their captures through Load, so the same captures give the same report, with
 // the same causes, in every command.
 type Inputs struct {
-	A, B       string    // the two captures (files or per-rank directories), A the trainer and B the sampler
-	Checkpoint string    // model directory ("" for none): enables replay; its config gives the producer graph
-	Device     string    // replay device: "auto" (also ""), "cpu" or "cuda"; an unusable "cuda" fails Load
-	Force      bool      // compare captures of different models anyway (what can be compared)
-	Options    []Option  // more diff options (WithOps, WithIgnoreMissing, WithTolerance)
-	RL         RLOptions // how logprob tables are read and compared (either side may be one)
+	A, B       string // the two captures (files or per-rank directories), A the trainer and B the sampler
+	Checkpoint string // model directory ("" for none): enables replay; its config gives the producer graph
+	Device     string // replay device: "auto" (also ""), "cpu" or "cuda"; an unusable "cuda" fails Load
+	Force      bool   // compare captures of different models anyway (what can be compared)
+	// Profile is the kernel profile replays run (default canonical); one the checkpoint's model cannot run
+	// (engine.CheckProfile: tc and an f32 checkpoint) fails Load, naming the checkpoint's config.json.
+	Profile kernels.Profile
+	Options []Option  // more diff options (WithOps, WithIgnoreMissing, WithTolerance)
+	RL      RLOptions // how logprob tables are read and compared (either side may be one)
 }
 
 // Loaded is an open, diffed session and what its replays need. Close closes the captures.
@@ -30,6 +34,7 @@ type Loaded struct {
 	Model       *engine.Model         // the checkpoint's model; nil without one (no replay)
 	Backend     engine.BackendFactory // replay backend; nil: the CPU
 	BackendName string                // engine.SelectBackend's description ("cpu", "cuda:0 (NVIDIA H200)", ...)
+	Profile     kernels.Profile       // the replays' kernel profile (Inputs.Profile)
 }
 
 // Load loads the checkpoint (when named), checks the replay device, opens both captures, checks that they
@@ -63,6 +68,9 @@ func loadModel(in Inputs, progress func(view.Progress)) (*engine.Model, error) {
 		progress(view.Progress{Stage: "loading the checkpoint"})
 		var err error
 		if m, err = engine.Load(in.Checkpoint); err != nil {
+			return nil, err
+		}
+		if err := engine.CheckProfile(in.Profile, m.Config, in.Checkpoint); err != nil {
 			return nil, err
 		}
 	}

@@ -137,13 +137,17 @@ func replayOps(capPath string, names, patterns []string) (map[string]bool, int, 
 	return keep, stop, nil
 }
 
-// loadForReplay loads the checkpoint and refuses it when it is not the capture's model.
-func loadForReplay(checkpoint, capPath string, progress func(view.Progress), ph *engine.Phases) (*engine.Model, error) {
+// loadForReplay loads the checkpoint and refuses it when it is not the capture's model or profile p cannot run
+// it (engine.CheckProfile: tc serves bf16 models only).
+func loadForReplay(checkpoint, capPath string, p kernels.Profile, progress func(view.Progress), ph *engine.Phases) (*engine.Model, error) {
 	progress(view.Progress{Stage: "loading the checkpoint"})
 	start := time.Now()
 	m, err := engine.Load(checkpoint)
 	start = ph.Since("load the checkpoint (mapped)", start)
 	if err != nil {
+		return nil, err
+	}
+	if err := engine.CheckProfile(p, m.Config, checkpoint); err != nil {
 		return nil, err
 	}
 	defer ph.Since("check the checkpoint against the capture", start)
@@ -174,7 +178,7 @@ func ReplayStep(ctx context.Context, checkpoint, capPath string, o StepOptions) 
 	if err != nil {
 		return nil, "", err
 	}
-	m, err := loadForReplay(checkpoint, capPath, progress, o.Timings)
+	m, err := loadForReplay(checkpoint, capPath, o.Profile, progress, o.Timings)
 	if err != nil {
 		return nil, "", err
 	}

@@ -48,7 +48,7 @@ func ReplayRouting(ctx context.Context, checkpoint, capPath string, o StepOption
 	if err != nil {
 		return nil, "", err
 	}
-	m, err := loadForReplay(checkpoint, capPath, progress, o.Timings)
+	m, err := loadForReplay(checkpoint, capPath, o.Profile, progress, o.Timings)
 	if err != nil {
 		return nil, "", err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"bitalign/engine"
+	"bitalign/kernels"
 	"bitalign/session/view"
 )
 
@@ -16,7 +17,8 @@ import (
 // and pairs to view types once, and replays on the backend Load chose.
 func (l *Loaded) Source() view.Source {
 	r := convertReport(l.Session)
-	return &source{s: l.Session, model: l.Model, backend: l.Backend, backendName: l.BackendName, report: &r}
+	return &source{s: l.Session, model: l.Model, backend: l.Backend, backendName: l.BackendName, profile: l.Profile,
+		report: &r}
 }
 
 // Source adapts a progressive session to view.Source and view.Completer: its report is the verdict until the
@@ -37,6 +39,7 @@ type source struct {
 	model       *engine.Model         // nil: no checkpoint, no replay
 	backend     engine.BackendFactory // nil: the CPU
 	backendName string
+	profile     kernels.Profile // the replays' kernel profile
 
 	pend    *Progressive // the session whose complete report replaces the verdict's; nil: complete
 	smu     sync.Mutex
@@ -251,7 +254,7 @@ func (a *source) Replay(ctx context.Context, k view.Key) (*view.Replay, error) {
 	if err != nil {
 		return nil, err
 	}
-	var opts []ReplayOption
+	opts := []ReplayOption{ReplayProfile(a.profile)}
 	if b != nil {
 		opts = append(opts, ReplayBackend(b))
 	}

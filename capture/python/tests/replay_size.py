@@ -5,7 +5,7 @@ and its own phase report (--timings). Runs on the GPU machine (`bash scripts/gpu
 --tiny runs the same plumbing at toy size here (test_torch_replay_size.py).
 
     python3 capture/python/tests/replay_size.py OUT [--device auto|cpu|cuda] [--tiny] [--models 1.5b,8b]
-        [--bin bin/bitalign] [--layer 12] [--keep]
+        [--bin bin/bitalign] [--layer 12] [--keep] [--profile canonical|standard|tc]
 
 Models (random weights in bf16, built on the device, saved with save_pretrained as safetensors):
   1.5b  Qwen2-1.5B's shapes (hidden 1536, 28 layers, 12/2 heads, intermediate 8960, V 151936, tied), 4 × 256 tokens
@@ -157,13 +157,13 @@ def hwm(pid):
     return 0
 
 
-def replay(binary, ckpt, cap, report, dev, ops=None):
+def replay(binary, ckpt, cap, report, dev, ops=None, profile="canonical"):
     """One `bitalign replay` process: exit, wall seconds, peak RSS, phases, first divergence.
 
     Peak RSS: /usr/bin/time -v's "Maximum resident set size" where it exists, else the child's VmHWM polled every
     20 ms (a child's own ru_maxrss would include this Python process's RSS, inherited at fork)."""
     cmd = [binary, "replay", "--checkpoint", ckpt, "--capture", cap, "--device", dev, "--timings", "-o", report,
-           "--overwrite"]
+           "--overwrite", "--profile", profile]
     if ops:
         cmd += ["--ops", ops]
     timed = os.access(TIME, os.X_OK)
@@ -211,6 +211,8 @@ def main():
     ap.add_argument("--layer", type=int, default=12, help="the layer of the --ops runs (clamped to the model's)")
     ap.add_argument("--bin", default=os.environ.get("BITALIGN_BIN", "bin/bitalign"))
     ap.add_argument("--keep", action="store_true", help="keep checkpoints and captures")
+    ap.add_argument("--profile", default="canonical", help="the replays' kernel profile: canonical, standard or tc "
+                    "(tc: the tensor-core engine, docs/arithmetic.md tc.7, beside transformers' bf16 forward)")
     a = ap.parse_args()
     dev = a.device
     if dev == "auto":
@@ -234,7 +236,7 @@ def main():
         seqs = torch.randint(1, m.config.vocab_size, (B, S + 1), generator=g)
         ids = seqs[:, :-1].to(dev)
         final = {b: int(seqs[b, -1]) for b in range(B)}
-        res = {"model": name, "tiny": a.tiny, "device": dev, "batch": B, "tokens": S, "layers": m.config.num_hidden_layers,
+        res = {"model": name, "tiny": a.tiny, "device": dev, "profile": a.profile, "batch": B, "tokens": S, "layers": m.config.num_hidden_layers,
                "build_and_save_s": round(built, 1), "checkpoint_bytes": size_of(ckpt),
                "forward_bf16_s": round(forward_time(m, ids, dev), 4), "runs": {}}
         caps = {}
@@ -254,7 +256,7 @@ def main():
         if dev == "cuda":
             torch.cuda.empty_cache()  # the replay gets the GPU to itself
         for run, cap, o in plan:
-            r = replay(binary, ckpt, cap, f(f"replay-{run}.json"), dev, o)
+            r = replay(binary, ckpt, cap, f(f"replay-{run}.json"), dev, o, a.profile)
             res["runs"][run] = r
             failed = failed or "error" in r
         res["model_wall_s"] = round(time.perf_counter() - t0, 1)  # build, save, record, replays: the 600 s budget
