@@ -32,6 +32,7 @@ type Kernels struct {
 	tcErr    error  // why the tc kernels are not loaded (nil: they are; tc.go)
 	tcWGErr  error  // why the tc wgmma kernels are not loaded too (nil: they are)
 	tcTMAErr error  // why the tc TMA kernels are not loaded too (nil: they are)
+	tcAttErr error  // why tc_attention is not loaded (nil: it is; tc_attention.go)
 	tcG      int    // tests: force the tc matmul's segments per block (0: automatic)
 	tcPath   TCPath // tests and benchmarks: force the tc family of M > dec64_max_m ("": launch.json's big_order)
 }
@@ -44,7 +45,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	}
 	k := &Kernels{dev: c.Device(), fn: map[string]*cuda.Function{}, lim: limitsOf(c.Device())}
 	for _, mod := range Modules() {
-		if mod == tcModule || mod == tcWGModule || mod == tcTMAModule {
+		if mod == tcModule || mod == tcWGModule || mod == tcTMAModule || mod == tcAttModule {
 			continue // loadTC, below
 		}
 		src, err := PTX(mod)

@@ -1,0 +1,292 @@
+// tc_attention.cu: twin of kernels.AttentionTC (docs/arithmetic.md §18 tc.3 on §7), causal grouped-query
+// attention with both products on the tensor cores (mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32).
+// q is (T, nh·hd), k and v are the caches (S, nkv·hd) at positions 0..S-1, pos is (T) int32, out is (T, nh·hd):
+// float32 buffers holding bf16 values (the argument list and cache layout of attention.cu; a value's bf16 is the
+// high half of its bits). Query head h reads kv head h/(nh/nkv).
+//
+// A block serves kv head g = blockIdx.y and TC_ATT_WARPS·16 consecutive rows of the T·grp (query, head) pairs
+// that read it (row R: query t = R / grp, head g·grp + R % grp), so a decode step's grp heads share one tile and
+// GQA reads each K/V block once for all of them. Each warp owns 16 rows, the M of its MMAs. Per 64-key block
+// (fixed, from position 0, in order), for every row independently, exactly tc.3:
+//   scores: S = Q·Kᵀ as m16n8k16 tiles, each element a chain of hd/16 k-steps from +0 over dims ascending,
+//           then ⊗ scale; keys past the row's position are computed and never used;
+//   bm: the block's first maximum (a scan with `>` from the first key): the larger value, between equal values
+//       the smaller key, NaNs never candidates, and the first key's value when it is NaN (attention.cu's rule);
+//   mn, alpha, l ⊗ alpha, acc ⊗ alpha, e_j = Exp(s_j ⊖ mn), l ⊕= e_j in ascending key order (one lane per row
+//       runs the chain over the e_j the row's quad wrote to shared memory);
+//   p_j = round_bf16(e_j), +0 past the row's end, and acc = step(p[j0…j0+15], v[j0…j0+15], acc) for the four
+//       16-key steps j0 = blk, blk+16, blk+32, blk+48, all four always run.
+// A row whose position is before the block takes no part in it (its acc is kept as it was). Keys past a row's
+// end must be +0 in v too (0·NaN is NaN): v is zeroed in registers past the last key any row of the warp takes in
+// that step; where rows of the warp end at different keys of one step and the block's v holds a NaN or an Inf,
+// each row's step runs with v zeroed past its own end (16 MMAs, one row kept from each); otherwise p's zeros
+// already make those products zero, which the k-step drops (tc.1). So a row's bits depend only on its query,
+// its position and the cache: the tile it shares, T, and prefill versus chunked prefill versus decode never
+// change them.
+//
+// Built by `make ptx-tc` (scripts/gpu.sh tc); the Go launcher is kernels/cuda/tc_attention.go. Entries:
+// tc_attn_hd<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt), grid (ceil(T·grp / (16·TC_ATT_WARPS)), nkv),
+// TC_ATT_WARPS·32 threads, tc_attn_smem(HD) bytes of dynamic shared memory.
+#include "tc_common.cuh"
+
+#define TC_ATT_WARPS 4
+#define TC_ATT_KB 64       // keys per block (§7's fixed block)
+#define TC_ATT_ELD 72      // the e scratch's row stride (floats)
+#define TC_NEG_INF __uint_as_float(0xFF800000u)
+
+#ifndef BITALIGN_TC_SIM
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+#endif
+
+// bf16_hi: the bf16 bits of a float32 holding a bf16 value.
+__device__ __forceinline__ uint32_t bf16_hi(float f) { return __float_as_uint(f) >> 16; }
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) { return bf16_hi(lo) | (bf16_hi(hi) << 16); }
+
+// mask_keys: the pair of bf16 in v (keys k0, k0+1 of a step) with the keys ≥ E zeroed.
+__device__ __forceinline__ uint32_t mask_keys(uint32_t v, int k0, int E) {
+    return (k0 < E ? (v & 0xFFFFu) : 0u) | (k0 + 1 < E ? (v & 0xFFFF0000u) : 0u);
+}
+
+// better: (v, i) replaces (bv, bi) in the first-maximum reduction (bi < 0: no candidate yet; i < 0: none).
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+    return i >= 0 && (bi < 0 || v > bv || (!(bv > v) && i < bi));
+}
+
+// The dynamic shared memory of tc_attn_hd<HD>: K and V blocks (64 keys × HD bf16, rows of HD+8), the e scratch
+// (per warp 16 rows × TC_ATT_ELD floats) and alpha (per warp 16 floats).
+#define TC_ATT_SMEM(HD) (2 * TC_ATT_KB * ((HD) + 8) * 2 + TC_ATT_WARPS * 16 * (TC_ATT_ELD + 1) * 4)
+
+template <int HD>
+__device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const float* __restrict__ q,
+                                             const float* __restrict__ k, const float* __restrict__ v,
+                                             const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,
+                                             int dt) {
+    constexpr int LD = HD + 8;    // bf16 row stride of the K and V blocks: ldmatrix rows spread over the banks
+    constexpr int KS = HD / 16;   // k-steps of a score
+    constexpr int NO = HD / 8;    // output n-fragments (8 dims each)
+    constexpr int NT = TC_ATT_WARPS * 32;
+    TC_SMEM(smem);
+    uint16_t* const Ks = smem;                    // [64][LD]
+    uint16_t* const Vs = smem + TC_ATT_KB * LD;   // [64][LD]
+    float* const es = reinterpret_cast<float*>(smem + 2 * TC_ATT_KB * LD);  // [warps][16][ELD]
+    float* const al = es + TC_ATT_WARPS * 16 * TC_ATT_ELD;                  // [warps][16]
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, qd = lane & 3;
+    const int grp = nh / nkv, gh = blockIdx.y;
+    const long long rows = (long long)T * grp;
+    const long long row0 = (long long)blockIdx.x * (16 * TC_ATT_WARPS);
+    const long long kvStride = (long long)nkv * HD;
+
+    // position of row R of this kv head, -1 past the rows
+    auto row_pos = [&](long long R) { return R < rows ? pos[R / grp] : -1; };
+    const long long wr0 = row0 + 16 * warp;       // the warp's first row
+    const int P0 = row_pos(wr0 + g), P1 = row_pos(wr0 + g + 8);  // the lane's two rows (g, g+8)
+    const int PL = lane < 16 ? row_pos(wr0 + lane) : -1;         // the row whose l this lane keeps
+    int pmax = -1;  // the block's last key
+    for (int i = 0; i < 16 * TC_ATT_WARPS; i++) pmax = max(pmax, row_pos(row0 + i));
+    pmax = min(pmax, S - 1);  // never read past the cache (positions are < S; a bad one reads zeros)
+    int pw = max(P0, P1);      // the warp's last key
+    for (int d = 4; d < 32; d <<= 1) pw = max(pw, __shfl_xor_sync(0xffffffffu, pw, d));
+
+    // the warp's queries as A fragments: a[kk] for dims 16kk…16kk+15 (zeros past the rows)
+    uint32_t qa[KS][4];
+    {
+        const float* q0 = P0 >= 0 ? q + (((wr0 + g) / grp) * nh + gh * grp + (wr0 + g) % grp) * HD : nullptr;
+        const float* q1 = P1 >= 0 ? q + (((wr0 + g + 8) / grp) * nh + gh * grp + (wr0 + g + 8) % grp) * HD : nullptr;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            const int c = 16 * kk + 2 * qd;
+            qa[kk][0] = q0 ? pack_bf16(q0[c], q0[c + 1]) : 0u;
+            qa[kk][1] = q1 ? pack_bf16(q1[c], q1[c + 1]) : 0u;
+            qa[kk][2] = q0 ? pack_bf16(q0[c + 8], q0[c + 9]) : 0u;
+            qa[kk][3] = q1 ? pack_bf16(q1[c + 8], q1[c + 9]) : 0u;
+        }
+    }
+    float acc[NO][4];
+#pragma unroll
+    for (int f = 0; f < NO; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
+    float m0 = TC_NEG_INF, m1 = TC_NEG_INF;  // the running max of rows g, g+8 (every lane of the quad alike)
+    float l = 0.0f;                          // lane r < 16: row r's running sum
+    float* const ew = es + warp * 16 * TC_ATT_ELD;
+    float* const aw = al + warp * 16;
+
+    for (int blk = 0; blk <= pmax; blk += TC_ATT_KB) {  // fixed 64-key blocks from position 0
+        __syncthreads();  // the previous block's K and V are no longer read
+        // stage keys blk … blk+63 as bf16, zero past pmax; note whether v holds a NaN or an Inf
+        int special = 0;
+        for (int e = threadIdx.x; e < TC_ATT_KB * HD / 4; e += NT) {
+            const int j = e / (HD / 4), i = 4 * (e % (HD / 4));
+            float4 kr = make_float4(0.f, 0.f, 0.f, 0.f), vr = kr;
+            if (blk + j <= pmax) {
+                const long long off = (long long)(blk + j) * kvStride + (long long)gh * HD + i;
+                kr = *reinterpret_cast<const float4*>(k + off);
+                vr = *reinterpret_cast<const float4*>(v + off);
+            }
+            uint2 kb, vb;
+            kb.x = pack_bf16(kr.x, kr.y), kb.y = pack_bf16(kr.z, kr.w);
+            vb.x = pack_bf16(vr.x, vr.y), vb.y = pack_bf16(vr.z, vr.w);
+            special |= ((vb.x & 0x7F80u) == 0x7F80u) | ((vb.x & 0x7F800000u) == 0x7F800000u) |
+                       ((vb.y & 0x7F80u) == 0x7F80u) | ((vb.y & 0x7F800000u) == 0x7F800000u);
+            *reinterpret_cast<uint2*>(Ks + j * LD + i) = kb;
+            *reinterpret_cast<uint2*>(Vs + j * LD + i) = vb;
+        }
+        const bool vspecial = __syncthreads_or(special) != 0;
+        if (pw < blk) continue;  // none of the warp's rows reaches this block (warp-uniform)
+
+        // scores: s[f] is keys blk+8f … blk+8f+7 of the warp's 16 rows, chains over the dims from +0
+        float s[8][4];
+#pragma unroll
+        for (int f = 0; f < 8; f++) s[f][0] = s[f][1] = s[f][2] = s[f][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+#pragma unroll
+            for (int f = 0; f < 8; f += 2) {  // keys 8f + lane%8 + 8·(lane/16), dims 16kk + 8·((lane/8)%2)
+                uint32_t r[4];
+                ldmatrix_x4(r, Ks + (8 * f + (lane & 7) + 8 * (lane >> 4)) * LD + 16 * kk + 8 * ((lane >> 3) & 1));
+                const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                mma_bf16(s[f], qa[kk], b0);
+                mma_bf16(s[f + 1], qa[kk], b1);
+            }
+        }
+        // the lane's rows: n keys of this block (0: the row takes no part)
+        const int n0 = P0 < blk ? 0 : min(TC_ATT_KB, P0 + 1 - blk);
+        const int n1 = P1 < blk ? 0 : min(TC_ATT_KB, P1 + 1 - blk);
+        // bm, mn, alpha per row (the quad alike), then e into the scratch and p into A fragments
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int n = h ? n1 : n0;
+            float bv = 0.0f;
+            int bi = -1;
+#pragma unroll
+            for (int f = 0; f < 8; f++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const float x = s[f][2 * h + c] = __fmul_rn(s[f][2 * h + c], scale);
+                    const int jj = 8 * f + 2 * qd + c;
+                    if (jj < n && x == x && (bi < 0 || x > bv)) bv = x, bi = jj;  // keys ascending in the lane
+                }
+#pragma unroll
+            for (int d = 1; d < 4; d <<= 1) {  // the quad: keys of other lanes
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, d);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, d);
+                if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+            }
+            const float first = __shfl_sync(0xffffffffu, s[0][2 * h], lane & ~3);  // key blk: lane 4g, column 0
+            const float m = h ? m1 : m0;
+            float mn = m;
+            if (n > 0) {
+                const float bm = (first != first || bi < 0) ? first : bv;
+                mn = bm > m ? bm : m;
+                const float alpha = bt_exp(__fsub_rn(m, mn));
+                if (qd == 0) aw[g + 8 * h] = alpha;
+#pragma unroll
+                for (int f = 0; f < NO; f++) {
+                    acc[f][2 * h] = __fmul_rn(acc[f][2 * h], alpha);
+                    acc[f][2 * h + 1] = __fmul_rn(acc[f][2 * h + 1], alpha);
+                }
+            }
+#pragma unroll
+            for (int f = 0; f < 8; f++) {
+                float e[2];
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int jj = 8 * f + 2 * qd + c;
+                    e[c] = jj < n ? bt_exp(__fsub_rn(s[f][2 * h + c], mn)) : 0.0f;
+                }
+                *reinterpret_cast<float2*>(ew + (g + 8 * h) * TC_ATT_ELD + 8 * f + 2 * qd) = make_float2(e[0], e[1]);
+                // p = round_bf16(e), +0 past the row's end (e is +0 there); A fragment of step f/2: a0/a1 keys
+                // 2q, 2q+1 of the step (f even), a2/a3 keys 2q+8, 2q+9 (f odd); a0/a2 row g, a1/a3 row g+8
+                pa[f >> 1][2 * (f & 1) + h] = pack_bf16(round_bf16(e[0]), round_bf16(e[1]));
+            }
+            if (h) m1 = mn;
+            else m0 = mn;
+        }
+        __syncwarp();
+        // l: lane r runs row r's chain, keys ascending
+        if (lane < 16 && PL >= blk) {
+            const int n = min(TC_ATT_KB, PL + 1 - blk);
+            l = __fmul_rn(l, aw[lane]);
+            const float* er = ew + lane * TC_ATT_ELD;
+            for (int jj = 0; jj < n; jj++) l = __fadd_rn(l, er[jj]);
+        }
+        __syncwarp();  // the scratch is rewritten by the next block
+
+        // the warp's rows taking part: nmin (least keys), nmax (most keys) of this block
+        int nlo = min(n0 > 0 ? n0 : TC_ATT_KB + 1, n1 > 0 ? n1 : TC_ATT_KB + 1), nhi = max(n0, n1);
+        for (int d = 4; d < 32; d <<= 1) {
+            nlo = min(nlo, __shfl_xor_sync(0xffffffffu, nlo, d));
+            nhi = max(nhi, __shfl_xor_sync(0xffffffffu, nhi, d));
+        }
+        // p·V: output fragments f, f+1 (dims 8f … 8f+15); per fragment the four steps in order
+#pragma unroll
+        for (int f = 0; f < NO; f += 2) {
+            float t0[4], t1[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) t0[e] = acc[f][e], t1[e] = acc[f + 1][e];
+#pragma unroll
+            for (int st = 0; st < 4; st++) {
+                uint32_t r[4];  // keys 16st + lane%8 + 8·((lane/8)%2), dims 8f + 8·(lane/16), transposed
+                ldmatrix_x4_trans(r, Vs + (16 * st + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * f + 8 * (lane >> 4));
+                const int elo = min(16, max(0, nlo - 16 * st)), ehi = min(16, max(0, nhi - 16 * st));
+                if (!vspecial || elo >= ehi) {  // one MMA: v +0 past the warp's last key in the step
+                    const uint32_t b0[2] = {mask_keys(r[0], 2 * qd, ehi), mask_keys(r[1], 2 * qd + 8, ehi)};
+                    const uint32_t b1[2] = {mask_keys(r[2], 2 * qd, ehi), mask_keys(r[3], 2 * qd + 8, ehi)};
+                    mma_bf16(t0, pa[st], b0);
+                    mma_bf16(t1, pa[st], b1);
+                } else {  // rows end at different keys and v holds a NaN or Inf: each row with v +0 past its end
+                    for (int rr = 0; rr < 16; rr++) {
+                        const int Pr = __shfl_sync(0xffffffffu, rr < 8 ? P0 : P1, 4 * (rr & 7));
+                        if (Pr < blk) continue;  // warp-uniform
+                        const int E = min(16, max(0, min(TC_ATT_KB, Pr + 1 - blk) - 16 * st));
+                        const uint32_t b0[2] = {mask_keys(r[0], 2 * qd, E), mask_keys(r[1], 2 * qd + 8, E)};
+                        const uint32_t b1[2] = {mask_keys(r[2], 2 * qd, E), mask_keys(r[3], 2 * qd + 8, E)};
+                        float u0[4], u1[4];
+#pragma unroll
+                        for (int e = 0; e < 4; e++) u0[e] = t0[e], u1[e] = t1[e];
+                        mma_bf16(u0, pa[st], b0);
+                        mma_bf16(u1, pa[st], b1);
+                        if (g == (rr & 7)) {
+                            const int h = rr >> 3;
+                            t0[2 * h] = u0[2 * h], t0[2 * h + 1] = u0[2 * h + 1];
+                            t1[2 * h] = u1[2 * h], t1[2 * h + 1] = u1[2 * h + 1];
+                        }
+                    }
+                }
+            }
+            // rows taking no part in this block keep their acc
+            if (n0 > 0) acc[f][0] = t0[0], acc[f][1] = t0[1], acc[f + 1][0] = t1[0], acc[f + 1][1] = t1[1];
+            if (n1 > 0) acc[f][2] = t0[2], acc[f][3] = t0[3], acc[f + 1][2] = t1[2], acc[f + 1][3] = t1[3];
+        }
+    }
+    // out = round_dt(acc ⊘ l), l from the lane that kept it
+    const float l0 = __shfl_sync(0xffffffffu, l, g), l1 = __shfl_sync(0xffffffffu, l, g + 8);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const long long R = wr0 + g + 8 * h;
+        if ((h ? P1 : P0) < 0) continue;
+        const float lr = h ? l1 : l0;
+        float* o = out + ((R / grp) * nh + gh * grp + R % grp) * HD;
+#pragma unroll
+        for (int f = 0; f < NO; f++) {
+            const int c = 8 * f + 2 * qd;
+            o[c] = round_dt(__fdiv_rn(acc[f][2 * h], lr), dt);
+            o[c + 1] = round_dt(__fdiv_rn(acc[f][2 * h + 1], lr), dt);
+        }
+    }
+}
+
+#define TC_ATT_ENTRY(HD)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_hd##HD(                               \
+        float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,                        \
+        const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
+        int dt) {                                                                                                 \
+        tc_attn_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt);                                            \
+    }
+TC_ATT_ENTRY(64)
+TC_ATT_ENTRY(128)

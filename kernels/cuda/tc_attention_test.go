@@ -1,0 +1,376 @@
+package cudakernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"bitalign/cuda"
+	"bitalign/kernels"
+)
+
+// tcAttCase is one attention of the tc sweeps: T queries at positions p0 … p0+T−1 over a cache of S ≥ p0+T
+// positions (positions past the last query hold values no query may read), nh query heads over nkv kv heads;
+// special plants NaN/Inf/±0 (tcAttSpecials).
+type tcAttCase struct {
+	T, S, p0, nh, nkv, hd int
+	special               bool
+}
+
+func (c tcAttCase) String() string {
+	return fmt.Sprintf("T=%d S=%d pos=%d… nh=%d nkv=%d hd=%d special=%v", c.T, c.S, c.p0, c.nh, c.nkv, c.hd, c.special)
+}
+
+// data returns the case's q, k and v caches (bf16 values) and positions.
+func (c tcAttCase) data(r *rand.Rand) (q, kc, vc []float32, pos []int32) {
+	q = tcData(r, c.T*c.nh*c.hd, 1, false)
+	kc, vc = tcData(r, c.S*c.nkv*c.hd, 1, false), tcData(r, c.S*c.nkv*c.hd, 1, false)
+	pos = make([]int32, c.T)
+	for i := range pos {
+		pos[i] = int32(c.p0 + i)
+	}
+	if c.special {
+		tcAttSpecials(r, q, kc, vc, c)
+	}
+	return q, kc, vc, pos
+}
+
+// tcAttSpecials plants: keys equal to the one before them (equal scores: the first one counts), zero query
+// heads (all scores ±0), NaN in kv head 0's keys (when there are several kv heads): at the first key of a
+// 64-key block and at a later key; NaN and ±Inf in the last kv head's v rows that the later queries of the
+// case read and the earlier ones must not (a key past a query's position is +0 in both p and v for it, tc.3);
+// NaN in the last kv head's v at the first key of the last 64-key block (the rows of a warp before it take no
+// part in that block: their acc must stay as it was); NaN and Inf in every kv head's k and v rows past the last
+// query's position (no query reads them); and −0 in v.
+func tcAttSpecials(r *rand.Rand, q, kc, vc []float32, c tcAttCase) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	vrow := func(j, g int) []float32 { return vc[(j*c.nkv+g)*c.hd : (j*c.nkv+g+1)*c.hd] }
+	krow := func(j, g int) []float32 { return kc[(j*c.nkv+g)*c.hd : (j*c.nkv+g+1)*c.hd] }
+	last := c.p0 + c.T - 1
+	for j := 1; j <= last; j += 3 {
+		for g := 0; g < c.nkv; g++ {
+			copy(krow(j, g), krow(j-1, g))
+		}
+	}
+	for t := 0; t < c.T; t += 2 {
+		h := r.IntN(c.nh)
+		clear(q[(t*c.nh+h)*c.hd : (t*c.nh+h+1)*c.hd])
+	}
+	if c.nkv > 1 {
+		if last >= 64 {
+			krow(64, 0)[0] = nan
+		}
+		if last >= 5 {
+			krow(5, 0)[c.hd-1] = nan
+		}
+	}
+	if c.T > 2 { // read by the later queries only
+		j := c.p0 + c.T/2
+		vrow(j, c.nkv-1)[r.IntN(c.hd)] = nan
+		vrow(j+1, c.nkv-1)[r.IntN(c.hd)] = -inf
+		vrow(last, c.nkv-1)[0] = inf
+	}
+	if b := last / 64 * 64; b > c.p0 && b > 0 { // the first key of the last block: the rows of a warp before it take no part in it
+		vrow(b, c.nkv-1)[1] = nan
+	}
+	for j := last + 1; j < c.S; j++ { // read by no query
+		for g := 0; g < c.nkv; g++ {
+			vrow(j, g)[r.IntN(c.hd)] = []float32{nan, inf, -inf}[r.IntN(3)]
+			krow(j, g)[r.IntN(c.hd)] = nan
+		}
+	}
+	for i := 0; i < 1+len(vc)/500; i++ {
+		vc[r.IntN(len(vc))] = float32(math.Copysign(0, -1))
+	}
+}
+
+// tcAttWant is kernels.AttentionTC's output for the case.
+func tcAttWant(t testing.TB, dt kernels.DType, c tcAttCase, q, kc, vc []float32, pos []int32) []float32 {
+	t.Helper()
+	want := make([]float32, len(q))
+	if err := kernels.AttentionTC(dt, want, q, kc, vc, pos, c.T, c.S, c.nh, c.nkv, c.hd, kernels.AttentionScale(c.hd)); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// TestTCAttentionMatchesSource: tc_attention.go's copies of tc_attention.cu's constants and entries are the
+// source's.
+func TestTCAttentionMatchesSource(t *testing.T) {
+	src, err := os.ReadFile("tc/tc_attention.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"TC_ATT_WARPS": tcAttWarps, "TC_ATT_ELD": tcAttELD, "TC_ATT_KB": kernels.AttentionBlock} {
+		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)`).FindSubmatch(src)
+		if m == nil {
+			t.Errorf("tc_attention.cu defines no %s", name)
+			continue
+		}
+		if got, _ := strconv.Atoi(string(m[1])); got != want {
+			t.Errorf("tc_attention.cu: %s is %d, tc_attention.go says %d", name, got, want)
+		}
+	}
+	var dims []int
+	for _, m := range regexp.MustCompile(`(?m)^TC_ATT_ENTRY\((\d+)\)$`).FindAllSubmatch(src, -1) {
+		d, _ := strconv.Atoi(string(m[1]))
+		dims = append(dims, d)
+	}
+	if fmt.Sprint(dims) != fmt.Sprint(tcAttHeadDims) {
+		t.Errorf("tc_attention.cu instantiates head dims %v, tc_attention.go says %v", dims, tcAttHeadDims)
+	}
+	for _, hd := range tcAttHeadDims {
+		if b := tcAttSmem(hd); b > 232448-1024 {
+			t.Errorf("tc_attn_hd%d needs %d bytes of shared memory, over the 227 KB limit", hd, b)
+		}
+	}
+}
+
+// TestTCAttentionSimulated runs tc/tc_attention.cu on the CPU (tc/sim, as TestTCSimulated: the source unchanged
+// but for its PTX wrappers, every thread a std::thread, ldmatrix, mma.sync and the shuffles exchanged across
+// the lanes, the k-step as tc.1's model) through planTCAttention's launches and compares every output bitwise
+// with kernels.AttentionTC: prefill, a chunk at positions not starting at 0, decode, GQA ratios 1, 2, 7, hd 64
+// and 128, partial last blocks, NaN/Inf in v rows that some queries must not read. BITALIGN_TC_SIM=full adds
+// larger cases.
+func TestTCAttentionSimulated(t *testing.T) {
+	sim := buildTCSim(t)
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(170, 171))
+	cases := []tcAttCase{
+		{T: 5, S: 5, nh: 4, nkv: 2, hd: 64},
+		{T: 70, S: 70, nh: 7, nkv: 1, hd: 64, special: true},
+		{T: 20, S: 150, p0: 130, nh: 8, nkv: 2, hd: 128},
+		{T: 1, S: 200, p0: 150, nh: 28, nkv: 4, hd: 128, special: true},
+		{T: 33, S: 40, nh: 2, nkv: 2, hd: 64, special: true},
+		{T: 70, S: 201, p0: 131, nh: 16, nkv: 2, hd: 128, special: true}, // warps with rows on both sides of key 192
+	}
+	if os.Getenv("BITALIGN_TC_SIM") == "full" {
+		cases = append(cases, tcAttCase{T: 130, S: 260, p0: 100, nh: 4, nkv: 1, hd: 128, special: true},
+			tcAttCase{T: 3, S: 700, p0: 640, nh: 32, nkv: 8, hd: 64, special: true})
+	}
+	write := func(name string, v any) string {
+		p := filepath.Join(dir, name)
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := binary.Write(f, binary.LittleEndian, v); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for i, c := range cases {
+		dt := kernels.BF16
+		if i%2 == 1 {
+			dt = kernels.F32
+		}
+		q, kc, vc, pos := c.data(r)
+		want := tcAttWant(t, dt, c, q, kc, vc, pos)
+		poison := make([]float32, len(q))
+		for i := range poison {
+			poison[i] = math.Float32frombits(0x7FBADBAD)
+		}
+		l := planTCAttention(c.T, c.nh, c.nkv, c.hd)
+		of := write("out.bin", poison)
+		simRun(t, sim, []string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Block.X), itoa(l.Smem),
+			itoa(c.T), itoa(c.S), itoa(c.nh), itoa(c.nkv), strconv.FormatUint(uint64(math.Float32bits(kernels.AttentionScale(c.hd))), 10),
+			itoa(DTCode(dt)), write("q.bin", q), write("k.bin", kc), write("v.bin", vc), write("pos.bin", pos), of})
+		raw, err := os.ReadFile(of)
+		if err != nil || len(raw) != 4*len(q) {
+			t.Fatalf("%v: out.bin: %v (%d bytes)", c, err, len(raw))
+		}
+		got := make([]float32, len(q))
+		for i := range got {
+			got[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		if !same(t, fmt.Sprintf("%v dt=%v (%s, grid %v)", c, dt, l.Kernel, l.Grid), got, want) {
+			t.FailNow()
+		}
+		if c.special && c.T > 2 {
+			if n, of := c.lastGroupNaN(want); n == 0 || n == of {
+				t.Errorf("%v: %d of the last kv head's %d outputs NaN: the case does not test what it says", c, n, of)
+			}
+		}
+	}
+	t.Logf("%d simulated attentions bitwise equal to kernels.AttentionTC", len(cases))
+}
+
+// lastGroupNaN counts the NaN outputs of the heads that read the last kv head (where tcAttSpecials plants v's
+// NaNs), of how many.
+func (c tcAttCase) lastGroupNaN(out []float32) (n, of int) {
+	grp := c.nh / c.nkv
+	for t := 0; t < c.T; t++ {
+		for h := (c.nkv - 1) * grp; h < c.nh; h++ {
+			for _, x := range out[(t*c.nh+h)*c.hd : (t*c.nh+h+1)*c.hd] {
+				if x != x {
+					n++
+				}
+				of++
+			}
+		}
+	}
+	return n, of
+}
+
+// tcAttGPU opens the GPU and skips (fails with BITALIGN_REQUIRE_TC=1) without tc_attention's PTX.
+func tcAttGPU(t testing.TB) *gpu {
+	g := openGPU(t)
+	if err := g.k.HasTCAttention(); err != nil {
+		if os.Getenv(requireTCEnv) == "1" {
+			t.Fatalf("%s=1 but: %v", requireTCEnv, err)
+		}
+		t.Skipf("tc attention not loaded (%s=1 makes this a failure): %v; skipped, not passed", requireTCEnv, err)
+	}
+	return g
+}
+
+// tcAttSweep is the GPU sweep: prefill, chunks at positions not starting at 0, decode from a longer cache, GQA
+// ratios 1, 4, 7 and 8, hd 64 and 128, partial last blocks, with and without planted specials.
+func tcAttSweep() []tcAttCase {
+	var cs []tcAttCase
+	for _, h := range [][2]int{{28, 4}, {32, 8}, {12, 2}, {4, 4}, {7, 1}} {
+		for _, hd := range tcAttHeadDims {
+			for _, tp := range [][3]int{{1, 1, 0}, {5, 5, 0}, {64, 64, 0}, {65, 65, 0}, {333, 333, 0}, {17, 300, 200},
+				{64, 1000, 900}, {1, 777, 700}, {1, 2049, 2048}, {130, 200, 63}} {
+				for _, sp := range []bool{false, true} {
+					cs = append(cs, tcAttCase{T: tp[0], S: tp[1], p0: tp[2], nh: h[0], nkv: h[1], hd: hd, special: sp})
+				}
+			}
+		}
+	}
+	return cs
+}
+
+// TestAttentionTCBitwise: tc attention on the GPU against kernels.AttentionTC over the sweep, bitwise, bf16 and
+// f32 outputs.
+func TestAttentionTCBitwise(t *testing.T) {
+	g := tcAttGPU(t)
+	r := newRand(t)
+	for i, c := range tcAttSweep() {
+		dt := kernels.BF16
+		if i%3 == 2 {
+			dt = kernels.F32
+		}
+		q, kc, vc, pos := c.data(r)
+		want := tcAttWant(t, dt, c, q, kc, vc, pos)
+		d := &dev{g: g}
+		out, dq, dk, dv, dp := d.poisoned(t, len(q)), d.f32(t, q), d.f32(t, kc), d.f32(t, vc), d.i32(t, pos)
+		d.run(t, func(c2 *cuda.Ctx, k *Kernels) error {
+			return k.AttentionForward(c2, kernels.TC, dt, out, dq, dk, dv, dp, c.T, c.S, c.nh, c.nkv, c.hd, kernels.AttentionScale(c.hd))
+		})
+		same(t, fmt.Sprintf("%v dt=%v", c, dt), d.get(t, out, len(q)), want)
+		d.free()
+	}
+}
+
+// TestAttentionTCInvariance: on the GPU, a query's row is the same whether it is computed in a full prefill, in
+// a chunk of any size at any offset (chunked prefill; the chunk's tile mates differ), or alone (decode): the
+// batch's composition never changes a bit. The standard profile runs the same comparison as the control and
+// must differ somewhere (else this test could not fail).
+func TestAttentionTCInvariance(t *testing.T) {
+	g := tcAttGPU(t)
+	r := newRand(t)
+	for _, c := range []tcAttCase{{T: 600, S: 600, nh: 28, nkv: 4, hd: 128}, {T: 333, S: 333, nh: 32, nkv: 8, hd: 64},
+		{T: 200, S: 200, nh: 7, nkv: 1, hd: 128, special: true}} {
+		q, kc, vc, pos := c.data(r)
+		d := &dev{g: g}
+		dq, dk, dv, dp := d.f32(t, q), d.f32(t, kc), d.f32(t, vc), d.i32(t, pos)
+		row := c.nh * c.hd
+		run := func(p kernels.Profile, t0, n int) []float32 {
+			out := d.poisoned(t, n*row)
+			d.run(t, func(cx *cuda.Ctx, k *Kernels) error {
+				return k.AttentionForward(cx, p, kernels.BF16, out, dq.Add(int64(4*t0*row)), dk, dv, dp.Add(int64(4*t0)), n, c.S,
+					c.nh, c.nkv, c.hd, kernels.AttentionScale(c.hd))
+			})
+			return d.get(t, out, n*row)
+		}
+		for _, p := range []kernels.Profile{kernels.TC, kernels.Standard} {
+			full := run(p, 0, c.T)
+			differs := false
+			for _, ch := range [][2]int{{0, 1}, {1, 5}, {63, 2}, {64, 64}, {100, 37}, {c.T - 1, 1}, {c.T - 9, 9}, {7, c.T - 7}} {
+				got := run(p, ch[0], ch[1])
+				what := fmt.Sprintf("%v %v: queries %d…%d alone vs in the full prefill", p, c, ch[0], ch[0]+ch[1]-1)
+				if p == kernels.TC {
+					same(t, what, got, full[ch[0]*row:(ch[0]+ch[1])*row])
+				} else if _, _, bad := kernels.FirstDiff(got, full[ch[0]*row:(ch[0]+ch[1])*row]); bad {
+					differs = true
+				}
+			}
+			if p == kernels.Standard && !differs {
+				t.Logf("%v: the standard profile gave the same bits for every chunk here (the control did not fire)", c)
+			}
+		}
+		d.free()
+	}
+}
+
+// TestAttentionTCAccuracy: tc attention against a float64 reference (exact scores and probabilities from the
+// same bf16 q, k, v): every output within 2^-6 relative to the row's largest |out| (the bf16 probabilities'
+// rounding, the k-steps' truncation and the bf16 output), and the median error a fraction of that.
+func TestAttentionTCAccuracy(t *testing.T) {
+	g := tcAttGPU(t)
+	r := newRand(t)
+	c := tcAttCase{T: 300, S: 1300, p0: 1000, nh: 28, nkv: 4, hd: 128}
+	q, kc, vc, pos := c.data(r)
+	d := &dev{g: g}
+	defer d.free()
+	out, dq, dk, dv, dp := d.poisoned(t, len(q)), d.f32(t, q), d.f32(t, kc), d.f32(t, vc), d.i32(t, pos)
+	scale := kernels.AttentionScale(c.hd)
+	d.run(t, func(cx *cuda.Ctx, k *Kernels) error {
+		return k.AttentionForward(cx, kernels.TC, kernels.F32, out, dq, dk, dv, dp, c.T, c.S, c.nh, c.nkv, c.hd, scale)
+	})
+	got := d.get(t, out, len(q))
+	worst := 0.0
+	grp := c.nh / c.nkv
+	for ti := 0; ti < c.T; ti++ {
+		P := int(pos[ti])
+		for h := 0; h < c.nh; h++ {
+			gi := h / grp
+			qv := q[(ti*c.nh+h)*c.hd : (ti*c.nh+h+1)*c.hd]
+			s := make([]float64, P+1)
+			mx := math.Inf(-1)
+			for j := 0; j <= P; j++ {
+				kv := kc[(j*c.nkv+gi)*c.hd:]
+				for i := 0; i < c.hd; i++ {
+					s[j] += float64(qv[i]) * float64(kv[i])
+				}
+				s[j] *= float64(scale)
+				mx = math.Max(mx, s[j])
+			}
+			sum := 0.0
+			ref := make([]float64, c.hd)
+			for j := 0; j <= P; j++ {
+				e := math.Exp(s[j] - mx)
+				sum += e
+				vv := vc[(j*c.nkv+gi)*c.hd:]
+				for i := range ref {
+					ref[i] += e * float64(vv[i])
+				}
+			}
+			big := 0.0
+			for i := range ref {
+				ref[i] /= sum
+				big = math.Max(big, math.Abs(ref[i]))
+			}
+			for i := range ref {
+				e := math.Abs(float64(got[(ti*c.nh+h)*c.hd+i])-ref[i]) / big
+				if e > worst {
+					worst = e
+				}
+			}
+		}
+	}
+	t.Logf("tc attention vs float64: worst error %.3g of the row's largest |out|", worst)
+	if worst > 1.0/64 || worst != worst {
+		t.Errorf("tc attention vs float64: worst error %.3g of the row's largest |out|, bound 2^-6", worst)
+	}
+}
