@@ -18,15 +18,17 @@ const tcAttModule = "tc_attention"
 
 // tcAttWarps and tcAttELD are tc_attention.cu's TC_ATT_WARPS (warps of a block, 16 (query, head) rows each) and
 // TC_ATT_ELD (its e scratch's row stride in floats): TestTCAttentionMatchesSource reads them there.
-const tcAttWarps, tcAttELD = 4, 72
+const tcAttWarps, tcAttELD = 8, 72
 
 // tcAttHeadDims are the head dims tc_attention.cu instantiates (tc_attn_hd<HD>).
 var tcAttHeadDims = []int{64, 128}
 
-// tcAttSmem is tc_attn_hd<hd>'s dynamic shared memory (TC_ATT_SMEM): the K and V blocks (64 keys × hd bf16 in
-// rows of hd+8), the per-warp e scratch (16 × TC_ATT_ELD floats) and alpha (16 floats).
+// tcAttSmem is tc_attn_hd<hd>'s dynamic shared memory (TC_ATT_SMEM; the simulation refuses less): two stages of
+// the raw float32 K and V blocks, the K and V blocks as bf16 (64 keys × hd in rows of hd+8), the per-warp e
+// scratch (16 × TC_ATT_ELD floats) and alpha (16 floats).
 func tcAttSmem(hd int) int {
-	return 2*kernels.AttentionBlock*(hd+8)*2 + tcAttWarps*16*(tcAttELD+1)*4
+	kb := kernels.AttentionBlock
+	return 2*2*kb*hd*4 + 2*kb*(hd+8)*2 + tcAttWarps*16*(tcAttELD+1)*4
 }
 
 // planTCAttention is the launch of tc_attn_hd<hd>: one block per 16·tcAttWarps consecutive (query, head) rows

@@ -29,7 +29,7 @@
 // TC_ATT_WARPS·32 threads, tc_attn_smem(HD) bytes of dynamic shared memory.
 #include "tc_common.cuh"
 
-#define TC_ATT_WARPS 4
+#define TC_ATT_WARPS 8
 #define TC_ATT_KB 64       // keys per block (§7's fixed block)
 #define TC_ATT_ELD 72      // the e scratch's row stride (floats)
 #define TC_NEG_INF __uint_as_float(0xFF800000u)
@@ -56,9 +56,11 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
     return i >= 0 && (bi < 0 || v > bv || (!(bv > v) && i < bi));
 }
 
-// The dynamic shared memory of tc_attn_hd<HD>: K and V blocks (64 keys × HD bf16, rows of HD+8), the e scratch
-// (per warp 16 rows × TC_ATT_ELD floats) and alpha (per warp 16 floats).
-#define TC_ATT_SMEM(HD) (2 * TC_ATT_KB * ((HD) + 8) * 2 + TC_ATT_WARPS * 16 * (TC_ATT_ELD + 1) * 4)
+// The dynamic shared memory of tc_attn_hd<HD>: two stages of the raw K and V blocks (64 keys × HD float32, as
+// cp.async copies them), the K and V blocks as bf16 (rows of HD+8), the e scratch (per warp 16 rows ×
+// TC_ATT_ELD floats) and alpha (per warp 16 floats).
+#define TC_ATT_SMEM(HD) \
+    (2 * 2 * TC_ATT_KB * (HD) * 4 + 2 * TC_ATT_KB * ((HD) + 8) * 2 + TC_ATT_WARPS * 16 * (TC_ATT_ELD + 1) * 4)
 
 template <int HD>
 __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const float* __restrict__ q,
@@ -70,16 +72,18 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
     constexpr int NO = HD / 8;    // output n-fragments (8 dims each)
     constexpr int NT = TC_ATT_WARPS * 32;
     TC_SMEM(smem);
-    uint16_t* const Ks = smem;                    // [64][LD]
-    uint16_t* const Vs = smem + TC_ATT_KB * LD;   // [64][LD]
-    float* const es = reinterpret_cast<float*>(smem + 2 * TC_ATT_KB * LD);  // [warps][16][ELD]
-    float* const al = es + TC_ATT_WARPS * 16 * TC_ATT_ELD;                  // [warps][16]
+    float* const raw = reinterpret_cast<float*>(smem);  // [2 stages][K, V][64][HD] float32
+    uint16_t* const Ks = smem + 2 * 2 * TC_ATT_KB * HD * 2;  // [64][LD]
+    uint16_t* const Vs = Ks + TC_ATT_KB * LD;                // [64][LD]
+    float* const es = reinterpret_cast<float*>(Vs + TC_ATT_KB * LD);  // [warps][16][ELD]
+    float* const al = es + TC_ATT_WARPS * 16 * TC_ATT_ELD;            // [warps][16]
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, qd = lane & 3;
     const int grp = nh / nkv, gh = blockIdx.y;
     const long long rows = (long long)T * grp;
-    const long long row0 = (long long)blockIdx.x * (16 * TC_ATT_WARPS);
+    // the last rows (the most keys under the causal mask) first, so that the long blocks do not form the tail
+    const long long row0 = (long long)(gridDim.x - 1 - blockIdx.x) * (16 * TC_ATT_WARPS);
     const long long kvStride = (long long)nkv * HD;
 
     // position of row R of this kv head, -1 past the rows
@@ -115,18 +119,36 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
     float* const ew = es + warp * 16 * TC_ATT_ELD;
     float* const aw = al + warp * 16;
 
-    for (int blk = 0; blk <= pmax; blk += TC_ATT_KB) {  // fixed 64-key blocks from position 0
-        __syncthreads();  // the previous block's K and V are no longer read
-        // stage keys blk … blk+63 as bf16, zero past pmax; note whether v holds a NaN or an Inf
-        int special = 0;
+    // issue: cp.async of keys blk … blk+63 (float32 k and v rows of kv head gh) into stage st, zeros past pmax
+    auto issue = [&](int blk, int st) {
+        float* const kr = raw + st * 2 * TC_ATT_KB * HD;
+        float* const vr = kr + TC_ATT_KB * HD;
         for (int e = threadIdx.x; e < TC_ATT_KB * HD / 4; e += NT) {
             const int j = e / (HD / 4), i = 4 * (e % (HD / 4));
-            float4 kr = make_float4(0.f, 0.f, 0.f, 0.f), vr = kr;
-            if (blk + j <= pmax) {
-                const long long off = (long long)(blk + j) * kvStride + (long long)gh * HD + i;
-                kr = *reinterpret_cast<const float4*>(k + off);
-                vr = *reinterpret_cast<const float4*>(v + off);
-            }
+            const bool ok = blk + j <= pmax;
+            const long long off = ok ? (long long)(blk + j) * kvStride + (long long)gh * HD + i : 0;
+            cp_async16(kr + j * HD + i, k + off, ok ? 16 : 0);
+            cp_async16(vr + j * HD + i, v + off, ok ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+    if (pmax >= 0) issue(0, 0);
+    for (int blk = 0, st = 0; blk <= pmax; blk += TC_ATT_KB, st ^= 1) {  // fixed 64-key blocks from position 0
+        if (blk + TC_ATT_KB <= pmax) {
+            issue(blk + TC_ATT_KB, st ^ 1);  // the next block's copy runs under this block's work
+        } else {
+            cp_async_commit();  // an empty group, so that wait_group 1 always means "this block's copy"
+        }
+        cp_async_wait<1>();
+        __syncthreads();  // this block's copies are visible; the previous block's bf16 K and V are no longer read
+        // K and V of keys blk … blk+63 as bf16 (zeros past pmax); note whether v holds a NaN or an Inf
+        int special = 0;
+        const float* const krs = raw + st * 2 * TC_ATT_KB * HD;
+        const float* const vrs = krs + TC_ATT_KB * HD;
+        for (int e = threadIdx.x; e < TC_ATT_KB * HD / 4; e += NT) {
+            const int j = e / (HD / 4), i = 4 * (e % (HD / 4));
+            const float4 kr = *reinterpret_cast<const float4*>(krs + j * HD + i);
+            const float4 vr = *reinterpret_cast<const float4*>(vrs + j * HD + i);
             uint2 kb, vb;
             kb.x = pack_bf16(kr.x, kr.y), kb.y = pack_bf16(kr.z, kr.w);
             vb.x = pack_bf16(vr.x, vr.y), vb.y = pack_bf16(vr.z, vr.w);
@@ -264,6 +286,7 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
             if (n1 > 0) acc[f][2] = t0[2], acc[f][3] = t0[3], acc[f + 1][2] = t1[2], acc[f + 1][3] = t1[3];
         }
     }
+    cp_async_wait<0>();
     // out = round_dt(acc ⊘ l), l from the lane that kept it
     const float l0 = __shfl_sync(0xffffffffu, l, g), l1 = __shfl_sync(0xffffffffu, l, g + 8);
 #pragma unroll

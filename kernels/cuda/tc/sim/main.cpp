@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
         if (at == att.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
         if (argc != 17) return fprintf(stderr, "tc_sim: %s wants 15 arguments\n", name.c_str()), 2;
         const int T = I(6), S = I(7), nh = I(8), nkv = I(9), dt = I(11);
+        const int need = name == "tc_attn_hd64" ? TC_ATT_SMEM(64) : TC_ATT_SMEM(128);
+        if (I(5) < need) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(5), need), 2;
         const float scale = __uint_as_float((uint32_t)strtoul(argv[10], nullptr, 10));
         auto q = slurp<float>(argv[12]);
         auto kc = slurp<float>(argv[13]);
