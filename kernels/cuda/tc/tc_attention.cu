@@ -18,8 +18,8 @@
 //       16-key steps j0 = blk, blk+16, blk+32, blk+48, all four always run.
 // A row whose position is before the block takes no part in it (its acc is kept as it was). Keys past a row's
 // end must be +0 in v too (0·NaN is NaN): v is zeroed in registers past the last key any row of the warp takes in
-// that step; where rows of the warp end at different keys of one step and the block's v holds a NaN or an Inf,
-// each row's step runs with v zeroed past its own end (16 MMAs, one row kept from each); otherwise p's zeros
+// that step; where rows of the warp end at different keys of the block and its v holds a NaN or an Inf, each
+// row's steps run with v zeroed past its own end (16 passes, one row kept from each); otherwise p's zeros
 // already make those products zero, which the k-step drops (tc.1). So a row's bits depend only on its query,
 // its position and the cache: the tile it shares, T, and prefill versus chunked prefill versus decode never
 // change them.
@@ -246,44 +246,52 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
             nhi = max(nhi, __shfl_xor_sync(0xffffffffu, nhi, d));
         }
         // p·V: output fragments f, f+1 (dims 8f … 8f+15); per fragment the four steps in order
+        if (!(vspecial && nlo < nhi)) {  // (warp-uniform) one MMA a step: v +0 past the warp's last key in it
 #pragma unroll
-        for (int f = 0; f < NO; f += 2) {
-            float t0[4], t1[4];
+            for (int f = 0; f < NO; f += 2) {
+                float t0[4], t1[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) t0[e] = acc[f][e], t1[e] = acc[f + 1][e];
+                for (int e = 0; e < 4; e++) t0[e] = acc[f][e], t1[e] = acc[f + 1][e];
 #pragma unroll
-            for (int st = 0; st < 4; st++) {
-                uint32_t r[4];  // keys 16st + lane%8 + 8·((lane/8)%2), dims 8f + 8·(lane/16), transposed
-                ldmatrix_x4_trans(r, Vs + (16 * st + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * f + 8 * (lane >> 4));
-                const int elo = min(16, max(0, nlo - 16 * st)), ehi = min(16, max(0, nhi - 16 * st));
-                if (!vspecial || elo >= ehi) {  // one MMA: v +0 past the warp's last key in the step
+                for (int st = 0; st < 4; st++) {
+                    uint32_t r[4];  // keys 16st + lane%8 + 8·((lane/8)%2), dims 8f + 8·(lane/16), transposed
+                    ldmatrix_x4_trans(r, Vs + (16 * st + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * f + 8 * (lane >> 4));
+                    const int ehi = min(16, max(0, nhi - 16 * st));
                     const uint32_t b0[2] = {mask_keys(r[0], 2 * qd, ehi), mask_keys(r[1], 2 * qd + 8, ehi)};
                     const uint32_t b1[2] = {mask_keys(r[2], 2 * qd, ehi), mask_keys(r[3], 2 * qd + 8, ehi)};
                     mma_bf16(t0, pa[st], b0);
                     mma_bf16(t1, pa[st], b1);
-                } else {  // rows end at different keys and v holds a NaN or Inf: each row with v +0 past its end
-                    for (int rr = 0; rr < 16; rr++) {
-                        const int Pr = __shfl_sync(0xffffffffu, rr < 8 ? P0 : P1, 4 * (rr & 7));
-                        if (Pr < blk) continue;  // warp-uniform
-                        const int E = min(16, max(0, min(TC_ATT_KB, Pr + 1 - blk) - 16 * st));
+                }
+                // rows taking no part in this block keep their acc
+                if (n0 > 0) acc[f][0] = t0[0], acc[f][1] = t0[1], acc[f + 1][0] = t1[0], acc[f + 1][1] = t1[1];
+                if (n1 > 0) acc[f][2] = t0[2], acc[f][3] = t0[3], acc[f + 1][2] = t1[2], acc[f + 1][3] = t1[3];
+            }
+        } else {  // rows end at different keys and v holds a NaN or an Inf: each row's steps with v +0 past its end
+#pragma unroll 1
+            for (int rr = 0; rr < 16; rr++) {
+                const int Pr = row_pos(wr0 + rr);
+                if (Pr < blk) continue;  // warp-uniform: the row takes no part in this block
+                const int nr = min(TC_ATT_KB, Pr + 1 - blk);
+                const bool lo = g == rr && rr < 8, hi = g + 8 == rr;  // the lane holds row rr as d0,d1 / d2,d3
+#pragma unroll
+                for (int f = 0; f < NO; f += 2) {
+                    float u0[4], u1[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) u0[e] = acc[f][e], u1[e] = acc[f + 1][e];
+#pragma unroll
+                    for (int st = 0; st < 4; st++) {
+                        uint32_t r[4];
+                        ldmatrix_x4_trans(r, Vs + (16 * st + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * f + 8 * (lane >> 4));
+                        const int E = min(16, max(0, nr - 16 * st));
                         const uint32_t b0[2] = {mask_keys(r[0], 2 * qd, E), mask_keys(r[1], 2 * qd + 8, E)};
                         const uint32_t b1[2] = {mask_keys(r[2], 2 * qd, E), mask_keys(r[3], 2 * qd + 8, E)};
-                        float u0[4], u1[4];
-#pragma unroll
-                        for (int e = 0; e < 4; e++) u0[e] = t0[e], u1[e] = t1[e];
                         mma_bf16(u0, pa[st], b0);
                         mma_bf16(u1, pa[st], b1);
-                        if (g == (rr & 7)) {
-                            const int h = rr >> 3;
-                            t0[2 * h] = u0[2 * h], t0[2 * h + 1] = u0[2 * h + 1];
-                            t1[2 * h] = u1[2 * h], t1[2 * h + 1] = u1[2 * h + 1];
-                        }
                     }
+                    if (lo) acc[f][0] = u0[0], acc[f][1] = u0[1], acc[f + 1][0] = u1[0], acc[f + 1][1] = u1[1];
+                    if (hi) acc[f][2] = u0[2], acc[f][3] = u0[3], acc[f + 1][2] = u1[2], acc[f + 1][3] = u1[3];
                 }
             }
-            // rows taking no part in this block keep their acc
-            if (n0 > 0) acc[f][0] = t0[0], acc[f][1] = t0[1], acc[f + 1][0] = t1[0], acc[f + 1][1] = t1[1];
-            if (n1 > 0) acc[f][2] = t0[2], acc[f][3] = t0[3], acc[f + 1][2] = t1[2], acc[f + 1][3] = t1[3];
         }
     }
     cp_async_wait<0>();
