@@ -31,10 +31,23 @@ func tcAttSmem(hd int) int {
 	return 2*2*kb*hd*4 + 2*kb*(hd+8)*2 + tcAttWarps*16*(tcAttELD+1)*4
 }
 
-// planTCAttention is the launch of tc_attn_hd<hd>: one block per 16·tcAttWarps consecutive (query, head) rows
-// of a kv head (grid y), so a block's rows share each K and V block it stages.
-func planTCAttention(T, nh, nkv, hd int) Launch {
+// tcAttDecSmem is tc_attn_dec_hd<hd>'s (TC_ATT_DEC_SMEM): the same K/V stages and blocks, then the scores
+// (16 × 64 floats), e (16 × TC_ATT_ELD), p (16 × 72 bf16), alpha and l (16 floats each).
+func tcAttDecSmem(hd int) int {
+	kb := kernels.AttentionBlock
+	return 2*2*kb*hd*4 + 2*kb*(hd+8)*2 + 16*kb*4 + 16*tcAttELD*4 + 16*(kb+8)*2 + 2*16*4
+}
+
+// planTCAttention is the launch of tc attention for T queries: one block per 16·tcAttWarps consecutive (query,
+// head) rows of a kv head (grid y), so a block's rows share each K and V block it stages (tc_attn_hd<hd>); when
+// all of a kv head's rows fit in 16 (T·grp ≤ 16: decode), tc_attn_dec_hd<hd>, which spreads each key block's
+// work over the block's warps (the same bits: main forces tc_attn_hd<hd>, for the tests).
+func planTCAttention(T, nh, nkv, hd int, main bool) Launch {
 	rows := int64(T) * int64(nh/nkv)
+	if rows <= 16 && !main {
+		return Launch{Kernel: fmt.Sprintf("tc_attn_dec_hd%d", hd), Grid: cuda.Dim3{X: 1, Y: nkv},
+			Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttDecSmem(hd)}
+	}
 	return Launch{Kernel: fmt.Sprintf("tc_attn_hd%d", hd), Grid: cuda.Dim3{X: ceilDiv(rows, 16*tcAttWarps), Y: nkv},
 		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttSmem(hd)}
 }
@@ -58,15 +71,22 @@ func (k *Kernels) attentionTC(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos
 	if (uint64(q)|uint64(kc)|uint64(vc))%16 != 0 {
 		return fmt.Errorf("cudakernels: AttentionForward: tc attention needs 16-byte aligned q, k and v")
 	}
-	l := planTCAttention(T, nh, nkv, hd)
+	l := planTCAttention(T, nh, nkv, hd, k.tcAttMain)
 	return k.launch(c, l, out, q, kc, vc, pos, T, S, nh, nkv, scale, DTCode(dt))
 }
 
 // tcAttSmemOf is the dynamic shared memory a tc_attention entry needs (0: not one).
 func tcAttSmemOf(name string) int {
 	var hd int
-	if _, err := fmt.Sscanf(name, "tc_attn_hd%d", &hd); err != nil || !strings.HasPrefix(name, "tc_attn_hd") {
-		return 0
+	if rest, ok := strings.CutPrefix(name, "tc_attn_dec_hd"); ok {
+		if _, err := fmt.Sscanf(rest, "%d", &hd); err == nil {
+			return tcAttDecSmem(hd)
+		}
 	}
-	return tcAttSmem(hd)
+	if rest, ok := strings.CutPrefix(name, "tc_attn_hd"); ok {
+		if _, err := fmt.Sscanf(rest, "%d", &hd); err == nil {
+			return tcAttSmem(hd)
+		}
+	}
+	return 0
 }

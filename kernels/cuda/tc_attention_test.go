@@ -152,6 +152,8 @@ func TestTCAttentionSimulated(t *testing.T) {
 		{T: 20, S: 150, p0: 130, nh: 8, nkv: 2, hd: 128},
 		{T: 1, S: 200, p0: 150, nh: 28, nkv: 4, hd: 128, special: true},
 		{T: 30, S: 201, p0: 171, nh: 16, nkv: 2, hd: 64, special: true}, // warps with rows on both sides of key 192
+		{T: 3, S: 200, p0: 190, nh: 8, nkv: 2, hd: 64, special: true},   // 12 rows (decode kernel), ends on both sides of 192
+		{T: 2, S: 130, p0: 127, nh: 16, nkv: 2, hd: 128, special: true}, // 16 rows, positions 127 and 128
 	}
 	if os.Getenv("BITALIGN_TC_SIM") == "full" {
 		cases = append(cases, tcAttCase{T: 70, S: 70, nh: 7, nkv: 1, hd: 64, special: true},
@@ -174,6 +176,7 @@ func TestTCAttentionSimulated(t *testing.T) {
 		}
 		return p
 	}
+	runs := 0
 	for i, c := range cases {
 		dt := kernels.BF16
 		if i%2 == 1 {
@@ -185,21 +188,28 @@ func TestTCAttentionSimulated(t *testing.T) {
 		for i := range poison {
 			poison[i] = math.Float32frombits(0x7FBADBAD)
 		}
-		l := planTCAttention(c.T, c.nh, c.nkv, c.hd)
-		of := write("out.bin", poison)
-		simRun(t, sim, []string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Block.X), itoa(l.Smem),
-			itoa(c.T), itoa(c.S), itoa(c.nh), itoa(c.nkv), strconv.FormatUint(uint64(math.Float32bits(kernels.AttentionScale(c.hd))), 10),
-			itoa(DTCode(dt)), write("q.bin", q), write("k.bin", kc), write("v.bin", vc), write("pos.bin", pos), of})
-		raw, err := os.ReadFile(of)
-		if err != nil || len(raw) != 4*len(q) {
-			t.Fatalf("%v: out.bin: %v (%d bytes)", c, err, len(raw))
+		plans := []Launch{planTCAttention(c.T, c.nh, c.nkv, c.hd, false)}
+		if p := planTCAttention(c.T, c.nh, c.nkv, c.hd, true); p.Kernel != plans[0].Kernel {
+			plans = append(plans, p) // decode: tc_attn_dec_hd<hd>, and tc_attn_hd<hd> on the same rows
 		}
-		got := make([]float32, len(q))
-		for i := range got {
-			got[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-		}
-		if !same(t, fmt.Sprintf("%v dt=%v (%s, grid %v)", c, dt, l.Kernel, l.Grid), got, want) {
-			t.FailNow()
+		qf, kf, vf, pf := write("q.bin", q), write("k.bin", kc), write("v.bin", vc), write("pos.bin", pos)
+		for _, l := range plans {
+			of := write("out.bin", poison)
+			simRun(t, sim, []string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Block.X), itoa(l.Smem),
+				itoa(c.T), itoa(c.S), itoa(c.nh), itoa(c.nkv), strconv.FormatUint(uint64(math.Float32bits(kernels.AttentionScale(c.hd))), 10),
+				itoa(DTCode(dt)), qf, kf, vf, pf, of})
+			raw, err := os.ReadFile(of)
+			if err != nil || len(raw) != 4*len(q) {
+				t.Fatalf("%v: out.bin: %v (%d bytes)", c, err, len(raw))
+			}
+			got := make([]float32, len(q))
+			for i := range got {
+				got[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			}
+			if !same(t, fmt.Sprintf("%v dt=%v (%s, grid %v)", c, dt, l.Kernel, l.Grid), got, want) {
+				t.FailNow()
+			}
+			runs++
 		}
 		if c.special && c.T > 2 {
 			if n, of := c.lastGroupNaN(want); n == 0 || n == of {
@@ -207,7 +217,7 @@ func TestTCAttentionSimulated(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d simulated attentions bitwise equal to kernels.AttentionTC", len(cases))
+	t.Logf("%d simulated launches (%d attentions) bitwise equal to kernels.AttentionTC", runs, len(cases))
 }
 
 // lastGroupNaN counts the NaN outputs of the heads that read the last kv head (where tcAttSpecials plants v's
@@ -302,11 +312,20 @@ func TestAttentionTCBitwise(t *testing.T) {
 	for _, j := range jobs {
 		c := j.c
 		d := &dev{g: g}
-		out, dq, dk, dv, dp := d.poisoned(t, len(j.q)), d.f32(t, j.q), d.f32(t, j.kc), d.f32(t, j.vc), d.i32(t, j.pos)
-		d.run(t, func(cx *cuda.Ctx, k *Kernels) error {
-			return k.AttentionForward(cx, kernels.TC, j.dt, out, dq, dk, dv, dp, c.T, c.S, c.nh, c.nkv, c.hd, kernels.AttentionScale(c.hd))
-		})
-		same(t, fmt.Sprintf("%v dt=%v", c, j.dt), d.get(t, out, len(j.q)), j.want)
+		dq, dk, dv, dp := d.f32(t, j.q), d.f32(t, j.kc), d.f32(t, j.vc), d.i32(t, j.pos)
+		for _, main := range []bool{false, true} {
+			l := planTCAttention(c.T, c.nh, c.nkv, c.hd, main)
+			if main && l.Kernel == planTCAttention(c.T, c.nh, c.nkv, c.hd, false).Kernel {
+				continue
+			}
+			out := d.poisoned(t, len(j.q))
+			d.run(t, func(cx *cuda.Ctx, k *Kernels) error {
+				k.tcAttMain = main
+				defer func() { k.tcAttMain = false }()
+				return k.AttentionForward(cx, kernels.TC, j.dt, out, dq, dk, dv, dp, c.T, c.S, c.nh, c.nkv, c.hd, kernels.AttentionScale(c.hd))
+			})
+			same(t, fmt.Sprintf("%v dt=%v (%s)", c, j.dt, l.Kernel), d.get(t, out, len(j.q)), j.want)
+		}
 		d.free()
 	}
 	t.Logf("%d attentions compared with kernels.AttentionTC", len(jobs))

@@ -40,6 +40,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
 }
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_addr(p)));
+}
 #endif
 
 // bf16_hi: the bf16 bits of a float32 holding a bf16 value.
@@ -62,6 +67,45 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
 #define TC_ATT_SMEM(HD) \
     (2 * 2 * TC_ATT_KB * (HD) * 4 + 2 * TC_ATT_KB * ((HD) + 8) * 2 + TC_ATT_WARPS * 16 * (TC_ATT_ELD + 1) * 4)
 
+// tc_att_issue: cp.async of keys blk … blk+63 (the float32 k and v rows of kv head gh) into raw stage st, zeros
+// past pmax (the last key any row of the block reads), then one commit group.
+template <int HD>
+__device__ __forceinline__ void tc_att_issue(float* raw, const float* __restrict__ k, const float* __restrict__ v,
+                                             int blk, int st, int pmax, long long kvStride, int gh) {
+    float* const kr = raw + st * 2 * TC_ATT_KB * HD;
+    float* const vr = kr + TC_ATT_KB * HD;
+    for (int e = threadIdx.x; e < TC_ATT_KB * HD / 4; e += TC_ATT_WARPS * 32) {
+        const int j = e / (HD / 4), i = 4 * (e % (HD / 4));
+        const bool ok = blk + j <= pmax;
+        const long long off = ok ? (long long)(blk + j) * kvStride + (long long)gh * HD + i : 0;
+        cp_async16(kr + j * HD + i, k + off, ok ? 16 : 0);
+        cp_async16(vr + j * HD + i, v + off, ok ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
+// tc_att_convert: raw stage st as the bf16 K and V blocks (rows of HD+8); returns whether this thread saw a NaN or
+// an Inf in v.
+template <int HD>
+__device__ __forceinline__ int tc_att_convert(uint16_t* Ks, uint16_t* Vs, const float* raw, int st) {
+    int special = 0;
+    const float* const krs = raw + st * 2 * TC_ATT_KB * HD;
+    const float* const vrs = krs + TC_ATT_KB * HD;
+    for (int e = threadIdx.x; e < TC_ATT_KB * HD / 4; e += TC_ATT_WARPS * 32) {
+        const int j = e / (HD / 4), i = 4 * (e % (HD / 4));
+        const float4 kr = *reinterpret_cast<const float4*>(krs + j * HD + i);
+        const float4 vr = *reinterpret_cast<const float4*>(vrs + j * HD + i);
+        uint2 kb, vb;
+        kb.x = pack_bf16(kr.x, kr.y), kb.y = pack_bf16(kr.z, kr.w);
+        vb.x = pack_bf16(vr.x, vr.y), vb.y = pack_bf16(vr.z, vr.w);
+        special |= ((vb.x & 0x7F80u) == 0x7F80u) | ((vb.x & 0x7F800000u) == 0x7F800000u) |
+                   ((vb.y & 0x7F80u) == 0x7F80u) | ((vb.y & 0x7F800000u) == 0x7F800000u);
+        *reinterpret_cast<uint2*>(Ks + j * (HD + 8) + i) = kb;
+        *reinterpret_cast<uint2*>(Vs + j * (HD + 8) + i) = vb;
+    }
+    return special;
+}
+
 template <int HD>
 __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const float* __restrict__ q,
                                              const float* __restrict__ k, const float* __restrict__ v,
@@ -70,7 +114,6 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
     constexpr int LD = HD + 8;    // bf16 row stride of the K and V blocks: ldmatrix rows spread over the banks
     constexpr int KS = HD / 16;   // k-steps of a score
     constexpr int NO = HD / 8;    // output n-fragments (8 dims each)
-    constexpr int NT = TC_ATT_WARPS * 32;
     TC_SMEM(smem);
     float* const raw = reinterpret_cast<float*>(smem);  // [2 stages][K, V][64][HD] float32
     uint16_t* const Ks = smem + 2 * 2 * TC_ATT_KB * HD * 2;  // [64][LD]
@@ -119,44 +162,16 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
     float* const ew = es + warp * 16 * TC_ATT_ELD;
     float* const aw = al + warp * 16;
 
-    // issue: cp.async of keys blk … blk+63 (float32 k and v rows of kv head gh) into stage st, zeros past pmax
-    auto issue = [&](int blk, int st) {
-        float* const kr = raw + st * 2 * TC_ATT_KB * HD;
-        float* const vr = kr + TC_ATT_KB * HD;
-        for (int e = threadIdx.x; e < TC_ATT_KB * HD / 4; e += NT) {
-            const int j = e / (HD / 4), i = 4 * (e % (HD / 4));
-            const bool ok = blk + j <= pmax;
-            const long long off = ok ? (long long)(blk + j) * kvStride + (long long)gh * HD + i : 0;
-            cp_async16(kr + j * HD + i, k + off, ok ? 16 : 0);
-            cp_async16(vr + j * HD + i, v + off, ok ? 16 : 0);
-        }
-        cp_async_commit();
-    };
-    if (pmax >= 0) issue(0, 0);
+    if (pmax >= 0) tc_att_issue<HD>(raw, k, v, 0, 0, pmax, kvStride, gh);
     for (int blk = 0, st = 0; blk <= pmax; blk += TC_ATT_KB, st ^= 1) {  // fixed 64-key blocks from position 0
         if (blk + TC_ATT_KB <= pmax) {
-            issue(blk + TC_ATT_KB, st ^ 1);  // the next block's copy runs under this block's work
+            tc_att_issue<HD>(raw, k, v, blk + TC_ATT_KB, st ^ 1, pmax, kvStride, gh);  // under this block's work
         } else {
             cp_async_commit();  // an empty group, so that wait_group 1 always means "this block's copy"
         }
         cp_async_wait<1>();
         __syncthreads();  // this block's copies are visible; the previous block's bf16 K and V are no longer read
-        // K and V of keys blk … blk+63 as bf16 (zeros past pmax); note whether v holds a NaN or an Inf
-        int special = 0;
-        const float* const krs = raw + st * 2 * TC_ATT_KB * HD;
-        const float* const vrs = krs + TC_ATT_KB * HD;
-        for (int e = threadIdx.x; e < TC_ATT_KB * HD / 4; e += NT) {
-            const int j = e / (HD / 4), i = 4 * (e % (HD / 4));
-            const float4 kr = *reinterpret_cast<const float4*>(krs + j * HD + i);
-            const float4 vr = *reinterpret_cast<const float4*>(vrs + j * HD + i);
-            uint2 kb, vb;
-            kb.x = pack_bf16(kr.x, kr.y), kb.y = pack_bf16(kr.z, kr.w);
-            vb.x = pack_bf16(vr.x, vr.y), vb.y = pack_bf16(vr.z, vr.w);
-            special |= ((vb.x & 0x7F80u) == 0x7F80u) | ((vb.x & 0x7F800000u) == 0x7F800000u) |
-                       ((vb.y & 0x7F80u) == 0x7F80u) | ((vb.y & 0x7F800000u) == 0x7F800000u);
-            *reinterpret_cast<uint2*>(Ks + j * LD + i) = kb;
-            *reinterpret_cast<uint2*>(Vs + j * LD + i) = vb;
-        }
+        const int special = tc_att_convert<HD>(Ks, Vs, raw, st);
         const bool vspecial = __syncthreads_or(special) != 0;
         if (pw < blk) continue;  // none of the warp's rows reaches this block (warp-uniform)
 
@@ -312,12 +327,249 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
     }
 }
 
+
+// ---------------------------------------------------------------------------------------------------------
+// tc_attn_dec_hd<HD>: the same operations for a block of 16 rows (a decode step's grp heads, T·grp ≤ 16), with
+// each 64-key block's work spread over the 8 warps instead of one: warp w computes the scores of keys 8w … 8w+7
+// (its m16n8 tile, the same chains), the softmax bookkeeping of rows 2w and 2w+1 (16 lanes a row, 4 keys a lane;
+// the first maximum by the same reduction; lane 0 of the half runs the row's l chain), and p·V for its output
+// dims HD/8·w … (the four steps, the same masking). Scores, e, p and alpha pass through shared memory. Every
+// element sees the operations of tc_attn_hd<HD> in the same order, so the bits are the same.
+#define TC_ATT_DEC_SMEM(HD)                                                                            \
+    (2 * 2 * TC_ATT_KB * (HD) * 4 + 2 * TC_ATT_KB * ((HD) + 8) * 2 + 16 * TC_ATT_KB * 4 + 16 * TC_ATT_ELD * 4 + \
+     16 * (TC_ATT_KB + 8) * 2 + 2 * 16 * 4)
+
+template <int HD>
+__device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const float* __restrict__ q,
+                                                 const float* __restrict__ k, const float* __restrict__ v,
+                                                 const int* __restrict__ pos, int T, int S, int nh, int nkv,
+                                                 float scale, int dt) {
+    constexpr int LD = HD + 8;
+    constexpr int KS = HD / 16;
+    constexpr int PLD = TC_ATT_KB + 8;   // bf16 row stride of p
+    constexpr int DW = HD / TC_ATT_WARPS;  // output dims of a warp: 16 (hd 128) or 8 (hd 64)
+    static_assert(DW == 16 || DW == 8, "tc_attn_dec: HD / 8 warps must be 8 or 16 dims");
+    TC_SMEM(smem);
+    float* const raw = reinterpret_cast<float*>(smem);
+    uint16_t* const Ks = smem + 2 * 2 * TC_ATT_KB * HD * 2;
+    uint16_t* const Vs = Ks + TC_ATT_KB * LD;
+    float* const ss = reinterpret_cast<float*>(Vs + TC_ATT_KB * LD);  // [16][64] scaled scores
+    float* const es = ss + 16 * TC_ATT_KB;                             // [16][ELD] e
+    uint16_t* const ps = reinterpret_cast<uint16_t*>(es + 16 * TC_ATT_ELD);  // [16][PLD] p (bf16)
+    float* const as = reinterpret_cast<float*>(ps + 16 * PLD);         // [16] alpha
+    float* const ls = as + 16;                                          // [16] l at the end
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, qd = lane & 3;
+    const int grp = nh / nkv, gh = blockIdx.y;
+    const long long rows = (long long)T * grp;
+    const long long row0 = (long long)blockIdx.x * 16;
+    const long long kvStride = (long long)nkv * HD;
+    auto row_pos = [&](long long R) { return R < rows ? pos[R / grp] : -1; };
+    const int P0 = row_pos(row0 + g), P1 = row_pos(row0 + g + 8);  // the fragments' rows
+    const int sr = 2 * warp + (lane >> 4), sl = lane & 15;          // the softmax's row and lane
+    const int PS = row_pos(row0 + sr);
+    int pmax = -1;
+    for (int i = 0; i < 16; i++) pmax = max(pmax, row_pos(row0 + i));
+    pmax = min(pmax, S - 1);
+
+    uint32_t qa[KS][4];
+    {
+        const float* q0 = P0 >= 0 ? q + (((row0 + g) / grp) * nh + gh * grp + (row0 + g) % grp) * HD : nullptr;
+        const float* q1 = P1 >= 0 ? q + (((row0 + g + 8) / grp) * nh + gh * grp + (row0 + g + 8) % grp) * HD : nullptr;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            const int c = 16 * kk + 2 * qd;
+            qa[kk][0] = q0 ? pack_bf16(q0[c], q0[c + 1]) : 0u;
+            qa[kk][1] = q1 ? pack_bf16(q1[c], q1[c + 1]) : 0u;
+            qa[kk][2] = q0 ? pack_bf16(q0[c + 8], q0[c + 9]) : 0u;
+            qa[kk][3] = q1 ? pack_bf16(q1[c + 8], q1[c + 9]) : 0u;
+        }
+    }
+    float acc[DW / 8][4];
+#pragma unroll
+    for (int f = 0; f < DW / 8; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
+    float m = TC_NEG_INF, l = 0.0f;  // row sr's running max (its 16 lanes alike) and sum (lane sl = 0)
+    const int d0 = warp * DW;         // the warp's first output dim
+
+    if (pmax >= 0) tc_att_issue<HD>(raw, k, v, 0, 0, pmax, kvStride, gh);
+    for (int blk = 0, st = 0; blk <= pmax; blk += TC_ATT_KB, st ^= 1) {  // fixed 64-key blocks from position 0
+        if (blk + TC_ATT_KB <= pmax) {
+            tc_att_issue<HD>(raw, k, v, blk + TC_ATT_KB, st ^ 1, pmax, kvStride, gh);
+        } else {
+            cp_async_commit();
+        }
+        cp_async_wait<1>();
+        __syncthreads();  // this block's copies are visible; the previous block's p·V no longer reads Ks, Vs, ps
+        const int special = tc_att_convert<HD>(Ks, Vs, raw, st);
+        const bool vspecial = __syncthreads_or(special) != 0;
+
+        // scores of keys blk+8w … blk+8w+7 (warp w), chains over the dims from +0, then ⊗ scale
+        {
+            float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {  // lanes 0..15: keys 8w + lane%8, dims 16kk + 8·((lane/8)%2)
+                uint32_t r[2];
+                ldmatrix_x2(r, Ks + (8 * warp + (lane & 7)) * LD + 16 * kk + 8 * ((lane >> 3) & 1));
+                mma_bf16(sc, qa[kk], r);
+            }
+            *reinterpret_cast<float2*>(ss + g * TC_ATT_KB + 8 * warp + 2 * qd) =
+                make_float2(__fmul_rn(sc[0], scale), __fmul_rn(sc[1], scale));
+            *reinterpret_cast<float2*>(ss + (g + 8) * TC_ATT_KB + 8 * warp + 2 * qd) =
+                make_float2(__fmul_rn(sc[2], scale), __fmul_rn(sc[3], scale));
+        }
+        __syncthreads();
+        // row sr: keys 4sl … 4sl+3 of the block; bm, mn, alpha; e and p into shared memory
+        {
+            const int n = PS < blk ? 0 : min(TC_ATT_KB, PS + 1 - blk);
+            const float4 x4 = *reinterpret_cast<const float4*>(ss + sr * TC_ATT_KB + 4 * sl);
+            const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+            float bv = 0.0f;
+            int bi = -1;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int jj = 4 * sl + c;
+                if (jj < n && x[c] == x[c] && (bi < 0 || x[c] > bv)) bv = x[c], bi = jj;
+            }
+#pragma unroll
+            for (int d = 1; d < 16; d <<= 1) {  // the row's 16 lanes
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, d);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, d);
+                if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+            }
+            float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (n > 0) {
+                const float first = ss[sr * TC_ATT_KB];
+                const float bm = (first != first || bi < 0) ? first : bv;
+                const float mn = bm > m ? bm : m;
+                if (sl == 0) as[sr] = bt_exp(__fsub_rn(m, mn));
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    if (4 * sl + c < n) e[c] = bt_exp(__fsub_rn(x[c], mn));
+                m = mn;
+            }
+            *reinterpret_cast<float4*>(es + sr * TC_ATT_ELD + 4 * sl) = make_float4(e[0], e[1], e[2], e[3]);
+            uint2 pb;  // p = round_bf16(e), +0 past the row's end (e is +0 there)
+            pb.x = pack_bf16(round_bf16(e[0]), round_bf16(e[1])), pb.y = pack_bf16(round_bf16(e[2]), round_bf16(e[3]));
+            *reinterpret_cast<uint2*>(ps + sr * PLD + 4 * sl) = pb;
+            __syncwarp();
+            if (sl == 0 && n > 0) {  // l: the row's chain, keys ascending
+                l = __fmul_rn(l, as[sr]);
+                const float* er = es + sr * TC_ATT_ELD;
+                for (int jj = 0; jj < n; jj++) l = __fadd_rn(l, er[jj]);
+            }
+        }
+        __syncthreads();  // p and alpha of every row are in shared memory
+        // p·V for dims d0 … d0+DW-1 of the 16 rows
+        const int n0 = P0 < blk ? 0 : min(TC_ATT_KB, P0 + 1 - blk);
+        const int n1 = P1 < blk ? 0 : min(TC_ATT_KB, P1 + 1 - blk);
+        if (n0 > 0) {
+            const float a = as[g];
+#pragma unroll
+            for (int f = 0; f < DW / 8; f++) acc[f][0] = __fmul_rn(acc[f][0], a), acc[f][1] = __fmul_rn(acc[f][1], a);
+        }
+        if (n1 > 0) {
+            const float a = as[g + 8];
+#pragma unroll
+            for (int f = 0; f < DW / 8; f++) acc[f][2] = __fmul_rn(acc[f][2], a), acc[f][3] = __fmul_rn(acc[f][3], a);
+        }
+        int nlo = min(n0 > 0 ? n0 : TC_ATT_KB + 1, n1 > 0 ? n1 : TC_ATT_KB + 1), nhi = max(n0, n1);
+        for (int d = 4; d < 32; d <<= 1) {
+            nlo = min(nlo, __shfl_xor_sync(0xffffffffu, nlo, d));
+            nhi = max(nhi, __shfl_xor_sync(0xffffffffu, nhi, d));
+        }
+        if (nhi == 0) continue;  // no row takes part in this block (block-uniform: a row's position is before it)
+        uint32_t pa[4][4];  // A fragments of the four steps: rows lane%16, keys 16st + 8·(lane/16)
+#pragma unroll
+        for (int s4 = 0; s4 < 4; s4++) ldmatrix_x4(pa[s4], ps + (lane & 15) * PLD + 16 * s4 + 8 * (lane >> 4));
+        // v of step s4 for the warp's dims (transposed): b[f] for dims d0 + 8f
+        auto vfrag = [&](uint32_t (&b)[DW / 8][2], int s4, int E) {
+            if constexpr (DW == 16) {
+                uint32_t r[4];
+                ldmatrix_x4_trans(r, Vs + (16 * s4 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + d0 + 8 * (lane >> 4));
+                b[0][0] = mask_keys(r[0], 2 * qd, E), b[0][1] = mask_keys(r[1], 2 * qd + 8, E);
+                b[1][0] = mask_keys(r[2], 2 * qd, E), b[1][1] = mask_keys(r[3], 2 * qd + 8, E);
+            } else {
+                uint32_t r[2];  // lanes 0..15 give the rows
+                ldmatrix_x2_trans(r, Vs + (16 * s4 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + d0);
+                b[0][0] = mask_keys(r[0], 2 * qd, E), b[0][1] = mask_keys(r[1], 2 * qd + 8, E);
+            }
+        };
+        if (!(vspecial && nlo < nhi)) {  // one MMA a step and fragment: v +0 past the last key any row takes
+            float t[DW / 8][4];
+#pragma unroll
+            for (int f = 0; f < DW / 8; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) t[f][e] = acc[f][e];
+#pragma unroll
+            for (int s4 = 0; s4 < 4; s4++) {
+                uint32_t b[DW / 8][2];
+                vfrag(b, s4, min(16, max(0, nhi - 16 * s4)));
+#pragma unroll
+                for (int f = 0; f < DW / 8; f++) mma_bf16(t[f], pa[s4], b[f]);
+            }
+#pragma unroll
+            for (int f = 0; f < DW / 8; f++) {  // rows taking no part in this block keep their acc
+                if (n0 > 0) acc[f][0] = t[f][0], acc[f][1] = t[f][1];
+                if (n1 > 0) acc[f][2] = t[f][2], acc[f][3] = t[f][3];
+            }
+        } else {  // each row's steps with v +0 past its own end
+#pragma unroll 1
+            for (int rr = 0; rr < 16; rr++) {
+                const int Pr = row_pos(row0 + rr);
+                if (Pr < blk) continue;
+                const int nr = min(TC_ATT_KB, Pr + 1 - blk);
+                const bool lo = g == rr && rr < 8, hi = g + 8 == rr;
+                float u[DW / 8][4];
+#pragma unroll
+                for (int f = 0; f < DW / 8; f++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) u[f][e] = acc[f][e];
+#pragma unroll
+                for (int s4 = 0; s4 < 4; s4++) {
+                    uint32_t b[DW / 8][2];
+                    vfrag(b, s4, min(16, max(0, nr - 16 * s4)));
+#pragma unroll
+                    for (int f = 0; f < DW / 8; f++) mma_bf16(u[f], pa[s4], b[f]);
+                }
+#pragma unroll
+                for (int f = 0; f < DW / 8; f++) {
+                    if (lo) acc[f][0] = u[f][0], acc[f][1] = u[f][1];
+                    if (hi) acc[f][2] = u[f][2], acc[f][3] = u[f][3];
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    if (sl == 0) ls[sr] = l;
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const long long R = row0 + g + 8 * h;
+        if ((h ? P1 : P0) < 0) continue;
+        const float lr = ls[g + 8 * h];
+        float* o = out + ((R / grp) * nh + gh * grp + R % grp) * HD + d0;
+#pragma unroll
+        for (int f = 0; f < DW / 8; f++) {
+            const int c = 8 * f + 2 * qd;
+            o[c] = round_dt(__fdiv_rn(acc[f][2 * h], lr), dt);
+            o[c + 1] = round_dt(__fdiv_rn(acc[f][2 * h + 1], lr), dt);
+        }
+    }
+}
+
 #define TC_ATT_ENTRY(HD)                                                                                          \
     extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_hd##HD(                               \
         float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,                        \
         const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
         int dt) {                                                                                                 \
         tc_attn_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt);                                            \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_dec_hd##HD(                           \
+        float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,                        \
+        const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
+        int dt) {                                                                                                 \
+        tc_attn_dec_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt);                                        \
     }
 TC_ATT_ENTRY(64)
 TC_ATT_ENTRY(128)

@@ -4,7 +4,7 @@
 //
 //   tc_sim tc_mm_<variant>   GX GY GZ BX SMEM  M K N G DT  NSEG B0..BNSEG  X W BIAS|- OUT PART|-
 //   tc_sim tc_finish         GX BX  M N PARTS DT  BIAS|- OUT PART
-//   tc_sim tc_attn_hd<HD>    GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT
+//   tc_sim tc_attn[_dec]_hd<HD>  GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT
 //
 // Build: g++ -std=c++20 -O1 -ffp-contract=off -DBITALIGN_TC_SIM -I kernels/cuda kernels/cuda/tc/sim/main.cpp
 #include <cstdio>
@@ -111,14 +111,18 @@ int main(int argc, char** argv) {
         spill(argv[9], out);
         return 0;
     }
-    if (name.rfind("tc_attn_hd", 0) == 0) {
+    if (name.rfind("tc_attn_", 0) == 0) {
         using ATT = void (*)(float*, const float*, const float*, const float*, const int*, int, int, int, int, float, int);
-        static const std::map<std::string, ATT> att = {{"tc_attn_hd64", tc_attn_hd64}, {"tc_attn_hd128", tc_attn_hd128}};
+        static const std::map<std::string, std::pair<ATT, int>> att = {
+            {"tc_attn_hd64", {tc_attn_hd64, TC_ATT_SMEM(64)}},
+            {"tc_attn_hd128", {tc_attn_hd128, TC_ATT_SMEM(128)}},
+            {"tc_attn_dec_hd64", {tc_attn_dec_hd64, TC_ATT_DEC_SMEM(64)}},
+            {"tc_attn_dec_hd128", {tc_attn_dec_hd128, TC_ATT_DEC_SMEM(128)}}};
         auto at = att.find(name);
         if (at == att.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
         if (argc != 17) return fprintf(stderr, "tc_sim: %s wants 15 arguments\n", name.c_str()), 2;
         const int T = I(6), S = I(7), nh = I(8), nkv = I(9), dt = I(11);
-        const int need = name == "tc_attn_hd64" ? TC_ATT_SMEM(64) : TC_ATT_SMEM(128);
+        const int need = at->second.second;
         if (I(5) < need) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(5), need), 2;
         const float scale = __uint_as_float((uint32_t)strtoul(argv[10], nullptr, 10));
         auto q = slurp<float>(argv[12]);
@@ -127,7 +131,7 @@ int main(int argc, char** argv) {
         auto pos = slurp<int>(argv[15]);
         auto out = slurp<float>(argv[16]);
         run_grid(I(2), I(3), 1, I(4), (size_t)I(5), [&] {
-            at->second(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt);
+            at->second.first(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt);
         });
         spill(argv[16], out);
         return 0;

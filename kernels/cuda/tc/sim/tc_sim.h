@@ -139,19 +139,22 @@ inline void sim_ldmatrix(uint32_t (&r)[N], const void* p) {
     w.bar->arrive_and_wait();
 }
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) { sim_ldmatrix<4>(r, p); }
-// ldmatrix .x4.trans: lane T receives (rows 2(T%4), 2(T%4)+1; column T/4) of each matrix.
-inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+// ldmatrix .x(N).trans: lane T receives (rows 2(T%4), 2(T%4)+1; column T/4) of each matrix.
+template <int N>
+inline void sim_ldmatrix_trans(uint32_t (&r)[N], const void* p) {
     SimWarp& w = sim_warp();
     const int lane = threadIdx.x & 31;
     w.addr[lane] = p;
     w.bar->arrive_and_wait();
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N; i++) {
         const uint16_t* r0 = static_cast<const uint16_t*>(w.addr[8 * i + 2 * (lane % 4)]);
         const uint16_t* r1 = static_cast<const uint16_t*>(w.addr[8 * i + 2 * (lane % 4) + 1]);
         r[i] = (uint32_t)r0[lane / 4] | ((uint32_t)r1[lane / 4] << 16);
     }
     w.bar->arrive_and_wait();
 }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) { sim_ldmatrix_trans<4>(r, p); }
+inline void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) { sim_ldmatrix_trans<2>(r, p); }
 
 // warp shuffles (full mask only) and __syncwarp: every lane posts its value, then reads its source's
 inline void __syncwarp(unsigned = 0xffffffffu) { sim_warp().bar->arrive_and_wait(); }
