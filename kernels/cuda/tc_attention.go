@@ -2,6 +2,7 @@ package cudakernels
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"bitalign/cuda"
@@ -20,8 +21,9 @@ const tcAttModule = "tc_attention"
 // TC_ATT_ELD (its e scratch's row stride in floats): TestTCAttentionMatchesSource reads them there.
 const tcAttWarps, tcAttELD = 8, 72
 
-// tcAttHeadDims are the head dims tc_attention.cu instantiates (tc_attn_hd<HD>).
-var tcAttHeadDims = []int{64, 128}
+// tcAttHeadDims are the head dims tc_attention.cu instantiates (tc_attn_hd<HD>), tcAttDecHeadDims those of
+// tc_attn_dec_hd<HD> (its warps split hd into 8 slices of 8 or 16 dims).
+var tcAttHeadDims, tcAttDecHeadDims = []int{16, 32, 64, 80, 96, 128}, []int{64, 128}
 
 // tcAttSmem is tc_attn_hd<hd>'s dynamic shared memory (TC_ATT_SMEM; the simulation refuses less): two stages of
 // the raw float32 K and V blocks, the K and V blocks as bf16 (64 keys × hd in rows of hd+8), the per-warp e
@@ -44,7 +46,7 @@ func tcAttDecSmem(hd int) int {
 // work over the block's warps (the same bits: main forces tc_attn_hd<hd>, for the tests).
 func planTCAttention(T, nh, nkv, hd int, main bool) Launch {
 	rows := int64(T) * int64(nh/nkv)
-	if rows <= 16 && !main {
+	if rows <= 16 && !main && slices.Contains(tcAttDecHeadDims, hd) {
 		return Launch{Kernel: fmt.Sprintf("tc_attn_dec_hd%d", hd), Grid: cuda.Dim3{X: 1, Y: nkv},
 			Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttDecSmem(hd)}
 	}

@@ -119,13 +119,15 @@ func TestTCAttentionMatchesSource(t *testing.T) {
 			t.Errorf("tc_attention.cu: %s is %d, tc_attention.go says %d", name, got, want)
 		}
 	}
-	var dims []int
-	for _, m := range regexp.MustCompile(`(?m)^TC_ATT_ENTRY\((\d+)\)$`).FindAllSubmatch(src, -1) {
-		d, _ := strconv.Atoi(string(m[1]))
-		dims = append(dims, d)
-	}
-	if fmt.Sprint(dims) != fmt.Sprint(tcAttHeadDims) {
-		t.Errorf("tc_attention.cu instantiates head dims %v, tc_attention.go says %v", dims, tcAttHeadDims)
+	for macro, want := range map[string][]int{"TC_ATT_ENTRY": tcAttHeadDims, "TC_ATT_DEC_ENTRY": tcAttDecHeadDims} {
+		var dims []int
+		for _, m := range regexp.MustCompile(`(?m)^`+macro+`\((\d+)\)$`).FindAllSubmatch(src, -1) {
+			d, _ := strconv.Atoi(string(m[1]))
+			dims = append(dims, d)
+		}
+		if fmt.Sprint(dims) != fmt.Sprint(want) {
+			t.Errorf("tc_attention.cu's %s instantiates head dims %v, tc_attention.go says %v", macro, dims, want)
+		}
 	}
 	for _, hd := range tcAttHeadDims {
 		if b := tcAttSmem(hd); b > 232448-1024 {
@@ -154,6 +156,8 @@ func TestTCAttentionSimulated(t *testing.T) {
 		{T: 30, S: 201, p0: 171, nh: 16, nkv: 2, hd: 64, special: true}, // warps with rows on both sides of key 192
 		{T: 3, S: 200, p0: 190, nh: 8, nkv: 2, hd: 64, special: true},   // 12 rows (decode kernel), ends on both sides of 192
 		{T: 2, S: 130, p0: 127, nh: 16, nkv: 2, hd: 128, special: true}, // 16 rows, positions 127 and 128
+		{T: 9, S: 80, p0: 60, nh: 4, nkv: 2, hd: 16, special: true},     // the engine's test models' head dims
+		{T: 7, S: 70, p0: 60, nh: 6, nkv: 3, hd: 32, special: true},
 	}
 	if os.Getenv("BITALIGN_TC_SIM") == "full" {
 		cases = append(cases, tcAttCase{T: 70, S: 70, nh: 7, nkv: 1, hd: 64, special: true},
@@ -254,13 +258,18 @@ func tcAttGPU(t testing.TB) *gpu {
 func tcAttSweep() []tcAttCase {
 	var cs []tcAttCase
 	for _, h := range [][2]int{{28, 4}, {32, 8}, {4, 4}, {7, 1}} {
-		for _, hd := range tcAttHeadDims {
+		for _, hd := range []int{64, 128} {
 			for _, tp := range [][3]int{{1, 1, 0}, {5, 5, 0}, {64, 64, 0}, {65, 65, 0}, {333, 333, 0}, {17, 300, 200},
 				{64, 1000, 900}, {1, 777, 700}, {1, 2049, 2048}, {130, 200, 63}} {
 				for _, sp := range []bool{false, true} {
 					cs = append(cs, tcAttCase{T: tp[0], S: tp[1], p0: tp[2], nh: h[0], nkv: h[1], hd: hd, special: sp})
 				}
 			}
+		}
+	}
+	for _, hd := range []int{16, 32, 80, 96} { // the other instantiated head dims, fewer shapes
+		for _, tp := range [][3]int{{1, 1, 0}, {65, 65, 0}, {17, 300, 200}, {1, 777, 700}} {
+			cs = append(cs, tcAttCase{T: tp[0], S: tp[1], p0: tp[2], nh: 12, nkv: 4, hd: hd, special: tp[0] > 2})
 		}
 	}
 	return cs

@@ -26,7 +26,8 @@
 //
 // Built by `make ptx-tc` (scripts/gpu.sh tc); the Go launcher is kernels/cuda/tc_attention.go. Entries:
 // tc_attn_hd<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt), grid (ceil(T·grp / (16·TC_ATT_WARPS)), nkv),
-// TC_ATT_WARPS·32 threads, tc_attn_smem(HD) bytes of dynamic shared memory.
+// TC_ATT_WARPS·32 threads, TC_ATT_SMEM(HD) bytes of dynamic shared memory, for HD = 16, 32, 64, 80, 96, 128;
+// tc_attn_dec_hd<HD> (HD = 64, 128) below for decode.
 #include "tc_common.cuh"
 
 #define TC_ATT_WARPS 8
@@ -564,12 +565,19 @@ __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const 
         const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
         int dt) {                                                                                                 \
         tc_attn_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt);                                            \
-    }                                                                                                             \
+    }
+#define TC_ATT_DEC_ENTRY(HD)                                                                                      \
     extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_dec_hd##HD(                           \
         float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,                        \
         const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
         int dt) {                                                                                                 \
         tc_attn_dec_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt);                                        \
     }
+TC_ATT_ENTRY(16)
+TC_ATT_ENTRY(32)
 TC_ATT_ENTRY(64)
+TC_ATT_ENTRY(80)
+TC_ATT_ENTRY(96)
 TC_ATT_ENTRY(128)
+TC_ATT_DEC_ENTRY(64)
+TC_ATT_DEC_ENTRY(128)

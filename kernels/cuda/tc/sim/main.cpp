@@ -114,7 +114,11 @@ int main(int argc, char** argv) {
     if (name.rfind("tc_attn_", 0) == 0) {
         using ATT = void (*)(float*, const float*, const float*, const float*, const int*, int, int, int, int, float, int);
         static const std::map<std::string, std::pair<ATT, int>> att = {
+            {"tc_attn_hd16", {tc_attn_hd16, TC_ATT_SMEM(16)}},
+            {"tc_attn_hd32", {tc_attn_hd32, TC_ATT_SMEM(32)}},
             {"tc_attn_hd64", {tc_attn_hd64, TC_ATT_SMEM(64)}},
+            {"tc_attn_hd80", {tc_attn_hd80, TC_ATT_SMEM(80)}},
+            {"tc_attn_hd96", {tc_attn_hd96, TC_ATT_SMEM(96)}},
             {"tc_attn_hd128", {tc_attn_hd128, TC_ATT_SMEM(128)}},
             {"tc_attn_dec_hd64", {tc_attn_dec_hd64, TC_ATT_DEC_SMEM(64)}},
             {"tc_attn_dec_hd128", {tc_attn_dec_hd128, TC_ATT_DEC_SMEM(128)}}};
