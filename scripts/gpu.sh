@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu.sh — build-check-time on the GPU machine in one call (see docs/gpu.md).
 # Here (no GPU):   make gpu-build            # CGO_ENABLED=0 test binaries into .gpu/
-# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [nvls] [ui] [bench] [tc]   (default: all), with .gpu carried;
+# There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [nvls] [ui] [bench] [tc] [tcattn]   (default: all but tcattn), with .gpu carried;
 #                  load, torch, tp, size, sweep, record, replay and e2e only when named.
 #   ptx   runs `make ptx` (every PTX: kernels/cuda and nvls/cuda, the Makefile's NVCCFLAGS) into a fresh tree,
 #         says which PTX differ from the committed ones and leaves the tree in $OUT/ptx.tar (PTX and both
@@ -24,7 +24,12 @@
 #         beside cuBLAS bf16 (torch.mm) at the same shapes (launch.json's big_order), and one per family that
 #         loaded at the square, gate/up and o_proj shapes (-tc-path=tma|wgmma|mmasync), all in the same call.
 #         ptxas -v of each module (registers, spills) first. Leaves $OUT/tc_*.ptx (to commit once
-#         kernels/cuda/tc/* moves into kernels/cuda).
+#         kernels/cuda/tc/* moves into kernels/cuda). The step also runs the tc attention's part (below).
+#   tcattn the tensor-core attention alone (kernels/cuda/tc/tc_attention.cu; also part of tc): the same compile,
+#         then its GPU tests (bitwise against kernels.AttentionTC over the sweep, chunked prefill and decode equal
+#         to the full prefill, the float64 bound) and BenchmarkAttentionTC, printed by scripts/tc_bench.py beside
+#         torch's scaled_dot_product_attention with the flash backend at the same shapes (TCATT_BENCH=prefill or
+#         decode: one half). Not in the default list: `bash scripts/gpu.sh tcattn`.
 #   load  generates a Qwen2-1.5B-shaped bf16 sharded checkpoint (3.1 GB, 28 layers) once in $LOAD_DIR and times
 #         loading it onto GPU 0 (engine.Load plus every weight's upload) against cat of the same files in the same
 #         run, and the peak RSS of such a load in a fresh process (BenchmarkLoadCheckpoint: load/cat, rss/ckpt);
@@ -198,22 +203,39 @@ if [[ " $steps " == *" bench "* ]]; then
     -test.benchtime "${BENCHTIME:-20x}" -test.timeout 300s ${BENCHFLAGS:-}) 2>&1 | tee "$OUT/bench.log" | grep -E "Benchmark|FAIL|panic" || rc=1
   python3 scripts/cublas_bench.py 2>&1 | tee "$OUT/cublas.log" || rc=1
 fi
-if [[ " $steps " == *" tc "* ]]; then
-  echo "== tc (the tensor-core matmul: compile, bitwise against the CPU tc matmul, speed beside cuBLAS bf16)"
+if [[ " $steps " == *" tc "* || " $steps " == *" tcattn "* ]]; then
+  echo "== tc (the tensor-core kernels: compile; matmul (step tc): bitwise against the CPU tc matmul, speed beside cuBLAS bf16; attention (tc, tcattn): bitwise against the CPU tc attention, speed beside SDPA flash)"
   tc_ptx
+  cp "$tcdir"/kernels/cuda/tc_*.ptx "$OUT/" 2>/dev/null
+  for m in tc_matmul:sm_90 tc_wgmma:sm_90a tc_tma:sm_90a tc_attention:sm_90; do # the inline PTX (mma, wgmma, TMA) is first assembled here
+    mod=${m%%:*}
+    [[ -s "$tcdir/kernels/cuda/$mod.ptx" ]] || continue
+    if ! ptxas -arch="${m##*:}" -v "$tcdir/kernels/cuda/$mod.ptx" -o /dev/null >"$OUT/$mod-ptxas.log" 2>&1; then
+      echo "tc: ptxas FAILED on $mod.ptx (the driver will refuse it):"; grep -iv "info" "$OUT/$mod-ptxas.log" | head -40; rc=1
+    fi
+    grep -E "entry function|spill|Used" "$OUT/$mod-ptxas.log" | sed -e "s/ptxas info *: //" | paste - - - |
+      sed -e "s/Compiling entry function//" | grep -v "_vec'" | head -12
+  done
+  # attention (tc_attention.cu): bitwise against kernels.AttentionTC, invariance, the float64 bound, then the
+  # speed beside SDPA's flash backend (scripts/tc_bench.py's attention table)
+  if [[ ! -s "$tcdir/kernels/cuda/tc_attention.ptx" ]]; then
+    echo "tc: no tc_attention.ptx: the tc attention tests and benchmark do not run"; rc=1
+  else
+    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
+      -test.run '^(TestTCAttentionMatchesSource|TestAttentionTCBitwise|TestAttentionTCInvariance|TestAttentionTCAccuracy)$' \
+      -test.v -test.count=1 -test.timeout 400s) 2>&1 |
+      tee "$OUT/tc-attention-test.log" | grep -E "^(--- |ok|FAIL|PASS)|first difference|float64|control|seed|panic" | head -60
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
+      -test.run '^$' -test.bench "^BenchmarkAttentionTC\$${TCATT_BENCH:+/}${TCATT_BENCH:-}" -test.benchtime "${BENCHTIME:-20x}" -test.timeout 500s) \
+      >"$OUT/tc-attention-bench.log" 2>&1 || { echo "tc: attention benchmark FAILED"; tail -20 "$OUT/tc-attention-bench.log"; rc=1; }
+    python3 scripts/tc_bench.py "$OUT/tc-attention-bench.log" 2>&1 | tee "$OUT/tc-attention-table.log" || rc=1
+  fi
+fi
+if [[ " $steps " == *" tc "* ]]; then
   if [[ ! -s "$tcdir/kernels/cuda/tc_matmul.ptx" ]]; then
     echo "tc: no tc_matmul.ptx: the tc tests and benchmark do not run"; rc=1
   else
-    cp "$tcdir"/kernels/cuda/tc_*.ptx "$OUT/" 2>/dev/null
-    for m in tc_matmul:sm_90 tc_wgmma:sm_90a tc_tma:sm_90a; do # the inline PTX (mma, wgmma, TMA) is first assembled here
-      mod=${m%%:*}
-      [[ -s "$tcdir/kernels/cuda/$mod.ptx" ]] || continue
-      if ! ptxas -arch="${m##*:}" -v "$tcdir/kernels/cuda/$mod.ptx" -o /dev/null >"$OUT/$mod-ptxas.log" 2>&1; then
-        echo "tc: ptxas FAILED on $mod.ptx (the driver will refuse it):"; grep -iv "info" "$OUT/$mod-ptxas.log" | head -40; rc=1
-      fi
-      grep -E "entry function|spill|Used" "$OUT/$mod-ptxas.log" | sed -e "s/ptxas info *: //" | paste - - - |
-        sed -e "s/Compiling entry function//" | grep -v "_vec'" | head -12
-    done
     (cd cuda && BITALIGN_REQUIRE_GPU=1 ../.gpu/cuda.test -test.run '^(TestTiled2DCheck|TestEncodeTiled)$' -test.v -test.count=1) 2>&1 |
       grep -E "^(--- |ok|FAIL|PASS)|panic" | head -10
     (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \

@@ -1,14 +1,19 @@
-"""The tc matmul beside cuBLAS bf16 (scripts/gpu.sh tc): reads the Go benchmark log of BenchmarkMatmulTC
-(kernels/cuda/tc_test.go), times torch.mm in bf16 at the same shapes in the same call (median of CUDA-event-timed
-runs after warm-up, weights rotated over 4 copies when they fit, as the Go benchmark does) and prints one table:
-the tc kernel's µs, cuBLAS's µs, speed as a fraction of cuBLAS (cuBLAS time / tc time: ≥ 1 is faster), TFLOP/s,
-and the fraction of copy bandwidth (bf16 x and w read once, the output written: float32 for tc, bf16 for
-cuBLAS). Usage: python3 scripts/tc_bench.py GO_BENCH_LOG"""
+"""The tc matmul beside cuBLAS bf16 and tc attention beside FlashAttention (scripts/gpu.sh tc, tcattn): reads the
+Go benchmark log of BenchmarkMatmulTC (kernels/cuda/tc_test.go), times torch.mm in bf16 at the same shapes in the
+same call (median of CUDA-event-timed runs after warm-up, weights rotated over 4 copies when they fit, as the Go
+benchmark does) and prints one table: the tc kernel's µs, cuBLAS's µs, speed as a fraction of cuBLAS (cuBLAS
+time / tc time: ≥ 1 is faster), TFLOP/s, and the fraction of copy bandwidth (bf16 x and w read once, the output
+written: float32 for tc, bf16 for cuBLAS). The log's BenchmarkAttentionTC lines (kernels/cuda/tc_attention_test.go)
+get a second table: torch.nn.functional.scaled_dot_product_attention with the flash backend only
+(sdpa_kernel(SDPBackend.FLASH_ATTENTION)), bf16, GQA through enable_gqa, causal for prefill, at the same shapes
+(a decode batch of B sequences is one SDPA call of batch B; tc runs one launch per sequence, as the engine does).
+Usage: python3 scripts/tc_bench.py GO_BENCH_LOG"""
 import re
 import sys
 
 import torch
 
+ATT = re.compile(r"^BenchmarkAttentionTC/(\w+)/nh=(\d+)/nkv=(\d+)/hd=(\d+)/T=(\d+)/S=(\d+)/B=(\d+)(?:-\d+)?\s+\d+\s+(.*)$")
 LINE = re.compile(r"^BenchmarkMatmulTC/([\w-]+)/([\w-]+)/M=(\d+)/K=(\d+)/N=(\d+)(?:-\d+)?\s+\d+\s+(.*)$")
 
 
@@ -23,6 +28,54 @@ def parse(path):
             rows.append(dict(shape=m.group(1), layout=m.group(2), M=int(m.group(3)), K=int(m.group(4)),
                              N=int(m.group(5)), us=vals.get("gpu-us/op"), bw=vals.get("%copy-BW")))
     return rows
+
+
+def parse_attention(path):
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = ATT.match(line.strip())
+            if not m:
+                continue
+            vals = dict((u, float(v)) for v, u in re.findall(r"([-\d.e+]+) ([\w%/-]+)", m.group(8)))
+            nh, nkv, hd, T, S, B = (int(m.group(i)) for i in range(2, 8))
+            rows.append(dict(kind=m.group(1), nh=nh, nkv=nkv, hd=hd, T=T, S=S, B=B, us=vals.get("gpu-us/op")))
+    return rows
+
+
+def attention_table(rows):
+    """tc attention beside SDPA's flash backend; prefill goal ≥ 0.9×, decode ≥ 1.0× (issue 14)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    dev = "cuda:0"
+    g = torch.Generator(device=dev).manual_seed(2)
+    hdr = (f"{'kind':8} {'nh/nkv':>6} {'hd':>4} {'T':>5} {'S':>6} {'B':>3} {'tc us':>10} {'flash us':>10} "
+           f"{'x flash':>7} {'goal':>5} {'tc TFLOP/s':>10} {'flash TFLOP/s':>13}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        nh, nkv, hd, T, S, B = r["nh"], r["nkv"], r["hd"], r["T"], r["S"], r["B"]
+        q = torch.randn(B, nh, T, hd, device=dev, generator=g).to(torch.bfloat16)
+        k = torch.randn(B, nkv, S, hd, device=dev, generator=g).to(torch.bfloat16)
+        v = torch.randn(B, nkv, S, hd, device=dev, generator=g).to(torch.bfloat16)
+        causal = r["kind"] == "prefill"
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            try:
+                ms = median_ms(lambda i: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True), 20)
+                how = ""
+            except RuntimeError as e:  # a torch whose flash backend refuses enable_gqa: the heads expanded first
+                ke, ve = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
+                ms = median_ms(lambda i: F.scaled_dot_product_attention(q, ke, ve, is_causal=causal), 20)
+                how = f" (kv heads expanded: {str(e).splitlines()[0][:60]})"
+                del ke, ve
+        flops = B * 4 * nh * hd * (T * (T + 1) / 2 if causal else S)
+        tc = r["us"] or float("nan")
+        goal = 0.9 if causal else 1.0
+        print(f"{r['kind']:8} {f'{nh}/{nkv}':>6} {hd:4d} {T:5d} {S:6d} {B:3d} {tc:10.1f} {ms * 1e3:10.1f} "
+              f"{ms * 1e3 / tc:7.2f} {goal:5.1f} {flops / (tc * 1e-6) / 1e12:10.1f} {flops / (ms * 1e-3) / 1e12:13.1f}{how}")
+        del q, k, v
+        torch.cuda.empty_cache()
 
 
 def median_ms(f, n):
@@ -43,9 +96,15 @@ def median_ms(f, n):
 
 def main():
     rows = parse(sys.argv[1]) if len(sys.argv) > 1 else []
-    if not rows:
-        print("tc_bench: no BenchmarkMatmulTC lines in the Go log (did the tc kernels load?)")
+    att = parse_attention(sys.argv[1]) if len(sys.argv) > 1 else []
+    if not rows and not att:
+        print("tc_bench: no BenchmarkMatmulTC or BenchmarkAttentionTC lines in the Go log (did the tc kernels load?)")
         return 1
+    if att:
+        print("-- tc attention beside scaled_dot_product_attention (flash backend), bf16; x flash = flash us / tc us")
+        attention_table(att)
+    if not rows:
+        return 0
     dev = "cuda:0"
     g = torch.Generator(device=dev).manual_seed(1)
     src = torch.empty(2 << 30, dtype=torch.uint8, device=dev).fill_(1)

@@ -28,12 +28,14 @@ type Kernels struct {
 	// general (tests and benchmarks) makes canonical RMSNorm and attention run rmsnorm and attention, the
 	// kernels that production runs for the standard profile and for rows or head groups the per-row and
 	// per-tile kernels cannot hold, so that the tests cover them at every shape.
-	general  bool
-	tcErr    error  // why the tc kernels are not loaded (nil: they are; tc.go)
-	tcWGErr  error  // why the tc wgmma kernels are not loaded too (nil: they are)
-	tcTMAErr error  // why the tc TMA kernels are not loaded too (nil: they are)
-	tcG      int    // tests: force the tc matmul's segments per block (0: automatic)
-	tcPath   TCPath // tests and benchmarks: force the tc family of M > dec64_max_m ("": launch.json's big_order)
+	general   bool
+	tcErr     error  // why the tc kernels are not loaded (nil: they are; tc.go)
+	tcWGErr   error  // why the tc wgmma kernels are not loaded too (nil: they are)
+	tcTMAErr  error  // why the tc TMA kernels are not loaded too (nil: they are)
+	tcAttErr  error  // why tc_attention is not loaded (nil: it is; tc_attention.go)
+	tcAttMain bool   // tests: tc attention always runs tc_attn_hd<hd>, also where tc_attn_dec_hd<hd> would
+	tcG       int    // tests: force the tc matmul's segments per block (0: automatic)
+	tcPath    TCPath // tests and benchmarks: force the tc family of M > dec64_max_m ("": launch.json's big_order)
 }
 
 // Load loads every PTX module on c's device and looks up its kernels. Errors wrap the driver's (an unusable
@@ -44,7 +46,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	}
 	k := &Kernels{dev: c.Device(), fn: map[string]*cuda.Function{}, lim: limitsOf(c.Device())}
 	for _, mod := range Modules() {
-		if mod == tcModule || mod == tcWGModule || mod == tcTMAModule {
+		if mod == tcModule || mod == tcWGModule || mod == tcTMAModule || mod == tcAttModule {
 			continue // loadTC, below
 		}
 		src, err := PTX(mod)

@@ -134,6 +134,9 @@ func (k *Kernels) attention(c *cuda.Ctx, p kernels.Profile, fast bool, dt kernel
 	if T <= 0 {
 		return nil
 	}
+	if p == kernels.TC && !fast {
+		return k.attentionTC(c, dt, out, q, kc, vc, pos, T, S, nh, nkv, hd, scale)
+	}
 	pl := planAttention(k.lim, p, fast, k.general, T, nh, nkv, hd)
 	if pl.Kernel != "attention" {
 		return k.launch(c, pl.Launch, out, q, kc, vc, pos, T, nh, nkv, hd, scale, DTCode(dt), pl.TQ)

@@ -266,6 +266,7 @@ func tcSmem(name string) int {
 // driver refuses, tc is unavailable with the reason in k.tcErr; tc_wgmma and tc_tma are optional (their
 // reasons in k.tcWGErr, k.tcTMAErr). The other kernels stay as they are either way.
 func (k *Kernels) loadTC(c *cuda.Ctx) {
+	k.tcAttErr = k.loadOptional(c, tcAttModule) // tc attention: its own module, independent of the matmul's
 	if k.tcErr = k.loadOptional(c, tcModule); k.tcErr != nil {
 		k.tcWGErr, k.tcTMAErr = k.tcErr, k.tcErr
 		return
@@ -289,7 +290,7 @@ func (k *Kernels) loadOptional(c *cuda.Ctx, mod string) error {
 		if err != nil {
 			return err
 		}
-		if b := tcSmem(name); b > 0 {
+		if b := max(tcSmem(name), tcAttSmemOf(name)); b > 0 {
 			if err := f.SetMaxDynamicSharedMemory(c, b); err != nil {
 				return fmt.Errorf("cudakernels: %s: %w", name, err)
 			}

@@ -22,24 +22,8 @@ import (
 // kernels.MatmulTC / MatmulTCPartial: the kernels' tiling, pipeline, zero padding, segment tree, split over
 // blocks and tc_finish, before any GPU runs them. It needs g++ (C++20) and skips without it.
 func TestTCSimulated(t *testing.T) {
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ here: the CPU simulation of tc_matmul.cu is not built (skipped, not passed)")
-	}
+	sim := buildTCSim(t)
 	dir := t.TempDir()
-	probe := filepath.Join(dir, "probe.cpp") // a g++ without C++20's <barrier> cannot build the simulation at all
-	if err := os.WriteFile(probe, []byte("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cxx, "-std=c++20", "-o", filepath.Join(dir, "probe"), probe, "-pthread").CombinedOutput(); err != nil {
-		t.Skipf("%s has no C++20 <barrier> (%v: %s): the CPU simulation of tc_matmul.cu is not built (skipped, not passed)", cxx, err, out)
-	}
-	sim := filepath.Join(dir, "tc_sim")
-	build := exec.Command(cxx, "-std=c++20", "-O1", "-ffp-contract=off", "-DBITALIGN_TC_SIM", "-I", ".", "-o", sim,
-		"tc/sim/main.cpp", "-pthread")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the tc simulation: %v\n%s", err, out)
-	}
 	r := rand.New(rand.NewPCG(160, 161))
 	type kase struct {
 		M, K, N  int
@@ -183,6 +167,30 @@ func TestTCSimulated(t *testing.T) {
 		}
 	}
 	t.Logf("%d simulated launches bitwise equal to kernels.MatmulTC", runs)
+}
+
+// buildTCSim builds the tc kernels' CPU simulation (tc/sim/main.cpp) in a test's temporary directory; it skips
+// without a g++ that has C++20's <barrier>.
+func buildTCSim(t *testing.T) string {
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ here: the CPU simulation of tc_matmul.cu is not built (skipped, not passed)")
+	}
+	dir := t.TempDir()
+	probe := filepath.Join(dir, "probe.cpp") // a g++ without C++20's <barrier> cannot build the simulation at all
+	if err := os.WriteFile(probe, []byte("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cxx, "-std=c++20", "-o", filepath.Join(dir, "probe"), probe, "-pthread").CombinedOutput(); err != nil {
+		t.Skipf("%s has no C++20 <barrier> (%v: %s): the CPU simulation of tc_matmul.cu is not built (skipped, not passed)", cxx, err, out)
+	}
+	sim := filepath.Join(dir, "tc_sim")
+	build := exec.Command(cxx, "-std=c++20", "-O1", "-ffp-contract=off", "-DBITALIGN_TC_SIM", "-I", ".", "-o", sim,
+		"tc/sim/main.cpp", "-pthread")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the tc simulation: %v\n%s", err, out)
+	}
+	return sim
 }
 
 func itoa(v int) string { return strconv.Itoa(v) }

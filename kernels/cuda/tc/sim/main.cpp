@@ -4,6 +4,7 @@
 //
 //   tc_sim tc_mm_<variant>   GX GY GZ BX SMEM  M K N G DT  NSEG B0..BNSEG  X W BIAS|- OUT PART|-
 //   tc_sim tc_finish         GX BX  M N PARTS DT  BIAS|- OUT PART
+//   tc_sim tc_attn[_dec]_hd<HD>  GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT
 //
 // Build: g++ -std=c++20 -O1 -ffp-contract=off -DBITALIGN_TC_SIM -I kernels/cuda kernels/cuda/tc/sim/main.cpp
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "../tc_attention.cu"
 #include "../tc_matmul.cu"
 #include "../tc_tma.cu"
 #include "../tc_wgmma.cu"
@@ -75,7 +77,8 @@ static void run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned bx, size_t 
                 const unsigned ng = (bx + 127) / 128;
                 std::vector<SimWarpgroup> groups(ng);
                 for (unsigned i = 0; i < ng; i++) groups[i].bar = new std::barrier<>((std::ptrdiff_t)min(128u, bx));
-                sim_block = {&bar, sm.data(), warps.data(), groups.data()};
+                int orv = 0;
+                sim_block = {&bar, sm.data(), warps.data(), groups.data(), &orv};
                 std::vector<std::thread> th;
                 for (unsigned t = 0; t < bx; t++)
                     th.emplace_back([=] {
@@ -106,6 +109,35 @@ int main(int argc, char** argv) {
             tc_finish(out.data(), part.data(), bias.empty() ? nullptr : bias.data(), M, N, parts, dt);
         });
         spill(argv[9], out);
+        return 0;
+    }
+    if (name.rfind("tc_attn_", 0) == 0) {
+        using ATT = void (*)(float*, const float*, const float*, const float*, const int*, int, int, int, int, float, int);
+        static const std::map<std::string, std::pair<ATT, int>> att = {
+            {"tc_attn_hd16", {tc_attn_hd16, TC_ATT_SMEM(16)}},
+            {"tc_attn_hd32", {tc_attn_hd32, TC_ATT_SMEM(32)}},
+            {"tc_attn_hd64", {tc_attn_hd64, TC_ATT_SMEM(64)}},
+            {"tc_attn_hd80", {tc_attn_hd80, TC_ATT_SMEM(80)}},
+            {"tc_attn_hd96", {tc_attn_hd96, TC_ATT_SMEM(96)}},
+            {"tc_attn_hd128", {tc_attn_hd128, TC_ATT_SMEM(128)}},
+            {"tc_attn_dec_hd64", {tc_attn_dec_hd64, TC_ATT_DEC_SMEM(64)}},
+            {"tc_attn_dec_hd128", {tc_attn_dec_hd128, TC_ATT_DEC_SMEM(128)}}};
+        auto at = att.find(name);
+        if (at == att.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
+        if (argc != 17) return fprintf(stderr, "tc_sim: %s wants 15 arguments\n", name.c_str()), 2;
+        const int T = I(6), S = I(7), nh = I(8), nkv = I(9), dt = I(11);
+        const int need = at->second.second;
+        if (I(5) < need) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(5), need), 2;
+        const float scale = __uint_as_float((uint32_t)strtoul(argv[10], nullptr, 10));
+        auto q = slurp<float>(argv[12]);
+        auto kc = slurp<float>(argv[13]);
+        auto vc = slurp<float>(argv[14]);
+        auto pos = slurp<int>(argv[15]);
+        auto out = slurp<float>(argv[16]);
+        run_grid(I(2), I(3), 1, I(4), (size_t)I(5), [&] {
+            at->second.first(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt);
+        });
+        spill(argv[16], out);
         return 0;
     }
     auto it = kernels_by_name.find(name);

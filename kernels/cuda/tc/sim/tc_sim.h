@@ -55,12 +55,25 @@ using std::max;
 using std::min;
 using std::rintf;
 
+struct float2 {
+    float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(8) uint2 {
+    uint32_t x, y;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
 // The simulated block: its barrier, its dynamic shared memory, and one exchange board per warp.
 struct SimWarp {
     std::barrier<>* bar;
     const void* addr[32];
     uint32_t a[32][4], b[32][2];
     float d[32][4];
+    uint32_t x[32];  // the shuffles' board
 };
 struct SimWarpgroup {  // wgmma's board: the 128 threads' A fragments and accumulators
     std::barrier<>* bar;
@@ -72,10 +85,30 @@ struct SimBlock {
     uint16_t* smem;
     SimWarp* warps;
     SimWarpgroup* groups;
+    int* orv;  // __syncthreads_or's accumulator
 };
 inline SimBlock sim_block;
 
 inline void __syncthreads() { sim_block.bar->arrive_and_wait(); }
+inline std::mutex sim_or_mu;
+// __syncthreads_or: a barrier that returns whether any thread's p was non-zero (thread 0 clears the
+// accumulator between the last read and the next call's first write: three barriers).
+inline int __syncthreads_or(int p) {
+    if (p) {
+        std::lock_guard<std::mutex> g(sim_or_mu);
+        *sim_block.orv = 1;
+    }
+    sim_block.bar->arrive_and_wait();
+    int r;
+    {
+        std::lock_guard<std::mutex> g(sim_or_mu);
+        r = *sim_block.orv;
+    }
+    sim_block.bar->arrive_and_wait();
+    if (threadIdx.x == 0) *sim_block.orv = 0;
+    sim_block.bar->arrive_and_wait();
+    return r;
+}
 inline uint16_t* tc_sim_smem() { return sim_block.smem; }
 #define TC_SMEM(name) uint16_t* const name = tc_sim_smem()
 
@@ -106,6 +139,41 @@ inline void sim_ldmatrix(uint32_t (&r)[N], const void* p) {
     w.bar->arrive_and_wait();
 }
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) { sim_ldmatrix<4>(r, p); }
+// ldmatrix .x(N).trans: lane T receives (rows 2(T%4), 2(T%4)+1; column T/4) of each matrix.
+template <int N>
+inline void sim_ldmatrix_trans(uint32_t (&r)[N], const void* p) {
+    SimWarp& w = sim_warp();
+    const int lane = threadIdx.x & 31;
+    w.addr[lane] = p;
+    w.bar->arrive_and_wait();
+    for (int i = 0; i < N; i++) {
+        const uint16_t* r0 = static_cast<const uint16_t*>(w.addr[8 * i + 2 * (lane % 4)]);
+        const uint16_t* r1 = static_cast<const uint16_t*>(w.addr[8 * i + 2 * (lane % 4) + 1]);
+        r[i] = (uint32_t)r0[lane / 4] | ((uint32_t)r1[lane / 4] << 16);
+    }
+    w.bar->arrive_and_wait();
+}
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) { sim_ldmatrix_trans<4>(r, p); }
+inline void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) { sim_ldmatrix_trans<2>(r, p); }
+
+// warp shuffles (full mask only) and __syncwarp: every lane posts its value, then reads its source's
+inline void __syncwarp(unsigned = 0xffffffffu) { sim_warp().bar->arrive_and_wait(); }
+template <typename T>
+inline T sim_shfl(T v, int src) {
+    static_assert(sizeof(T) == 4);
+    SimWarp& w = sim_warp();
+    const int lane = threadIdx.x & 31;
+    std::memcpy(&w.x[lane], &v, 4);
+    w.bar->arrive_and_wait();
+    T r;
+    std::memcpy(&r, &w.x[src & 31], 4);
+    w.bar->arrive_and_wait();
+    return r;
+}
+template <typename T>
+inline T __shfl_sync(unsigned, T v, int src) { return sim_shfl(v, src); }
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int d) { return sim_shfl(v, (int)(threadIdx.x & 31) ^ d); }
 inline void ldmatrix_x2(uint32_t (&r)[2], const void* p) { sim_ldmatrix<2>(r, p); }
 
 // mma_dot16: one k-step of tc.1 (kernels.HopperMMA): c + Σ a[j]·b[j], bf16 bits in, float32 out.
