@@ -33,6 +33,7 @@ type Kernels struct {
 	tcWGErr  error  // why the tc wgmma kernels are not loaded too (nil: they are)
 	tcTMAErr error  // why the tc TMA kernels are not loaded too (nil: they are)
 	tcG      int    // tests: force the tc matmul's segments per block (0: automatic)
+	tcBN     int    // tests, benchmarks: force the tmap chain's tile width, 128 or 256 (0: tmapNarrow)
 	tcPath   TCPath // tests and benchmarks: force the tc family of M > dec64_max_m ("": launch.json's big_order)
 }
 
