@@ -20,8 +20,8 @@
 #         BITALIGN_REQUIRE_TC=1: a tc module that does not load fails; every loaded M > 64 family: tmap, tma,
 #         wgmma, mma.sync; cuda's tensor-map tests) and BenchmarkMatmulTC, then scripts/tc_bench.py prints one
 #         table beside cuBLAS bf16 (torch.mm) at the same shapes (launch.json's big_order), one per entry of
-#         TCPATHS (default "tma tmap:128 tmap:256 wgmma mmasync": -tc-path=P -tc-bn=BN) that loaded at the
-#         square, gate/up and o_proj shapes, and one of tmap with
+#         TCPATHS (default "tma tmapall:128 tmapall:256 wgmma mmasync": -tc-path=P -tc-bn=BN; tmapall is tmap
+#         at every M, decode included) that loaded at the square, gate/up and o_proj shapes, and one of tmap with
 #         bf16 output (-tc-bf16, MatmulTCBF16) at every shape, all in the same call.
 #         ptxas -v of each module (registers, spills) first. Leaves $OUT/tc_*.ptx (to commit once
 #         kernels/cuda/tc/* moves into kernels/cuda).
@@ -210,9 +210,9 @@ if [[ " $steps " == *" tc "* ]]; then
     python3 scripts/tc_bench.py "$OUT/tc-bench.log" 2>&1 | tee "$OUT/tc-table.log" || rc=1
     # each other family that loaded at the same shapes, for comparison in the same call (-tc-path forces one for M > 64)
     # TCPATHS: path[:bn] entries (bn forces the tmap chain's tile width: tma128p or tma256p)
-    for pb in ${TCPATHS:-tma tmap:128 tmap:256 wgmma mmasync}; do
+    for pb in ${TCPATHS:-tma tmapall:128 tmapall:256 wgmma mmasync}; do
       path=${pb%%:*} bn=0 && [[ $pb == *:* ]] && bn=${pb##*:}
-      case $path in tma|tmap) [[ -s "$tcdir/kernels/cuda/tc_tma.ptx" ]] || continue ;; wgmma) [[ -s "$tcdir/kernels/cuda/tc_wgmma.ptx" ]] || continue ;; esac
+      case $path in tma*) [[ -s "$tcdir/kernels/cuda/tc_tma.ptx" ]] || continue ;; wgmma) [[ -s "$tcdir/kernels/cuda/tc_wgmma.ptx" ]] || continue ;; esac
       (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
         -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/(square|qwen7b-o|qwen7b-gateup)' -test.benchtime "${BENCHTIME:-20x}" \
         -tc-path=$path -tc-bn=$bn -test.timeout 300s) >"$OUT/tc-bench-$path-$bn.log" 2>&1 || { echo "tc: benchmark -tc-path=$path -tc-bn=$bn FAILED"; tail -5 "$OUT/tc-bench-$path-$bn.log"; rc=1; }

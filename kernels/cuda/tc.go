@@ -32,13 +32,14 @@ type TCPath string
 // The M > dec64_max_m paths.
 const (
 	TCPathTMAP    TCPath = "tmap"    // tc_tma.cu's persistent entries: tma's tiles, a persistent grid, a static schedule
+	TCPathTMAPAll TCPath = "tmapall" // tmap at every M, decode included (else dec16/dec64 serve M ≤ dec64_max_m)
 	TCPathTMA     TCPath = "tma"     // tc_tma.cu: TMA loads, mbarrier pipeline, producer warp + 2 consumer warpgroups
 	TCPathWGMMA   TCPath = "wgmma"   // tc_wgmma.cu: cp.async loads, wgmma with A from registers
 	TCPathMMASync TCPath = "mmasync" // tc_matmul.cu's big and big64: mma.sync
 )
 
 // tcPaths are the valid TCPath values.
-var tcPaths = []TCPath{TCPathTMAP, TCPathTMA, TCPathWGMMA, TCPathMMASync}
+var tcPaths = []TCPath{TCPathTMAP, TCPathTMAPAll, TCPathTMA, TCPathWGMMA, TCPathMMASync}
 
 // tcRules is launch.json's "tc": the tiles of tc_matmul's variants and the split rule's numbers.
 type tcRules struct {
@@ -156,6 +157,10 @@ func planTC(l Limits, M, K, N int, b []int, vec bool, path TCPath, forceG, force
 	nseg := len(b) - 1
 	name := "big"
 	switch {
+	case path == TCPathTMAPAll && nseg > 1:
+		name = "tma128tp"
+	case path == TCPathTMAPAll:
+		name = "tma256p"
 	case M <= r.Dec16MaxM:
 		name = "dec16"
 	case M <= r.Dec64MaxM:
@@ -257,7 +262,7 @@ func tcTMAOK(K int, x, w cuda.Ptr, b []int) bool {
 func (k *Kernels) tcChoosePath(force TCPath, K int, x, w cuda.Ptr, b []int) (TCPath, error) {
 	can := func(p TCPath) error {
 		switch p {
-		case TCPathTMA, TCPathTMAP:
+		case TCPathTMA, TCPathTMAP, TCPathTMAPAll:
 			if k.tcTMAErr != nil {
 				return k.tcTMAErr
 			}
@@ -443,7 +448,7 @@ func (k *Kernels) tcPlanFor(x, w cuda.Ptr, M, K, N int, b []int) (TCPlan, error)
 		vec = vec && v%8 == 0
 	}
 	path := TCPathMMASync
-	if M > rules.TC.Dec64MaxM {
+	if M > rules.TC.Dec64MaxM || k.tcPath == TCPathTMAPAll { // the only family that also serves M ≤ dec64_max_m
 		var err error
 		if path, err = k.tcChoosePath(k.tcPath, K, x, w, b); err != nil {
 			return TCPlan{}, err

@@ -78,14 +78,17 @@ func TestTCSimulated(t *testing.T) {
 		run := func(what string, b []int, vec bool, G, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
 			t.Helper()
 			for _, path := range tcPaths {
-				if path != TCPathMMASync && c.M <= rules.TC.Dec64MaxM {
+				if path != TCPathMMASync && path != TCPathTMAPAll && c.M <= rules.TC.Dec64MaxM {
 					continue
 				}
-				if (path == TCPathTMA || path == TCPathTMAP) && (!vec || !tcTMAOK(K, 0, 0, b)) { // TMA loads only what tcTMAOK admits
+				if (path == TCPathTMA || path == TCPathTMAP || path == TCPathTMAPAll) && (!vec || !tcTMAOK(K, 0, 0, b)) { // TMA loads only what tcTMAOK admits
 					continue
 				}
 				bns := []int{0}
-				if path == TCPathTMAP && G <= 1 { // both chain widths (the rule picks 128 at these sizes)
+				if path == TCPathTMAPAll && c.M > rules.TC.Dec64MaxM {
+					continue // the same plans as tmap there
+				}
+				if (path == TCPathTMAP || path == TCPathTMAPAll) && G <= 1 { // both chain widths (the rule picks 128 at these sizes)
 					bns = []int{128, 256}
 				}
 				for _, bn := range bns {

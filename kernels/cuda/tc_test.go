@@ -19,7 +19,7 @@ import (
 
 // tcPathFlag makes BenchmarkMatmulTC time one family of the M > 64 kernels (scripts/gpu.sh tc runs each that
 // loaded): tmap, tma, wgmma or mmasync; empty, launch.json's big_order.
-var tcPathFlag = flag.String("tc-path", "", "BenchmarkMatmulTC: the tc kernels of M > 64 to time (tmap, tma, wgmma, mmasync; empty: launch.json's big_order)")
+var tcPathFlag = flag.String("tc-path", "", "BenchmarkMatmulTC: the tc kernels of M > 64 to time (tmap, tma, wgmma, mmasync; tmapall: tmap at every M; empty: launch.json's big_order)")
 
 // tcBF16Flag makes BenchmarkMatmulTC time MatmulTCBF16 (bf16 output, as cuBLAS's torch.mm writes) instead of
 // MatmulTC's float32 output.
@@ -130,7 +130,7 @@ func TestTCPlan(t *testing.T) {
 	for _, v := range []string{"dec16_chain", "dec16_tree", "dec64_chain", "dec64_tree", "big_chain", "big64_tree", "wg128_chain", "wg64t_tree"} {
 		entries["tc_mm_"+v], entries["tc_mm_"+v+"_vec"] = true, true
 	}
-	prefix := map[TCPath]string{TCPathTMAP: "tc_mm_tma", TCPathTMA: "tc_mm_tma", TCPathWGMMA: "tc_mm_wg", TCPathMMASync: "tc_mm_big"}
+	prefix := map[TCPath]string{TCPathTMAP: "tc_mm_tma", TCPathTMAPAll: "tc_mm_tma", TCPathTMA: "tc_mm_tma", TCPathWGMMA: "tc_mm_wg", TCPathMMASync: "tc_mm_big"}
 	for _, M := range []int{1, 7, 16, 17, 64, 65, 512, 4096, 8192} {
 		for _, K := range []int{16, 1000, 3584, 4096, 18944} {
 			for _, N := range []int{1, 512, 3584, 4096, 152064} {
@@ -141,11 +141,11 @@ func TestTCPlan(t *testing.T) {
 						nseg := len(b) - 1
 						what := fmt.Sprintf("%v M=%d K=%d N=%d path %s", lay, M, K, N, path)
 						ln := p.Launches[0]
-						if big := strings.HasPrefix(ln.Kernel, prefix[path]); big != (M > rules.TC.Dec64MaxM) {
+						if big := strings.HasPrefix(ln.Kernel, prefix[path]); big != (M > rules.TC.Dec64MaxM || path == TCPathTMAPAll) {
 							t.Fatalf("%s: %s", what, ln.Kernel)
 						}
 						persist := strings.HasPrefix(ln.Kernel, "tc_mm_tma") && strings.HasSuffix(strings.Split(ln.Kernel, "_")[2], "p")
-						if persist != (path == TCPathTMAP && M > rules.TC.Dec64MaxM) {
+						if persist != ((path == TCPathTMAP && M > rules.TC.Dec64MaxM) || path == TCPathTMAPAll) {
 							t.Fatalf("%s: %s", what, ln.Kernel)
 						}
 						if nseg%p.G != 0 || p.Parts != nseg/p.G || (!persist && int(ln.Grid.Z) != p.Parts) {
@@ -392,17 +392,20 @@ type tcPathBN struct {
 
 // tcBitwisePaths are the M > 64 families TestMatmulTCBitwise runs at M: launch.json's choice (""), then each
 // other loaded family forced, the tma ones only where they can load the operands (tcTMAOK; the uploads are
-// aligned), tmap with each chain width (tma128p and tma256p).
+// aligned), tmap with each chain width (tma128p and tma256p); at M ≤ dec64_max_m tmapall with each width.
 func tcBitwisePaths(k *Kernels, M, K int, lay kernels.TCLayout) []tcPathBN {
 	paths := []tcPathBN{{"", 0}}
+	b, _ := kernels.TCBounds(lay, K)
 	if M <= rules.TC.Dec64MaxM {
+		if k.HasTCTMA() == nil && tcTMAOK(K, 0, 0, b) {
+			paths = append(paths, tcPathBN{TCPathTMAPAll, 128}, tcPathBN{TCPathTMAPAll, 256})
+		}
 		return paths
 	}
-	b, _ := kernels.TCBounds(lay, K)
 	def, _ := k.tcChoosePath("", K, 0, 0, b)
 	for _, p := range tcPaths {
 		tma := p == TCPathTMA || p == TCPathTMAP
-		if (tma && (k.HasTCTMA() != nil || !tcTMAOK(K, 0, 0, b))) || (p == TCPathWGMMA && k.HasTCWGMMA() != nil) {
+		if p == TCPathTMAPAll || (tma && (k.HasTCTMA() != nil || !tcTMAOK(K, 0, 0, b))) || (p == TCPathWGMMA && k.HasTCWGMMA() != nil) {
 			continue
 		}
 		if p == TCPathTMAP {
