@@ -119,12 +119,13 @@ func (r *tcRules) variant(name string) tcVariant {
 // smem is the variant's dynamic shared memory for a chain (tree false) or tree entry: stages of the x and w
 // tiles, rows of bk+8 bf16 (the wgmma variants' w tiles are in the unpadded core-matrix layout; the tma
 // variants' tiles are unpadded, 128-byte swizzled, after 1024 bytes of alignment slack, and a tree entry keeps
-// two open subtrees of bm·bn floats there too: tc_tma.cu's tc_tma_body).
+// two open subtrees of bm·bn floats there too, but for the persistent ones, whose subtrees are in the stash
+// buffer: tc_tma.cu's tc_tma_body).
 func (v tcVariant) smem(tree bool) int {
 	switch {
 	case strings.HasPrefix(v.name, "tma"):
 		b := 1024 + v.stages*(v.bm+v.bn)*v.bk*2
-		if tree {
+		if tree && !tmaPersistent(v.name) {
 			b += 2 * v.bm * v.bn * 4
 		}
 		return b
@@ -486,7 +487,13 @@ func (k *Kernels) launchTMA(c *cuda.Ctx, l Launch, out, part, x, w, bias cuda.Pt
 		return fmt.Errorf("cudakernels: %s: w: %w", l.Kernel, err)
 	}
 	if tmaPersistent(name) {
-		return k.launch(c, l, tx.Bytes(), tw.Bytes(), out, part, bias, M, K, N, segs(b), G, dt, ob)
+		stash := cuda.Ptr(0)
+		if strings.HasSuffix(l.Kernel, "_tree") { // the open subtrees: 2·bm·bn floats a block
+			if stash, err = grow(c, &k.stash, &k.stashBytes, 4*2*int64(v.bm)*int64(v.bn)*int64(l.Grid.X), "stash"); err != nil {
+				return err
+			}
+		}
+		return k.launch(c, l, tx.Bytes(), tw.Bytes(), out, part, bias, M, K, N, segs(b), G, dt, ob, stash)
 	}
 	return k.launch(c, l, tx.Bytes(), tw.Bytes(), out, part, bias, M, K, N, segs(b), G, dt)
 }

@@ -187,11 +187,15 @@ __device__ __forceinline__ TmaTile tma_tile(int t, int z, int M, int N, int G) {
 // adjacent columns at once (float2 when N is even) and, with ob = 1 (the finished tree, dt = DT_BF16 only), the
 // bf16 bits of the rounded value (its upper half: round_dt made it a bf16 value) instead of float32.
 // Dynamic shared memory (kernels/cuda/tc.go, tcVariant.smemFor): 1024 bytes of alignment slack, STAGES x slots
-// then STAGES w slots, and for TREE the second and third open subtrees (2·BM·BN floats).
+// then STAGES w slots, and for TREE without PERSIST the second and third open subtrees (2·BM·BN floats). With
+// PERSIST those two live in global memory instead, stash[blockIdx.x] (2·BM·BN floats a block, each thread's own
+// words, coalesced: written at most once a segment, read back by the same thread, through L2), so that the tree
+// has the shared memory of 6 slots instead of 3.
 template <int BN, int STAGES, bool TREE, bool PERSIST>
 __device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, void* __restrict__ outv,
                                             float* __restrict__ part, const float* __restrict__ bias, int M, int K,
-                                            int N, const Segs& segs, int G, int dt, int ob) {
+                                            int N, const Segs& segs, int G, int dt, int ob,
+                                            float* __restrict__ stash) {
     constexpr int BM = TC_TMA_BM, BK = TC_TMA_BK, NJ = BN / 8;
     constexpr uint32_t ABYTES = BM * BK * 2, BBYTES = BN * BK * 2;
     static_assert(BK * 2 == 128, "a stage's row is one 128-byte swizzle span");
@@ -200,7 +204,8 @@ __device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, 
     uint8_t* const base = raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);  // 1024-byte atoms: base offset 0
     uint8_t* const As = base;
     uint8_t* const Bs = base + STAGES * ABYTES;
-    float* const st2s = reinterpret_cast<float*>(base + STAGES * (ABYTES + BBYTES));
+    float* const st2s = PERSIST ? stash + (size_t)blockIdx.x * 2 * BM * BN
+                                : reinterpret_cast<float*>(base + STAGES * (ABYTES + BBYTES));
     __shared__ uint64_t full[STAGES], empty[STAGES];  // 8-byte words, as mbarriers need
     __shared__ int sb[9];
     const int nseg = segs.n;
@@ -367,21 +372,22 @@ __device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, 
 // and tma128p a 128-wide chain with 6 stages there (more tiles where 256-wide ones leave SMs idle).
 // Entry: tc_mm_<variant>_<chain|tree>(tx, tw, out, part, bias, M, K, N, segs, G, dt), tx and tw the tensor maps
 // of x (box 64 × 128) and w (box 64 × BN), 128-byte swizzle, zero fill; grid (tiles, 1, nseg/G), 384 threads.
-// The persistent entries take one more parameter, ob (1: out is bf16 bits; only for a finished dt = DT_BF16
-// output), and a grid (min(tiles·nseg/G, blocks), 1, 1).
+// The persistent entries take two more parameters, ob (1: out is bf16 bits; only for a finished dt = DT_BF16
+// output) and stash (TREE: gridDim.x · 2·BM·BN floats for the open subtrees; else unused, may be null), and a
+// grid (min(tiles·nseg/G, blocks), 1, 1). tma128tp has 6 slots (its open subtrees in stash).
 #define TC_TMA_ENTRY(NAME, BN, STAGES, TREE)                                                                      \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
         NAME(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tw, float* __restrict__ out,       \
              float* __restrict__ part, const float* __restrict__ bias, int M, int K, int N, Segs segs, int G,     \
              int dt) {                                                                                            \
-        tc_tma_body<BN, STAGES, TREE, false>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt, 0);                 \
+        tc_tma_body<BN, STAGES, TREE, false>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt, 0, nullptr);        \
     }
 #define TC_TMA_PERSIST_ENTRY(NAME, BN, STAGES, TREE)                                                              \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
         NAME(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tw, void* __restrict__ out,        \
              float* __restrict__ part, const float* __restrict__ bias, int M, int K, int N, Segs segs, int G,     \
-             int dt, int ob) {                                                                                    \
-        tc_tma_body<BN, STAGES, TREE, true>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt, ob);                 \
+             int dt, int ob, float* __restrict__ stash) {                                                         \
+        tc_tma_body<BN, STAGES, TREE, true>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt, ob, stash);          \
     }
 #define TC_TMA_VARIANT(V, BN, STAGES, TREE, PERSIST, KIND) TC_TMA_VARIANT_##PERSIST(tc_mm_##V##_##KIND, BN, STAGES, TREE)
 #define TC_TMA_VARIANT_false(NAME, BN, STAGES, TREE) TC_TMA_ENTRY(NAME, BN, STAGES, TREE)
@@ -391,4 +397,4 @@ TC_TMA_VARIANT(tma256, 256, 4, false, false, chain)
 TC_TMA_VARIANT(tma128t, 128, 3, true, false, tree)
 TC_TMA_VARIANT(tma256p, 256, 4, false, true, chain)
 TC_TMA_VARIANT(tma128p, 128, 6, false, true, chain)
-TC_TMA_VARIANT(tma128tp, 128, 3, true, true, tree)
+TC_TMA_VARIANT(tma128tp, 128, 6, true, true, tree)

@@ -26,7 +26,7 @@ using TMA = void (*)(TmaMap, TmaMap, float*, float*, const float*, int, int, int
 static const std::map<std::string, std::pair<TMA, int>> tma_kernels_by_name = {
     {"tc_mm_tma256_chain", {tc_mm_tma256_chain, 256}}, {"tc_mm_tma128t_tree", {tc_mm_tma128t_tree, 128}}};
 // the persistent ones (one more parameter: ob)
-using TMAP = void (*)(TmaMap, TmaMap, void*, float*, const float*, int, int, int, Segs, int, int, int);
+using TMAP = void (*)(TmaMap, TmaMap, void*, float*, const float*, int, int, int, Segs, int, int, int, float*);
 static const std::map<std::string, std::pair<TMAP, int>> tmap_kernels_by_name = {
     {"tc_mm_tma256p_chain", {tc_mm_tma256p_chain, 256}},
     {"tc_mm_tma128p_chain", {tc_mm_tma128p_chain, 128}},
@@ -140,9 +140,11 @@ int main(int argc, char** argv) {
         const TMAP fn = pit->second.first;
         auto outh = ob ? slurp<uint16_t>(argv[a + 3]) : std::vector<uint16_t>();
         void* const o = ob ? (void*)outh.data() : (void*)out.data();
+        // the tree's stash: 2·BM·BN floats a block, poisoned (a subtree read before it was written shows)
+        std::vector<float> stash((size_t)I(2) * 2 * TC_TMA_BM * pit->second.second, __uint_as_float(0x7FBADBADu));
         run_grid(I(2), I(3), I(4), I(5), (size_t)I(6), [&] {
             fn(tx, tw, o, part.empty() ? nullptr : part.data(), bias.empty() ? nullptr : bias.data(), M, K, N, segs, G,
-               dt, ob);
+               dt, ob, stash.data());
         });
         if (ob) {
             spill(argv[a + 3], outh);
