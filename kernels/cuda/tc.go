@@ -203,8 +203,15 @@ func planTC(l Limits, M, K, N int, b []int, vec bool, path TCPath, forceG, force
 		case "tma128tp":
 			v = r.variant("tma256p")
 		}
-		if v.name == "tma256p" && (forceBN == 128 || (forceBN != 256 && tmapNarrow(l, M, N))) {
-			v = r.variant("tma128p")
+		if v.name == "tma256p" {
+			switch {
+			case forceBN == 128 || (forceBN != 256 && tmapNarrow(l, M, N)):
+				v = r.variant("tma128p")
+			case forceBN == 0:
+				// measured on the H200 (docs/benchmarks.md, session 7): the non-persistent tma256 was faster than
+				// tma256p wherever the narrow tile does not win (1024 × 4096 × 4096: 73.6 against ~102 µs)
+				v = r.variant("tma256")
+			}
 		}
 	}
 	kernel := fmt.Sprintf("tc_mm_%s_%s", v.name, kind)
@@ -400,6 +407,17 @@ func (k *Kernels) matmulTC(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b
 	pl, err := k.tcPlanFor(x, w, M, K, N, b)
 	if err != nil {
 		return err
+	}
+	if bf16Out && pl.Launches[0].Kernel == "tc_mm_tma256_chain" && k.tcPath != TCPathTMA && k.tcBN == 0 {
+		// the tmap rule's tma256 writes float32 only: tma256p writes the bf16 bits itself (cheaper than a
+		// float32 output narrowed after: 257 against ~270 µs at 4096³, session 7)
+		saved := k.tcBN
+		k.tcBN = 256
+		pl, err = k.tcPlanFor(x, w, M, K, N, b)
+		k.tcBN = saved
+		if err != nil {
+			return err
+		}
 	}
 	first := pl.Launches[0]
 	ob := 0

@@ -145,7 +145,8 @@ func TestTCPlan(t *testing.T) {
 							t.Fatalf("%s: %s", what, ln.Kernel)
 						}
 						persist := strings.HasPrefix(ln.Kernel, "tc_mm_tma") && strings.HasSuffix(strings.Split(ln.Kernel, "_")[2], "p")
-						if persist != ((path == TCPathTMAP && M > rules.TC.Dec64MaxM) || path == TCPathTMAPAll) {
+						tmapPlan := (path == TCPathTMAP && M > rules.TC.Dec64MaxM) || path == TCPathTMAPAll
+						if persist && !tmapPlan || tmapPlan && !persist && ln.Kernel != "tc_mm_tma256_chain" {
 							t.Fatalf("%s: %s", what, ln.Kernel)
 						}
 						if nseg%p.G != 0 || p.Parts != nseg/p.G || (!persist && int(ln.Grid.Z) != p.Parts) {
@@ -191,7 +192,7 @@ func TestTCPlan(t *testing.T) {
 			t.Errorf("tmapNarrow(M=%d, N=%d) = %v, want %v", c.M, c.N, got, c.narrow)
 		}
 		b, _ := kernels.TCBounds(kernels.ColumnParallel, 4096)
-		want := map[bool]string{true: "tc_mm_tma128p_chain", false: "tc_mm_tma256p_chain"}[c.narrow]
+		want := map[bool]string{true: "tc_mm_tma128p_chain", false: "tc_mm_tma256_chain"}[c.narrow]
 		if p := planTC(l, c.M, 4096, c.N, b, true, TCPathTMAP, 0, 0); p.Launches[0].Kernel != want {
 			t.Errorf("tmap M=%d N=%d: %s, want %s", c.M, c.N, p.Launches[0].Kernel, want)
 		}
