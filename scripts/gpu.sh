@@ -19,10 +19,12 @@
 #   tc    the tensor-core matmul (issue 14, kernels/cuda/tc/*.cu): compiles it (`make ptx-tc`, the Makefile's
 #         NVCCFLAGS) into the ptx step's fresh tree (or a copy of the committed PTX), prints nvcc's message and
 #         goes on to the next step if that fails; else runs the tc GPU tests (bitwise against the CPU tc matmul,
-#         BITALIGN_REQUIRE_TC=1: a tc module that does not load fails; every loaded M > 64 family: tma, wgmma,
-#         mma.sync; cuda's tensor-map tests) and BenchmarkMatmulTC, then scripts/tc_bench.py prints one table
-#         beside cuBLAS bf16 (torch.mm) at the same shapes (launch.json's big_order), and one per family that
-#         loaded at the square, gate/up and o_proj shapes (-tc-path=tma|wgmma|mmasync), all in the same call.
+#         BITALIGN_REQUIRE_TC=1: a tc module that does not load fails; every loaded M > 64 family: tmap, tma,
+#         wgmma, mma.sync; cuda's tensor-map tests) and BenchmarkMatmulTC, then scripts/tc_bench.py prints one
+#         table beside cuBLAS bf16 (torch.mm) at the same shapes (launch.json's big_order), one per entry of
+#         TCPATHS (default "tma tmapall:128 tmapall:256 wgmma mmasync": -tc-path=P -tc-bn=BN; tmapall is tmap
+#         at every M, decode included) that loaded at the square, gate/up and o_proj shapes, and one of tmap with
+#         bf16 output (-tc-bf16, MatmulTCBF16) at every shape, all in the same call.
 #         ptxas -v of each module (registers, spills) first. Leaves $OUT/tc_*.ptx (to commit once
 #         kernels/cuda/tc/* moves into kernels/cuda). The step also runs the tc attention's part (below).
 #   tcattn the tensor-core attention alone (kernels/cuda/tc/tc_attention.cu; also part of tc): the same compile,
@@ -245,17 +247,26 @@ if [[ " $steps " == *" tc "* ]]; then
     (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
       -test.run '^$' -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -test.timeout 400s) \
       >"$OUT/tc-bench.log" 2>&1 || { echo "tc: benchmark FAILED"; tail -20 "$OUT/tc-bench.log"; rc=1; }
-    echo "-- tc beside cuBLAS (M > 64: launch.json's big_order, the first family that loaded: tma, wgmma, mma.sync)"
+    echo "-- tc beside cuBLAS (M > 64: launch.json's big_order, the first family that loaded: tmap, tma, wgmma, mma.sync)"
     python3 scripts/tc_bench.py "$OUT/tc-bench.log" 2>&1 | tee "$OUT/tc-table.log" || rc=1
     # each other family that loaded at the same shapes, for comparison in the same call (-tc-path forces one for M > 64)
-    for path in tma wgmma mmasync; do
-      case $path in tma) [[ -s "$tcdir/kernels/cuda/tc_tma.ptx" ]] || continue ;; wgmma) [[ -s "$tcdir/kernels/cuda/tc_wgmma.ptx" ]] || continue ;; esac
+    # TCPATHS: path[:bn] entries (bn forces the tmap chain's tile width: tma128p or tma256p)
+    for pb in ${TCPATHS:-tma tmapall:128 tmapall:256 wgmma mmasync}; do
+      path=${pb%%:*} bn=0 && [[ $pb == *:* ]] && bn=${pb##*:}
+      case $path in tma*) [[ -s "$tcdir/kernels/cuda/tc_tma.ptx" ]] || continue ;; wgmma) [[ -s "$tcdir/kernels/cuda/tc_wgmma.ptx" ]] || continue ;; esac
       (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
         -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/(square|qwen7b-o|qwen7b-gateup)' -test.benchtime "${BENCHTIME:-20x}" \
-        -tc-path=$path -test.timeout 300s) >"$OUT/tc-bench-$path.log" 2>&1 || { echo "tc: benchmark -tc-path=$path FAILED"; tail -5 "$OUT/tc-bench-$path.log"; rc=1; }
-      echo "-- the same with -tc-path=$path at M > 64"
-      python3 scripts/tc_bench.py "$OUT/tc-bench-$path.log" 2>&1 | tee "$OUT/tc-table-$path.log" || rc=1
+        -tc-path=$path -tc-bn=$bn -test.timeout 300s) >"$OUT/tc-bench-$path-$bn.log" 2>&1 || { echo "tc: benchmark -tc-path=$path -tc-bn=$bn FAILED"; tail -5 "$OUT/tc-bench-$path-$bn.log"; rc=1; }
+      echo "-- the same with -tc-path=$path -tc-bn=$bn at M > 64"
+      python3 scripts/tc_bench.py "$OUT/tc-bench-$path-$bn.log" 2>&1 | tee "$OUT/tc-table-$path-$bn.log" || rc=1
     done
+    if [[ -s "$tcdir/kernels/cuda/tc_tma.ptx" ]]; then # bf16 output (MatmulTCBF16), every shape, as cuBLAS writes it
+      (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
+        -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -tc-path=tmap -tc-bf16 \
+        -test.timeout 300s) >"$OUT/tc-bench-tmap-bf16.log" 2>&1 || { echo "tc: benchmark -tc-path=tmap -tc-bf16 FAILED"; tail -5 "$OUT/tc-bench-tmap-bf16.log"; rc=1; }
+      echo "-- the same with -tc-path=tmap -tc-bf16 (bf16 output) at M > 64"
+      python3 scripts/tc_bench.py "$OUT/tc-bench-tmap-bf16.log" 2>&1 | tee "$OUT/tc-table-tmap-bf16.log" || rc=1
+    fi
   fi
 fi
 

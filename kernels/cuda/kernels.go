@@ -25,6 +25,8 @@ type Kernels struct {
 	lim          Limits     // what the launch rules read of the device
 	aux          cuda.Ptr   // small per-row statistics (log-softmax partials), separate from scratch
 	auxBytes     int64
+	stash        cuda.Ptr // the persistent tc tree's open subtrees (tc_tma.cu, tma128tp), separate from both
+	stashBytes   int64
 	// general (tests and benchmarks) makes canonical RMSNorm and attention run rmsnorm and attention, the
 	// kernels that production runs for the standard profile and for rows or head groups the per-row and
 	// per-tile kernels cannot hold, so that the tests cover them at every shape.
@@ -35,6 +37,7 @@ type Kernels struct {
 	tcAttErr  error  // why tc_attention is not loaded (nil: it is; tc_attention.go)
 	tcAttMain bool   // tests: tc attention always runs tc_attn_hd<hd>, also where tc_attn_dec_hd<hd> would
 	tcG       int    // tests: force the tc matmul's segments per block (0: automatic)
+	tcBN      int    // tests, benchmarks: force the tmap chain's tile width, 128 or 256 (0: tmapNarrow)
 	tcPath    TCPath // tests and benchmarks: force the tc family of M > dec64_max_m ("": launch.json's big_order)
 }
 
@@ -159,7 +162,10 @@ func (k *Kernels) Close(c *cuda.Ctx) error {
 	if e := c.Free(k.aux); err == nil {
 		err = e
 	}
-	k.scratch, k.scratchBytes, k.aux, k.auxBytes = 0, 0, 0, 0
+	if e := c.Free(k.stash); err == nil {
+		err = e
+	}
+	k.scratch, k.scratchBytes, k.aux, k.auxBytes, k.stash, k.stashBytes = 0, 0, 0, 0, 0, 0
 	return err
 }
 

@@ -31,13 +31,15 @@ type TCPath string
 
 // The M > dec64_max_m paths.
 const (
+	TCPathTMAP    TCPath = "tmap"    // tc_tma.cu's persistent entries: tma's tiles, a persistent grid, a static schedule
+	TCPathTMAPAll TCPath = "tmapall" // tmap at every M, decode included (else dec16/dec64 serve M ≤ dec64_max_m)
 	TCPathTMA     TCPath = "tma"     // tc_tma.cu: TMA loads, mbarrier pipeline, producer warp + 2 consumer warpgroups
 	TCPathWGMMA   TCPath = "wgmma"   // tc_wgmma.cu: cp.async loads, wgmma with A from registers
 	TCPathMMASync TCPath = "mmasync" // tc_matmul.cu's big and big64: mma.sync
 )
 
 // tcPaths are the valid TCPath values.
-var tcPaths = []TCPath{TCPathTMA, TCPathWGMMA, TCPathMMASync}
+var tcPaths = []TCPath{TCPathTMAP, TCPathTMAPAll, TCPathTMA, TCPathWGMMA, TCPathMMASync}
 
 // tcRules is launch.json's "tc": the tiles of tc_matmul's variants and the split rule's numbers.
 type tcRules struct {
@@ -55,14 +57,18 @@ type tcRules struct {
 	} `json:"variants"`
 	BlocksPerSM int `json:"blocks_per_sm"`
 	FinishBlock int `json:"finish_block"`
+	// TmapNarrowCost: the tmap path's column-parallel chain takes 128-wide tiles (tma128p) instead of 256-wide
+	// (tma256p) when rounds(128) · 128 · TmapNarrowCost < rounds(256) · 256, rounds(bn) being the persistent
+	// grid's rounds of tiles (the narrow tile's cost per output, relative: more loads per MMA). Speed only.
+	TmapNarrowCost float64 `json:"tmap_narrow_cost"`
 }
 
 // tcVariantNames are the variants tc_matmul.cu instantiates, in launch.json's order.
-var tcVariantNames = []string{"dec16", "dec64", "big", "big64", "wg128", "wg64t", "tma256", "tma128t"}
+var tcVariantNames = []string{"dec16", "dec64", "big", "big64", "wg128", "wg64t", "tma256", "tma128t", "tma256p", "tma128p", "tma128tp"}
 
 func (r *tcRules) check() error {
-	if r.Dec16MaxM <= 0 || r.Dec64MaxM <= r.Dec16MaxM || r.BlocksPerSM <= 0 || r.FinishBlock <= 0 {
-		return errors.New("cudakernels: launch.json: tc: sizes must be positive and dec16_max_m < dec64_max_m")
+	if r.Dec16MaxM <= 0 || r.Dec64MaxM <= r.Dec16MaxM || r.BlocksPerSM <= 0 || r.FinishBlock <= 0 || !(r.TmapNarrowCost > 0) {
+		return errors.New("cudakernels: launch.json: tc: sizes and tmap_narrow_cost must be positive and dec16_max_m < dec64_max_m")
 	}
 	var names []string
 	for _, v := range r.Variants {
@@ -113,12 +119,13 @@ func (r *tcRules) variant(name string) tcVariant {
 // smem is the variant's dynamic shared memory for a chain (tree false) or tree entry: stages of the x and w
 // tiles, rows of bk+8 bf16 (the wgmma variants' w tiles are in the unpadded core-matrix layout; the tma
 // variants' tiles are unpadded, 128-byte swizzled, after 1024 bytes of alignment slack, and a tree entry keeps
-// two open subtrees of bm·bn floats there too: tc_tma.cu's tc_tma_body).
+// two open subtrees of bm·bn floats there too, but for the persistent ones, whose subtrees are in the stash
+// buffer: tc_tma.cu's tc_tma_body).
 func (v tcVariant) smem(tree bool) int {
 	switch {
 	case strings.HasPrefix(v.name, "tma"):
 		b := 1024 + v.stages*(v.bm+v.bn)*v.bk*2
-		if tree {
+		if tree && !tmaPersistent(v.name) {
 			b += 2 * v.bm * v.bn * 4
 		}
 		return b
@@ -141,8 +148,9 @@ type TCPlan struct {
 // dec16 (M ≤ dec16_max_m), dec64, then by path one chain per block (tma256, wg128, big) or several (tma128t,
 // wg64t, big64). G, the segments of a row-parallel matmul one block runs (whole segments only: tc.2's split
 // rule), starts at all of them and halves while the grid has fewer than blocks_per_sm blocks per SM; a
-// column-parallel matmul (one range) is never split. forceG > 0 overrides G (tests).
-func planTC(l Limits, M, K, N int, b []int, vec bool, path TCPath, forceG int) TCPlan {
+// column-parallel matmul (one range) is never split. forceG > 0 overrides G (tests); forceBN (128 or 256)
+// overrides the tmap chain's tile width (tests, benchmarks), else tmapNarrow picks it.
+func planTC(l Limits, M, K, N int, b []int, vec bool, path TCPath, forceG, forceBN int) TCPlan {
 	r := &rules.TC
 	if M <= 0 || N <= 0 {
 		return TCPlan{}
@@ -150,10 +158,18 @@ func planTC(l Limits, M, K, N int, b []int, vec bool, path TCPath, forceG int) T
 	nseg := len(b) - 1
 	name := "big"
 	switch {
+	case path == TCPathTMAPAll && nseg > 1:
+		name = "tma128tp"
+	case path == TCPathTMAPAll:
+		name = "tma256p"
 	case M <= r.Dec16MaxM:
 		name = "dec16"
 	case M <= r.Dec64MaxM:
 		name = "dec64"
+	case path == TCPathTMAP && nseg > 1:
+		name = "tma128tp"
+	case path == TCPathTMAP:
+		name = "tma256p"
 	case path == TCPathTMA && nseg > 1:
 		name = "tma128t"
 	case path == TCPathTMA:
@@ -184,11 +200,27 @@ func planTC(l Limits, M, K, N int, b []int, vec bool, path TCPath, forceG int) T
 			v = r.variant("wg128")
 		case "tma128t":
 			v = r.variant("tma256")
+		case "tma128tp":
+			v = r.variant("tma256p")
+		}
+		if v.name == "tma256p" {
+			switch {
+			case forceBN == 128 || (forceBN != 256 && tmapNarrow(l, M, N)):
+				v = r.variant("tma128p")
+			case forceBN == 0:
+				// measured on the H200 (docs/benchmarks.md, session 7): the non-persistent tma256 was faster than
+				// tma256p wherever the narrow tile does not win (1024 × 4096 × 4096: 73.6 against ~102 µs)
+				v = r.variant("tma256")
+			}
 		}
 	}
 	kernel := fmt.Sprintf("tc_mm_%s_%s", v.name, kind)
 	grid := cuda.Dim3{X: ceilDiv(int64(N), v.bn), Y: ceilDiv(int64(M), v.bm), Z: nseg / G}
-	if strings.HasPrefix(v.name, "tma") {
+	if tmaPersistent(v.name) {
+		// a persistent grid: at most blocks_per_sm blocks per SM, each running every gridDim.x-th of the
+		// tiles·(nseg/G) work items (tc_tma.cu, PERSIST)
+		grid = cuda.Dim3{X: min(grid.X*grid.Y*grid.Z, r.BlocksPerSM*l.SMs), Y: 1, Z: 1}
+	} else if strings.HasPrefix(v.name, "tma") {
 		// tc_tma.cu rasters the tiles itself (grouped columns) from a one-dimensional grid; it reads its operands
 		// through tensor maps only, so there is no element-wise variant (tcTMAOK says when it can run)
 		grid = cuda.Dim3{X: grid.X * grid.Y, Y: 1, Z: grid.Z}
@@ -201,6 +233,21 @@ func planTC(l Limits, M, K, N int, b []int, vec bool, path TCPath, forceG int) T
 		p.Launches = append(p.Launches, flat("tc_finish", int64(M)*int64(N), r.FinishBlock, r.FinishBlock))
 	}
 	return p
+}
+
+// tmapNarrow says whether the tmap chain takes 128-wide tiles at M × N (launch.json's tmap_narrow_cost): the
+// fewer rounds of a persistent grid, e.g. M = 512, N = 4096: 64 tiles of 256 (half the SMs idle) against 128 of
+// 128. Which tile computes an output never changes its bits.
+func tmapNarrow(l Limits, M, N int) bool {
+	slots := rules.TC.BlocksPerSM * l.SMs
+	rounds := func(bn int) int { return ceilDiv(int64(ceilDiv(int64(N), bn)*ceilDiv(int64(M), tmaBM)), slots) }
+	return float64(rounds(128)*128)*rules.TC.TmapNarrowCost < float64(rounds(256)*256)
+}
+
+// tmaPersistent says whether variant name is one of tc_tma.cu's persistent entries (the tmap path): a grid of
+// at most blocks_per_sm blocks per SM and the extra parameter ob.
+func tmaPersistent(name string) bool {
+	return strings.HasPrefix(name, "tma") && strings.HasSuffix(name, "p")
 }
 
 // tcTMAOK says whether tc_tma.cu can give the contract's operands (its header comment): K a multiple of 8 (the
@@ -223,7 +270,7 @@ func tcTMAOK(K int, x, w cuda.Ptr, b []int) bool {
 func (k *Kernels) tcChoosePath(force TCPath, K int, x, w cuda.Ptr, b []int) (TCPath, error) {
 	can := func(p TCPath) error {
 		switch p {
-		case TCPathTMA:
+		case TCPathTMA, TCPathTMAP, TCPathTMAPAll:
 			if k.tcTMAErr != nil {
 				return k.tcTMAErr
 			}
@@ -327,7 +374,16 @@ func (k *Kernels) HasTCTMA() error {
 // is (M, N) float32 = round_dt(x·wᵀ + bias) with the chains of layout (kernels.MatmulTC, the same bits).
 func (k *Kernels) MatmulTC(c *cuda.Ctx, l kernels.TCLayout, dt int, out, x, w, bias cuda.Ptr, M, K, N int) error {
 	b, _ := kernels.TCBounds(l, K) // the CPU reference's chains, from the same function
-	return k.matmulTC(c, out, x, w, bias, M, K, N, b, dt)
+	return k.matmulTC(c, out, x, w, bias, M, K, N, b, dt, false)
+}
+
+// MatmulTCBF16: MatmulTC with dt = bf16 and out (M, N) bf16 bits (uint16) instead of float32: the bits
+// fp.F32ToBF16 gives of MatmulTC's float32 output, half the bytes. The persistent tma kernels (tmap) write them
+// from their epilogue when they finish the tree themselves; every other plan writes float32 into a buffer of
+// its own and narrows it (narrow_bf16), so that the bits never depend on the plan.
+func (k *Kernels) MatmulTCBF16(c *cuda.Ctx, l kernels.TCLayout, out, x, w, bias cuda.Ptr, M, K, N int) error {
+	b, _ := kernels.TCBounds(l, K)
+	return k.matmulTC(c, out, x, w, bias, M, K, N, b, DTCode(kernels.BF16), true)
 }
 
 // MatmulTCPartial: this rank's share of a tc row-parallel matmul (kernels.MatmulTCPartial): x is (M, kLocal)
@@ -337,10 +393,12 @@ func (k *Kernels) MatmulTCPartial(c *cuda.Ctx, out, x, w cuda.Ptr, M, kLocal, N,
 	if err != nil {
 		return err
 	}
-	return k.matmulTC(c, out, x, w, 0, M, kLocal, N, b, NoRound)
+	return k.matmulTC(c, out, x, w, 0, M, kLocal, N, b, NoRound, false)
 }
 
-func (k *Kernels) matmulTC(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b []int, dt int) error {
+// matmulTC runs the plan; bf16Out: out is bf16 bits (dt is bf16: MatmulTCBF16), written by the tile kernel
+// where it can (a persistent tma kernel that finishes the tree), else narrowed from a float32 buffer.
+func (k *Kernels) matmulTC(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b []int, dt int, bf16Out bool) error {
 	if k.tcErr != nil {
 		return k.tcErr
 	}
@@ -351,6 +409,36 @@ func (k *Kernels) matmulTC(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b
 	if err != nil {
 		return err
 	}
+	if bf16Out && pl.Launches[0].Kernel == "tc_mm_tma256_chain" && k.tcPath != TCPathTMA && k.tcBN == 0 {
+		// the tmap rule's tma256 writes float32 only: tma256p writes the bf16 bits itself (cheaper than a
+		// float32 output narrowed after: 257 against ~270 µs at 4096³, session 7)
+		saved := k.tcBN
+		k.tcBN = 256
+		pl, err = k.tcPlanFor(x, w, M, K, N, b)
+		k.tcBN = saved
+		if err != nil {
+			return err
+		}
+	}
+	first := pl.Launches[0]
+	ob := 0
+	if bf16Out {
+		if rest, _ := strings.CutPrefix(first.Kernel, "tc_mm_"); pl.Parts == 1 && tmaPersistent(strings.Split(rest, "_")[0]) {
+			ob = 1
+		} else {
+			if !k.HasNarrowBF16() {
+				return errors.New("cudakernels: MatmulTCBF16: the loaded PTX has no narrow_bf16 (stale PTX: make ptx)")
+			}
+			f32, err := k.auxBuf(c, 4*int64(M)*int64(N))
+			if err != nil {
+				return err
+			}
+			if err := k.matmulTC(c, f32, x, w, bias, M, K, N, b, dt, false); err != nil {
+				return err
+			}
+			return k.NarrowBF16(c, out, f32, M*N)
+		}
+	}
 	part := cuda.Ptr(0)
 	if pl.Parts > 1 {
 		var err error
@@ -358,9 +446,8 @@ func (k *Kernels) matmulTC(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b
 			return err
 		}
 	}
-	first := pl.Launches[0]
 	if strings.HasPrefix(first.Kernel, "tc_mm_tma") {
-		err = k.launchTMA(c, first, out, part, x, w, bias, M, K, N, b, pl.G, dt)
+		err = k.launchTMA(c, first, out, part, x, w, bias, M, K, N, b, pl.G, dt, ob)
 	} else {
 		err = k.launch(c, first, out, part, x, w, bias, M, K, N, segs(b), pl.G, dt)
 	}
@@ -381,13 +468,13 @@ func (k *Kernels) tcPlanFor(x, w cuda.Ptr, M, K, N int, b []int) (TCPlan, error)
 		vec = vec && v%8 == 0
 	}
 	path := TCPathMMASync
-	if M > rules.TC.Dec64MaxM {
+	if M > rules.TC.Dec64MaxM || k.tcPath == TCPathTMAPAll { // the only family that also serves M ≤ dec64_max_m
 		var err error
 		if path, err = k.tcChoosePath(k.tcPath, K, x, w, b); err != nil {
 			return TCPlan{}, err
 		}
 	}
-	return planTC(k.lim, M, K, N, b, vec, path, k.tcG), nil
+	return planTC(k.lim, M, K, N, b, vec, path, k.tcG, k.tcBN), nil
 }
 
 // Kernels names the plan's launches, for messages.
@@ -400,8 +487,9 @@ func (p TCPlan) Kernels() string {
 }
 
 // launchTMA runs a tc_tma.cu entry: the tensor maps of x (box tmaBK × tmaBM) and w (box tmaBK × the variant's
-// bn), 128-byte swizzle, zero fill past the matrices, then the entry's other parameters as tc_matmul.cu's.
-func (k *Kernels) launchTMA(c *cuda.Ctx, l Launch, out, part, x, w, bias cuda.Ptr, M, K, N int, b []int, G, dt int) error {
+// bn), 128-byte swizzle, zero fill past the matrices, then the entry's other parameters as tc_matmul.cu's, and
+// for a persistent entry ob (1: out is bf16 bits).
+func (k *Kernels) launchTMA(c *cuda.Ctx, l Launch, out, part, x, w, bias cuda.Ptr, M, K, N int, b []int, G, dt, ob int) error {
 	rest, _ := strings.CutPrefix(l.Kernel, "tc_mm_")
 	name, _, _ := strings.Cut(rest, "_")
 	v := rules.TC.variant(name)
@@ -416,6 +504,15 @@ func (k *Kernels) launchTMA(c *cuda.Ctx, l Launch, out, part, x, w, bias cuda.Pt
 	tw, err := tmap(w, N, v.bn)
 	if err != nil {
 		return fmt.Errorf("cudakernels: %s: w: %w", l.Kernel, err)
+	}
+	if tmaPersistent(name) {
+		stash := cuda.Ptr(0)
+		if strings.HasSuffix(l.Kernel, "_tree") { // the open subtrees: 2·bm·bn floats a block
+			if stash, err = grow(c, &k.stash, &k.stashBytes, 4*2*int64(v.bm)*int64(v.bn)*int64(l.Grid.X), "stash"); err != nil {
+				return err
+			}
+		}
+		return k.launch(c, l, tx.Bytes(), tw.Bytes(), out, part, bias, M, K, N, segs(b), G, dt, ob, stash)
 	}
 	return k.launch(c, l, tx.Bytes(), tw.Bytes(), out, part, bias, M, K, N, segs(b), G, dt)
 }

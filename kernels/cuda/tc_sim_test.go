@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"bitalign/kernels"
@@ -61,13 +62,22 @@ func TestTCSimulated(t *testing.T) {
 		run := func(what string, b []int, vec bool, G, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
 			t.Helper()
 			for _, path := range tcPaths {
-				if path != TCPathMMASync && c.M <= rules.TC.Dec64MaxM {
+				if path != TCPathMMASync && path != TCPathTMAPAll && c.M <= rules.TC.Dec64MaxM {
 					continue
 				}
-				if path == TCPathTMA && (!vec || !tcTMAOK(K, 0, 0, b)) { // TMA loads only what tcTMAOK admits
+				if (path == TCPathTMA || path == TCPathTMAP || path == TCPathTMAPAll) && (!vec || !tcTMAOK(K, 0, 0, b)) { // TMA loads only what tcTMAOK admits
 					continue
 				}
-				runPlan(what, planTC(l, c.M, K, c.N, b, vec, path, G), b, dt, xs, ws, withBias, want, K)
+				bns := []int{0}
+				if path == TCPathTMAPAll && c.M > rules.TC.Dec64MaxM {
+					continue // the same plans as tmap there
+				}
+				if (path == TCPathTMAP || path == TCPathTMAPAll) && G <= 1 { // both chain widths (the rule picks 128 at these sizes)
+					bns = []int{128, 256}
+				}
+				for _, bn := range bns {
+					runPlan(what, planTC(l, c.M, K, c.N, b, vec, path, G, bn), b, dt, xs, ws, withBias, want, K)
+				}
 			}
 		}
 		runPlan = func(what string, pl TCPlan, b []int, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
@@ -95,6 +105,10 @@ func TestTCSimulated(t *testing.T) {
 				args = append(args, itoa(v))
 			}
 			args = append(args, xf, wf, bf, of, pf)
+			persist := strings.HasPrefix(l0.Kernel, "tc_mm_tma") && tmaPersistent(strings.Split(l0.Kernel, "_")[2])
+			if persist {
+				args = append(args, "0") // ob: float32 out
+			}
 			simRun(t, sim, args)
 			if pl.Parts > 1 {
 				l1 := pl.Launches[1]
@@ -112,6 +126,25 @@ func TestTCSimulated(t *testing.T) {
 			if !same(t, fmt.Sprintf("%s (%s, G=%d, parts %d)", what, l0.Kernel, pl.G, pl.Parts), got, want) {
 				t.FailNow()
 			}
+			if persist && pl.Parts == 1 && dt == DTCode(kernels.BF16) { // MatmulTCBF16's plan: bf16 bits from the epilogue
+				ph := make([]uint16, c.M*c.N)
+				for i := range ph {
+					ph[i] = 0x7FBD
+				}
+				args[len(args)-3], args[len(args)-1] = files("outh.bin", ph), "1"
+				simRun(t, sim, args)
+				raw, err := os.ReadFile(args[len(args)-3])
+				if err != nil || len(raw) != 2*len(ph) {
+					t.Fatalf("%s: outh.bin: %v (%d bytes)", what, err, len(raw))
+				}
+				for i := range ph {
+					ph[i] = binary.LittleEndian.Uint16(raw[2*i:])
+				}
+				runs++
+				if !sameBF16(t, fmt.Sprintf("%s (%s, bf16 out)", what, l0.Kernel), ph, want) {
+					t.FailNow()
+				}
+			}
 		}
 		vecOK := c.K%8 == 0
 		for _, lay := range []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel} {
@@ -120,7 +153,9 @@ func TestTCSimulated(t *testing.T) {
 				vecOK = vecOK && v%8 == 0
 			}
 			for _, withBias := range []bool{false, true} {
-				if !full && withBias != (lay == kernels.RowParallel) {
+				// the subset: row-parallel with bias (bf16), column-parallel without, and with it above dec64_max_m
+				// too (MatmulTCBF16's bf16 epilogue of the persistent chains)
+				if !full && ((lay == kernels.RowParallel && !withBias) || (lay == kernels.ColumnParallel && withBias && c.M <= rules.TC.Dec64MaxM)) {
 					continue
 				}
 				dt, bp := kernels.F32, []float32(nil)

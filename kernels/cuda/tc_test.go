@@ -13,12 +13,20 @@ import (
 	"testing"
 
 	"bitalign/cuda"
+	"bitalign/internal/fp"
 	"bitalign/kernels"
 )
 
 // tcPathFlag makes BenchmarkMatmulTC time one family of the M > 64 kernels (scripts/gpu.sh tc runs each that
-// loaded): tma, wgmma or mmasync; empty, launch.json's big_order.
-var tcPathFlag = flag.String("tc-path", "", "BenchmarkMatmulTC: the tc kernels of M > 64 to time (tma, wgmma, mmasync; empty: launch.json's big_order)")
+// loaded): tmap, tma, wgmma or mmasync; empty, launch.json's big_order.
+var tcPathFlag = flag.String("tc-path", "", "BenchmarkMatmulTC: the tc kernels of M > 64 to time (tmap, tma, wgmma, mmasync; tmapall: tmap at every M; empty: launch.json's big_order)")
+
+// tcBF16Flag makes BenchmarkMatmulTC time MatmulTCBF16 (bf16 output, as cuBLAS's torch.mm writes) instead of
+// MatmulTC's float32 output.
+var tcBF16Flag = flag.Bool("tc-bf16", false, "BenchmarkMatmulTC: bf16 output (MatmulTCBF16) instead of float32")
+
+// tcBNFlag forces the tmap chain's tile width in BenchmarkMatmulTC (128 or 256; 0: launch.json's rule).
+var tcBNFlag = flag.Int("tc-bn", 0, "BenchmarkMatmulTC: the tmap chain's tile width, 128 or 256 (0: the tmap_narrow_cost rule)")
 
 // requireTCEnv set to 1 (scripts/gpu.sh tc) makes a missing tc module fail the GPU tests instead of skipping.
 const requireTCEnv = "BITALIGN_REQUIRE_TC"
@@ -78,7 +86,7 @@ func TestTCVariantsMatchSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	re = regexp.MustCompile(`(?m)^TC_TMA_VARIANT\((\w+), (\d+), (\d+), (true|false), (chain|tree)\)$`)
+	re = regexp.MustCompile(`(?m)^TC_TMA_VARIANT\((\w+), (\d+), (\d+), (true|false), (true|false), (chain|tree)\)$`)
 	for _, m := range re.FindAllStringSubmatch(string(tsrc), -1) {
 		bn, _ := strconv.Atoi(m[2])
 		stages, _ := strconv.Atoi(m[3])
@@ -87,12 +95,15 @@ func TestTCVariantsMatchSource(t *testing.T) {
 		if got != v {
 			t.Errorf("tc_tma.cu instantiates %+v, launch.json says %+v", got, v)
 		}
-		if (m[4] == "true") != (m[5] == "tree") {
-			t.Errorf("%s: TREE %s for the %s entry", m[1], m[4], m[5])
+		if (m[4] == "true") != (m[6] == "tree") {
+			t.Errorf("%s: TREE %s for the %s entry", m[1], m[4], m[6])
 		}
-		seen[m[1]] = append(seen[m[1]], m[5])
-		if b := v.smem(m[5] == "tree"); b > 232448-256 { // static shared memory: the mbarriers and the bounds
-			t.Errorf("tc variant %s (%s) needs %d bytes of shared memory, over the 227 KB limit", v.name, m[5], b)
+		if (m[5] == "true") != tmaPersistent(m[1]) {
+			t.Errorf("%s: PERSIST %s, but tmaPersistent says %v (the launcher's grid and parameters follow it)", m[1], m[5], tmaPersistent(m[1]))
+		}
+		seen[m[1]] = append(seen[m[1]], m[6])
+		if b := v.smem(m[6] == "tree"); b > 232448-256 { // static shared memory: the mbarriers and the bounds
+			t.Errorf("tc variant %s (%s) needs %d bytes of shared memory, over the 227 KB limit", v.name, m[6], b)
 		}
 	}
 	for _, d := range []string{fmt.Sprintf("#define TC_TMA_BM %d\n", tmaBM), fmt.Sprintf("#define TC_TMA_BK %d\n", tmaBK)} {
@@ -101,7 +112,8 @@ func TestTCVariantsMatchSource(t *testing.T) {
 		}
 	}
 	want := map[string][]string{"dec16": {"chain", "tree"}, "dec64": {"chain", "tree"}, "big": {"chain"}, "big64": {"tree"},
-		"wg128": {"chain"}, "wg64t": {"tree"}, "tma256": {"chain"}, "tma128t": {"tree"}}
+		"wg128": {"chain"}, "wg64t": {"tree"}, "tma256": {"chain"}, "tma128t": {"tree"},
+		"tma256p": {"chain"}, "tma128p": {"chain"}, "tma128tp": {"tree"}}
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Errorf("tc_matmul.cu's entries %v, the launcher needs %v", seen, want)
 	}
@@ -113,25 +125,31 @@ func TestTCVariantsMatchSource(t *testing.T) {
 // exists for every plan.
 func TestTCPlan(t *testing.T) {
 	l := Limits{SMs: 132, SmemOptin: 232448}
-	entries := map[string]bool{"tc_finish": true, "tc_mm_tma256_chain": true, "tc_mm_tma128t_tree": true}
+	entries := map[string]bool{"tc_finish": true, "tc_mm_tma256_chain": true, "tc_mm_tma128t_tree": true,
+		"tc_mm_tma256p_chain": true, "tc_mm_tma128p_chain": true, "tc_mm_tma128tp_tree": true}
 	for _, v := range []string{"dec16_chain", "dec16_tree", "dec64_chain", "dec64_tree", "big_chain", "big64_tree", "wg128_chain", "wg64t_tree"} {
 		entries["tc_mm_"+v], entries["tc_mm_"+v+"_vec"] = true, true
 	}
-	prefix := map[TCPath]string{TCPathTMA: "tc_mm_tma", TCPathWGMMA: "tc_mm_wg", TCPathMMASync: "tc_mm_big"}
+	prefix := map[TCPath]string{TCPathTMAP: "tc_mm_tma", TCPathTMAPAll: "tc_mm_tma", TCPathTMA: "tc_mm_tma", TCPathWGMMA: "tc_mm_wg", TCPathMMASync: "tc_mm_big"}
 	for _, M := range []int{1, 7, 16, 17, 64, 65, 512, 4096, 8192} {
 		for _, K := range []int{16, 1000, 3584, 4096, 18944} {
 			for _, N := range []int{1, 512, 3584, 4096, 152064} {
 				for _, lay := range []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel} {
 					for _, path := range tcPaths {
 						b, _ := kernels.TCBounds(lay, K)
-						p := planTC(l, M, K, N, b, K%8 == 0, path, 0)
+						p := planTC(l, M, K, N, b, K%8 == 0, path, 0, 0)
 						nseg := len(b) - 1
 						what := fmt.Sprintf("%v M=%d K=%d N=%d path %s", lay, M, K, N, path)
 						ln := p.Launches[0]
-						if big := strings.HasPrefix(ln.Kernel, prefix[path]); big != (M > rules.TC.Dec64MaxM) {
+						if big := strings.HasPrefix(ln.Kernel, prefix[path]); big != (M > rules.TC.Dec64MaxM || path == TCPathTMAPAll) {
 							t.Fatalf("%s: %s", what, ln.Kernel)
 						}
-						if nseg%p.G != 0 || p.Parts != nseg/p.G || int(ln.Grid.Z) != p.Parts {
+						persist := strings.HasPrefix(ln.Kernel, "tc_mm_tma") && strings.HasSuffix(strings.Split(ln.Kernel, "_")[2], "p")
+						tmapPlan := (path == TCPathTMAP && M > rules.TC.Dec64MaxM) || path == TCPathTMAPAll
+						if persist && !tmapPlan || tmapPlan && !persist && ln.Kernel != "tc_mm_tma256_chain" {
+							t.Fatalf("%s: %s", what, ln.Kernel)
+						}
+						if nseg%p.G != 0 || p.Parts != nseg/p.G || (!persist && int(ln.Grid.Z) != p.Parts) {
 							t.Fatalf("%s: G %d, parts %d, grid %v", what, p.G, p.Parts, ln.Grid)
 						}
 						if lay == kernels.ColumnParallel && (p.Parts != 1 || len(p.Launches) != 1) {
@@ -143,7 +161,14 @@ func TestTCPlan(t *testing.T) {
 						if rest, ok := strings.CutPrefix(ln.Kernel, "tc_mm_tma"); ok {
 							v := rules.TC.variant("tma" + rest[:strings.Index(rest, "_")])
 							tiles := ceilDiv(int64(N), v.bn) * ceilDiv(int64(M), v.bm)
-							if ln.Grid.X != tiles || ln.Grid.Y != 1 || ln.Block.X != 384 || ln.Smem != v.smem(strings.HasSuffix(ln.Kernel, "_tree")) {
+							gx := tiles
+							if persist { // every work item (tile, segment group) on at most blocks_per_sm blocks per SM
+								gx = min(tiles*p.Parts, rules.TC.BlocksPerSM*l.SMs)
+								if ln.Grid.Z != 1 {
+									t.Fatalf("%s: %s grid %v: a persistent grid is one-dimensional", what, ln.Kernel, ln.Grid)
+								}
+							}
+							if ln.Grid.X != gx || ln.Grid.Y != 1 || ln.Block.X != 384 || ln.Smem != v.smem(strings.HasSuffix(ln.Kernel, "_tree")) {
 								t.Fatalf("%s: %s grid %v block %v smem %d for %d tiles", what, ln.Kernel, ln.Grid, ln.Block, ln.Smem, tiles)
 							}
 						}
@@ -154,6 +179,26 @@ func TestTCPlan(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	}
+	// the tmap chain's width: 128 where 256-wide tiles leave a round of the persistent grid mostly idle
+	for _, c := range []struct {
+		M, N   int
+		narrow bool
+	}{{512, 4096, true}, {1024, 4096, false}, {4096, 4096, false}, {512, 18944, true}, {4096, 18944, false},
+		{512, 3584, true}, {1024, 152064, false}} {
+		if got := tmapNarrow(l, c.M, c.N); got != c.narrow {
+			t.Errorf("tmapNarrow(M=%d, N=%d) = %v, want %v", c.M, c.N, got, c.narrow)
+		}
+		b, _ := kernels.TCBounds(kernels.ColumnParallel, 4096)
+		want := map[bool]string{true: "tc_mm_tma128p_chain", false: "tc_mm_tma256_chain"}[c.narrow]
+		if p := planTC(l, c.M, 4096, c.N, b, true, TCPathTMAP, 0, 0); p.Launches[0].Kernel != want {
+			t.Errorf("tmap M=%d N=%d: %s, want %s", c.M, c.N, p.Launches[0].Kernel, want)
+		}
+		for bn, k := range map[int]string{128: "tc_mm_tma128p_chain", 256: "tc_mm_tma256p_chain"} {
+			if p := planTC(l, c.M, 4096, c.N, b, true, TCPathTMAP, 0, bn); p.Launches[0].Kernel != k {
+				t.Errorf("tmap M=%d N=%d forced bn %d: %s", c.M, c.N, bn, p.Launches[0].Kernel)
 			}
 		}
 	}
@@ -235,6 +280,7 @@ func TestMatmulTCBitwise(t *testing.T) {
 		d := &dev{g: g}
 		dx, dw, db := upload(t, d, bf16Bits(x)), upload(t, d, bf16Bits(w)), d.f32(t, bias)
 		out := d.poisoned(t, maxM*c.N)
+		outh := d.poisoned(t, (maxM*c.N+1)/2) // MatmulTCBF16's bf16 output
 		for _, lay := range []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel} {
 			for _, withBias := range []bool{false, true} {
 				dt, bp, dbp := kernels.F32, []float32(nil), cuda.Ptr(0)
@@ -251,11 +297,12 @@ func TestMatmulTCBitwise(t *testing.T) {
 				}
 				for _, G := range gs {
 					for _, M := range ms {
-						for _, path := range tcBitwisePaths(g.k, M, c.K, lay) {
-							what := fmt.Sprintf("%v K=%d N=%d specials=%v bias=%v G=%d M=%d path=%q", lay, c.K, c.N, c.specials, withBias, G, M, path)
+						for _, pb := range tcBitwisePaths(g.k, M, c.K, lay) {
+							path, bn := pb.path, pb.bn
+							what := fmt.Sprintf("%v K=%d N=%d specials=%v bias=%v G=%d M=%d path=%q bn=%d", lay, c.K, c.N, c.specials, withBias, G, M, path, bn)
 							d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
-								k.tcG, k.tcPath = G, path
-								defer func() { k.tcG, k.tcPath = 0, "" }()
+								k.tcG, k.tcPath, k.tcBN = G, path, bn
+								defer func() { k.tcG, k.tcPath, k.tcBN = 0, "", 0 }()
 								b, _ := kernels.TCBounds(lay, c.K)
 								pl, err := k.tcPlanFor(dx, dw, M, c.K, c.N, b)
 								if err != nil {
@@ -270,6 +317,26 @@ func TestMatmulTCBitwise(t *testing.T) {
 								return tcSync(cc, what, k.MatmulTC(cc, lay, DTCode(dt), out, dx, dw, dbp, M, c.K, c.N))
 							})
 							if !same(t, what, d.get(t, out, M*c.N), want[:M*c.N]) {
+								d.free()
+								return
+							}
+							if dt != kernels.BF16 {
+								continue
+							}
+							// the same in bf16 bits (MatmulTCBF16: from the epilogue of the persistent tma kernels, else narrowed)
+							gh := make([]uint16, M*c.N)
+							d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
+								k.tcG, k.tcPath, k.tcBN = G, path, bn
+								defer func() { k.tcG, k.tcPath, k.tcBN = 0, "", 0 }()
+								if err := cc.Memset32(outh, 0x7FBD7FBD, int64((M*c.N+1)/2)); err != nil {
+									return err
+								}
+								if err := tcSync(cc, what+" bf16 out", k.MatmulTCBF16(cc, lay, outh, dx, dw, dbp, M, c.K, c.N)); err != nil {
+									return err
+								}
+								return cuda.Download(cc, gh, outh)
+							})
+							if !sameBF16(t, what+" bf16 out", gh, want[:M*c.N]) {
 								d.free()
 								return
 							}
@@ -318,20 +385,35 @@ func TestMatmulTCBitwise(t *testing.T) {
 	}
 }
 
+// tcPathBN is a family and, for tmap, a forced chain width (0: the rule's).
+type tcPathBN struct {
+	path TCPath
+	bn   int
+}
+
 // tcBitwisePaths are the M > 64 families TestMatmulTCBitwise runs at M: launch.json's choice (""), then each
-// other loaded family forced, the tma one only where it can load the operands (tcTMAOK; the uploads are aligned).
-func tcBitwisePaths(k *Kernels, M, K int, lay kernels.TCLayout) []TCPath {
-	paths := []TCPath{""}
+// other loaded family forced, the tma ones only where they can load the operands (tcTMAOK; the uploads are
+// aligned), tmap with each chain width (tma128p and tma256p); at M ≤ dec64_max_m tmapall with each width.
+func tcBitwisePaths(k *Kernels, M, K int, lay kernels.TCLayout) []tcPathBN {
+	paths := []tcPathBN{{"", 0}}
+	b, _ := kernels.TCBounds(lay, K)
 	if M <= rules.TC.Dec64MaxM {
+		if k.HasTCTMA() == nil && tcTMAOK(K, 0, 0, b) {
+			paths = append(paths, tcPathBN{TCPathTMAPAll, 128}, tcPathBN{TCPathTMAPAll, 256})
+		}
 		return paths
 	}
-	b, _ := kernels.TCBounds(lay, K)
 	def, _ := k.tcChoosePath("", K, 0, 0, b)
 	for _, p := range tcPaths {
-		if p == def || (p == TCPathTMA && (k.HasTCTMA() != nil || !tcTMAOK(K, 0, 0, b))) || (p == TCPathWGMMA && k.HasTCWGMMA() != nil) {
+		tma := p == TCPathTMA || p == TCPathTMAP
+		if p == TCPathTMAPAll || (tma && (k.HasTCTMA() != nil || !tcTMAOK(K, 0, 0, b))) || (p == TCPathWGMMA && k.HasTCWGMMA() != nil) {
 			continue
 		}
-		paths = append(paths, p)
+		if p == TCPathTMAP {
+			paths = append(paths, tcPathBN{p, 128}, tcPathBN{p, 256})
+		} else if p != def {
+			paths = append(paths, tcPathBN{p, 0})
+		}
 	}
 	return paths
 }
@@ -346,6 +428,23 @@ func tcSync(c *cuda.Ctx, what string, err error) error {
 		return fmt.Errorf("%s: the kernel failed (a trap in tc_mm_tma* is its mbarrier wait timing out: a pipeline bug): %w", what, err)
 	}
 	return nil
+}
+
+// sameBF16 reports whether got holds fp.F32ToBF16 of every want (MatmulTCBF16 against MatmulTC's float32 bits),
+// else an error with the first differing index.
+func sameBF16(t testing.TB, what string, got []uint16, want []float32) bool {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d bf16 outputs, want %d", what, len(got), len(want))
+		return false
+	}
+	for i, v := range want {
+		if w := fp.F32ToBF16(v); got[i] != w {
+			t.Errorf("%s: first difference at %d: gpu bf16 %#04x, cpu %v (%#08x) → bf16 %#04x", what, i, got[i], v, math.Float32bits(v), w)
+			return false
+		}
+	}
+	return true
 }
 
 // columns returns columns [c0, c1) of the (rows, cols) matrix a.
@@ -427,7 +526,7 @@ var tcBenchShapes = []tcShape{
 
 // BenchmarkMatmulTC times the tc matmul (median of CUDA-event-timed runs after warm-up, weights rotated over 4
 // copies when they fit) and reports µs, TFLOP/s and the bytes moved (bf16 x and w read once, float32 out
-// written) against the copy ceiling of BenchmarkCopy in the same run. scripts/tc_bench.py prints it beside
+// written, or bf16 with -tc-bf16) against the copy ceiling of BenchmarkCopy in the same run. scripts/tc_bench.py prints it beside
 // cuBLAS bf16 (torch.mm) at the same shapes.
 func BenchmarkMatmulTC(b *testing.B) {
 	g := tcGPU(b)
@@ -455,11 +554,18 @@ func BenchmarkMatmulTC(b *testing.B) {
 		for _, M := range Ms {
 			b.Run(fmt.Sprintf("%s/%v/M=%d/K=%d/N=%d", s.name, s.lay, M, s.K, s.N), func(b *testing.B) {
 				ms := timeGPUMedian(b, g, max(b.N, 20), func(c *cuda.Ctx, i int) error {
-					g.k.tcPath = TCPath(*tcPathFlag)
-					defer func() { g.k.tcPath = "" }()
+					g.k.tcPath, g.k.tcBN = TCPath(*tcPathFlag), *tcBNFlag
+					defer func() { g.k.tcPath, g.k.tcBN = "", 0 }()
+					if *tcBF16Flag {
+						return g.k.MatmulTCBF16(c, s.lay, out, x, ws[i%copies], 0, M, s.K, s.N)
+					}
 					return g.k.MatmulTC(c, s.lay, DTCode(kernels.BF16), out, x, ws[i%copies], 0, M, s.K, s.N)
 				})
-				bytes := 2*float64(M)*float64(s.K) + 2*float64(s.N)*float64(s.K) + 4*float64(M)*float64(s.N)
+				ob := 4.0
+				if *tcBF16Flag {
+					ob = 2
+				}
+				bytes := 2*float64(M)*float64(s.K) + 2*float64(s.N)*float64(s.K) + ob*float64(M)*float64(s.N)
 				b.ReportMetric(ms*1e3, "gpu-us/op")
 				b.ReportMetric(2*float64(M)*float64(s.K)*float64(s.N)/(ms*1e-3)/1e12, "TFLOP/s")
 				b.ReportMetric(bytes/(ms*1e-3)/1e9, "GB/s")

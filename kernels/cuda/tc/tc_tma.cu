@@ -155,13 +155,47 @@ __device__ __forceinline__ void tree_push_s(float (&v)[P][4], float (&st0)[P][4]
 #define TC_TMA_BK 64
 #define TC_TMA_GROUP_N 8
 
-// tc_tma_body: one BM×BN tile (the BN×64 and 128×64 boxes per stage), G consecutive segments from blockIdx.z·G.
+// bf16_pair: the bf16 bits of v0 (low half) and v1 (high half), two round_dt(·, DT_BF16) values: a bf16 value's
+// bits are its float32 bits' upper half (NaN 0x7FC00000 included), as fp.F32ToBF16 gives them.
+__device__ __forceinline__ uint32_t bf16_pair(float v0, float v1) {
+    return (__float_as_uint(v0) >> 16) | (__float_as_uint(v1) & 0xFFFF0000u);
+}
+
+// TmaTile: a work item's tile and segments: rows m0…, columns n0…, segments [s0, s1) of the K-split.
+struct TmaTile {
+    int m0, n0, s0, s1;
+};
+
+// tma_tile: the tile of work item t (of the tn·tm tiles) and segment group z (G segments from z·G): column tiles
+// in groups of TC_TMA_GROUP_N, within a group the rows fastest, so that a wave of blocks shares both its x rows
+// and its w rows through L2 (speed only: tiles are independent, the mapping never changes a bit).
+template <int BN>
+__device__ __forceinline__ TmaTile tma_tile(int t, int z, int M, int N, int G) {
+    const int tn = (N + BN - 1) / BN, tm = (M + TC_TMA_BM - 1) / TC_TMA_BM;
+    const int grp = t / (TC_TMA_GROUP_N * tm), nf = grp * TC_TMA_GROUP_N;
+    const int gn = min(TC_TMA_GROUP_N, tn - nf), local = t - grp * TC_TMA_GROUP_N * tm;
+    return {(local / gn) * TC_TMA_BM, (nf + local % gn) * BN, z * G, z * G + G};
+}
+
+// tc_tma_body: BM×BN tiles (the BN×64 and 128×64 boxes per stage), G consecutive segments each.
+// PERSIST false: one tile per block, tile blockIdx.x, segment group blockIdx.z (grid: tiles × 1 × nseg/G).
+// PERSIST true: a persistent grid (about one block per SM): block b runs work items b, b + gridDim.x, …  of the
+// tiles·(nseg/G) items (item i: tile i % tiles, segment group i / tiles), a static schedule; the producer runs on
+// into the next item's stages while the consumers store the last one (the slots and their phases continue from
+// item to item), so that the next tile's MMAs start on full slots. Each output is still one item's chain or tree,
+// computed as with one tile per block: which block runs an item never changes a bit. Its epilogue stores two
+// adjacent columns at once (float2 when N is even) and, with ob = 1 (the finished tree, dt = DT_BF16 only), the
+// bf16 bits of the rounded value (its upper half: round_dt made it a bf16 value) instead of float32.
 // Dynamic shared memory (kernels/cuda/tc.go, tcVariant.smemFor): 1024 bytes of alignment slack, STAGES x slots
-// then STAGES w slots, and for TREE the second and third open subtrees (2·BM·BN floats).
-template <int BN, int STAGES, bool TREE>
-__device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, float* __restrict__ out,
+// then STAGES w slots, and for TREE without PERSIST the second and third open subtrees (2·BM·BN floats). With
+// PERSIST those two live in global memory instead, stash[blockIdx.x] (2·BM·BN floats a block, each thread's own
+// words, coalesced: written at most once a segment, read back by the same thread, through L2), so that the tree
+// has the shared memory of 6 slots instead of 3.
+template <int BN, int STAGES, bool TREE, bool PERSIST>
+__device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, void* __restrict__ outv,
                                             float* __restrict__ part, const float* __restrict__ bias, int M, int K,
-                                            int N, const Segs& segs, int G, int dt) {
+                                            int N, const Segs& segs, int G, int dt, int ob,
+                                            float* __restrict__ stash) {
     constexpr int BM = TC_TMA_BM, BK = TC_TMA_BK, NJ = BN / 8;
     constexpr uint32_t ABYTES = BM * BK * 2, BBYTES = BN * BK * 2;
     static_assert(BK * 2 == 128, "a stage's row is one 128-byte swizzle span");
@@ -170,7 +204,8 @@ __device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, 
     uint8_t* const base = raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);  // 1024-byte atoms: base offset 0
     uint8_t* const As = base;
     uint8_t* const Bs = base + STAGES * ABYTES;
-    float* const st2s = reinterpret_cast<float*>(base + STAGES * (ABYTES + BBYTES));
+    float* const st2s = PERSIST ? stash + (size_t)blockIdx.x * 2 * BM * BN
+                                : reinterpret_cast<float*>(base + STAGES * (ABYTES + BBYTES));
     __shared__ uint64_t full[STAGES], empty[STAGES];  // 8-byte words, as mbarriers need
     __shared__ int sb[9];
     const int nseg = segs.n;
@@ -184,110 +219,182 @@ __device__ __forceinline__ void tc_tma_body(const TmaMap* tx, const TmaMap* tw, 
     }
     __syncthreads();  // the last block-wide barrier: the roles part here
 
-    // the block's tile: column tiles in groups of TC_TMA_GROUP_N, within a group the columns fastest, so that a
-    // wave of blocks shares both its x rows and its w rows through L2 (speed only: tiles are independent)
-    const int tn = (N + BN - 1) / BN, tm = (M + BM - 1) / BM;
-    const int t = blockIdx.x, grp = t / (TC_TMA_GROUP_N * tm), nf = grp * TC_TMA_GROUP_N;
-    const int gn = min(TC_TMA_GROUP_N, tn - nf), local = t - grp * TC_TMA_GROUP_N * tm;
-    const int m0 = (local / gn) * BM, n0 = (nf + local % gn) * BN;
-    const int s0 = blockIdx.z * G, s1 = s0 + G;
+    // the block's work items (PERSIST: a static schedule over a persistent grid; else the block's one tile)
+    const int tiles = ((N + BN - 1) / BN) * ((M + BM - 1) / BM);
+    const int nwork = PERSIST ? tiles * (nseg / G) : 1, w0 = PERSIST ? (int)blockIdx.x : 0,
+              wstep = PERSIST ? (int)gridDim.x : 1;
+    auto item = [&](int wi) {
+        return PERSIST ? tma_tile<BN>(wi % tiles, wi / tiles, M, N, G) : tma_tile<BN>(blockIdx.x, blockIdx.z, M, N, G);
+    };
 
     if (threadIdx.x < 128) {  // warpgroup 0: the producer (one role per branch of one if/else: setmaxnreg)
         setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
             int slot = 0;
             uint32_t phase = 0;
-            for (int s = s0; s < s1; s++)
-                for (int k0 = sb[s]; k0 < sb[s + 1]; k0 += BK) {  // the consumers' stage sequence, exactly
-                    mbar_wait(&empty[slot], phase ^ 1);  // first round: free at once
-                    mbar_arrive_expect_tx(&full[slot], ABYTES + BBYTES);  // whole boxes, zero fill included
-                    tma_load_2d(As + slot * ABYTES, tx, &full[slot], k0, m0);
-                    tma_load_2d(Bs + slot * BBYTES, tw, &full[slot], k0, n0);
-                    if (++slot == STAGES) slot = 0, phase ^= 1;
-                }
+            for (int wi = w0; wi < nwork; wi += wstep) {
+                const TmaTile tl = item(wi);
+                for (int s = tl.s0; s < tl.s1; s++)
+                    for (int k0 = sb[s]; k0 < sb[s + 1]; k0 += BK) {  // the consumers' stage sequence, exactly
+                        mbar_wait(&empty[slot], phase ^ 1);  // first round: free at once
+                        mbar_arrive_expect_tx(&full[slot], ABYTES + BBYTES);  // whole boxes, zero fill included
+                        tma_load_2d(As + slot * ABYTES, tx, &full[slot], k0, tl.m0);
+                        tma_load_2d(Bs + slot * BBYTES, tw, &full[slot], k0, tl.n0);
+                        if (++slot == STAGES) slot = 0, phase ^= 1;
+                    }
+            }
         }
     } else {  // warpgroups 1, 2: the consumers
         setmaxnreg_inc<232>();
         const int ct = threadIdx.x - 128, cw = ct >> 7, lane = ct & 31, wq = (ct >> 5) & 3;
         float acc[NJ][4];
         float st0[TREE ? NJ : 1][4];  // the first open subtree in registers (TREE; the others in st2s)
-#pragma unroll
-        for (int j = 0; j < NJ; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;  // every chain starts from +0
         int slot = 0, held = -1;  // held: the slot whose wgmmas may still be in flight
         uint32_t phase = 0;
         const uint32_t aoff = (uint32_t)cw * 64 * 128;  // this warpgroup's 64 rows of the x box (8 atoms)
-        for (int s = s0; s < s1; s++) {
-            const int lo = sb[s], hi = sb[s + 1];
-            for (int k0 = lo; k0 < hi; k0 += BK) {
-                mbar_wait(&full[slot], phase);
-                const uint32_t a = smem_addr(As + slot * ABYTES) + aoff, b = smem_addr(Bs + slot * BBYTES);
-                fence_operand(acc);
-                wgmma_fence();
-                if (k0 + BK <= hi) {  // a whole stage: its 4 k-steps straight, no branch between them (ptxas
-                                      // serialises wgmmas across control flow)
+        for (int wi = w0; wi < nwork; wi += wstep) {
+            const TmaTile tl = item(wi);
 #pragma unroll
-                    for (int j = 0; j < BK / 16; j++) wgmma_ss<BN>(acc, sw128_desc(a + 32 * j), sw128_desc(b + 32 * j));
-                } else {  // a segment's last, partial stage: only the k-steps before hi (warpgroup-uniform)
-                    const int nk = (hi - k0 + 15) / 16;
-                    wgmma_ss<BN>(acc, sw128_desc(a), sw128_desc(b));
-                    if (nk > 1) wgmma_ss<BN>(acc, sw128_desc(a + 32), sw128_desc(b + 32));
-                    if (nk > 2) wgmma_ss<BN>(acc, sw128_desc(a + 64), sw128_desc(b + 64));
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;  // every chain starts from +0
+            for (int s = tl.s0; s < tl.s1; s++) {
+                const int lo = sb[s], hi = sb[s + 1];
+                for (int k0 = lo; k0 < hi; k0 += BK) {
+                    mbar_wait(&full[slot], phase);
+                    const uint32_t a = smem_addr(As + slot * ABYTES) + aoff, b = smem_addr(Bs + slot * BBYTES);
+                    fence_operand(acc);
+                    wgmma_fence();
+                    if (k0 + BK <= hi) {  // a whole stage: its 4 k-steps straight, no branch between them (ptxas
+                                          // serialises wgmmas across control flow)
+#pragma unroll
+                        for (int j = 0; j < BK / 16; j++)
+                            wgmma_ss<BN>(acc, sw128_desc(a + 32 * j), sw128_desc(b + 32 * j));
+                    } else {  // a segment's last, partial stage: only the k-steps before hi (warpgroup-uniform)
+                        const int nk = (hi - k0 + 15) / 16;
+                        wgmma_ss<BN>(acc, sw128_desc(a), sw128_desc(b));
+                        if (nk > 1) wgmma_ss<BN>(acc, sw128_desc(a + 32), sw128_desc(b + 32));
+                        if (nk > 2) wgmma_ss<BN>(acc, sw128_desc(a + 64), sw128_desc(b + 64));
+                    }
+                    wgmma_commit();
+                    wgmma_wait<1>();  // the previous stage's group is done; this one may still run
+                    fence_operand(acc);
+                    if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
+                    held = slot;
+                    if (++slot == STAGES) slot = 0, phase ^= 1;
                 }
-                wgmma_commit();
-                wgmma_wait<1>();  // the previous stage's group is done; this one may still run
+                wgmma_wait<0>();  // the segment's chain is complete
                 fence_operand(acc);
                 if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
-                held = slot;
-                if (++slot == STAGES) slot = 0, phase ^= 1;
+                held = -1;
+                if constexpr (TREE) {
+                    tree_push_s<NJ>(acc, st0, st2s + ct, s - tl.s0);
+                    if (s + 1 < tl.s1) {
+#pragma unroll
+                        for (int j = 0; j < NJ; j++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;  // the next segment's chain starts from +0
+                    }
+                }
             }
-            wgmma_wait<0>();  // the segment's chain is complete
-            fence_operand(acc);
-            if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
-            held = -1;
-            if constexpr (TREE) {
-                tree_push_s<NJ>(acc, st0, st2s + ct, s - s0);
-                if (s + 1 < s1) {
+
+            // epilogue: acc[j][e] is output (row 64·cw + 16·wq + g + 8·(e/2), column 8j + 2q + e%2) of the tile
+            const int g = lane >> 2, q = lane & 3;
+            const bool finish = G == nseg;
+            const int z = tl.s0 / G;
+            if constexpr (!PERSIST) {
+                float* const dst = finish ? (float*)outv : part + (size_t)z * M * N;
+#pragma unroll
+                for (int j = 0; j < NJ; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int row = tl.m0 + 64 * cw + 16 * wq + g + 8 * (e >> 1);
+                        const int col = tl.n0 + 8 * j + 2 * q + (e & 1);
+                        if (row < M && col < N) {
+                            dst[(size_t)row * N + col] = tc_out(acc[j][e], finish, bias, col, dt);
+                        }
+                    }
+            } else {
+                // two adjacent columns (col even) per store where N is even: one 8-byte float2 or, bf, one 4-byte
+                // pair of bf16 bits (then every row starts aligned and col + 1 < N whenever col < N); else one by
+                // one. One loop per case (a branch per store puts acc in local memory: ptxas, seen).
+                const bool bf = ob != 0 && finish;
+                float* const dst = finish ? (float*)outv : part + (size_t)z * M * N;
+                uint16_t* const dsth = (uint16_t*)outv;
+                const int row0 = tl.m0 + 64 * cw + 16 * wq + g, col0 = tl.n0 + 2 * q;
+                if ((N & 1) == 0 && bf) {
 #pragma unroll
                     for (int j = 0; j < NJ; j++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;  // the next segment's chain starts from +0
+                        for (int h = 0; h < 2; h++) {
+                            const int row = row0 + 8 * h, col = col0 + 8 * j;
+                            if (row < M && col < N)
+                                *reinterpret_cast<uint32_t*>(dsth + (size_t)row * N + col) =
+                                    bf16_pair(tc_out(acc[j][2 * h], true, bias, col, dt),
+                                              tc_out(acc[j][2 * h + 1], true, bias, col + 1, dt));
+                        }
+                } else if ((N & 1) == 0) {
+#pragma unroll
+                    for (int j = 0; j < NJ; j++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int row = row0 + 8 * h, col = col0 + 8 * j;
+                            if (row < M && col < N)
+                                *reinterpret_cast<float2*>(dst + (size_t)row * N + col) =
+                                    make_float2(tc_out(acc[j][2 * h], finish, bias, col, dt),
+                                                tc_out(acc[j][2 * h + 1], finish, bias, col + 1, dt));
+                        }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < NJ; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int row = row0 + 8 * (e >> 1), col = col0 + 8 * j + (e & 1);
+                            if (row < M && col < N) {
+                                const float v = tc_out(acc[j][e], finish, bias, col, dt);
+                                if (bf) {
+                                    dsth[(size_t)row * N + col] = (uint16_t)(__float_as_uint(v) >> 16);
+                                } else {
+                                    dst[(size_t)row * N + col] = v;
+                                }
+                            }
+                        }
                 }
             }
         }
-
-        // epilogue: acc[j][e] is output (row 64·cw + 16·wq + g + 8·(e/2), column 8j + 2q + e%2) of the tile
-        const int g = lane >> 2, q = lane & 3;
-        const bool finish = G == nseg;
-        float* const dst = finish ? out : part + (size_t)blockIdx.z * M * N;
-#pragma unroll
-        for (int j = 0; j < NJ; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int row = m0 + 64 * cw + 16 * wq + g + 8 * (e >> 1);
-                const int col = n0 + 8 * j + 2 * q + (e & 1);
-                if (row < M && col < N) {
-                    dst[(size_t)row * N + col] = tc_out(acc[j][e], finish, bias, col, dt);
-                }
-            }
     }
 }
 
 // The variants (launch.json "tc"; kernels/cuda/tc.go picks them by M, by G and by what TMA can load, none
 // changes a bit): tma256 one chain per block (column-parallel, or G = 1), 128×256 tiles (m64n256k16 per
 // consumer); tma128t several segments per block (row-parallel), 128×128 tiles, 3 stages (the open subtrees take
-// 128 KB of shared memory).
+// 128 KB of shared memory); tma256p and tma128tp the same tiles on a persistent grid (PERSIST, the tmap path),
+// and tma128p a 128-wide chain with 6 stages there (more tiles where 256-wide ones leave SMs idle).
 // Entry: tc_mm_<variant>_<chain|tree>(tx, tw, out, part, bias, M, K, N, segs, G, dt), tx and tw the tensor maps
 // of x (box 64 × 128) and w (box 64 × BN), 128-byte swizzle, zero fill; grid (tiles, 1, nseg/G), 384 threads.
+// The persistent entries take two more parameters, ob (1: out is bf16 bits; only for a finished dt = DT_BF16
+// output) and stash (TREE: gridDim.x · 2·BM·BN floats for the open subtrees; else unused, may be null), and a
+// grid (min(tiles·nseg/G, blocks), 1, 1). tma128tp has 6 slots (its open subtrees in stash).
 #define TC_TMA_ENTRY(NAME, BN, STAGES, TREE)                                                                      \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
         NAME(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tw, float* __restrict__ out,       \
              float* __restrict__ part, const float* __restrict__ bias, int M, int K, int N, Segs segs, int G,     \
              int dt) {                                                                                            \
-        tc_tma_body<BN, STAGES, TREE>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt);                           \
+        tc_tma_body<BN, STAGES, TREE, false>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt, 0, nullptr);        \
     }
-#define TC_TMA_VARIANT(V, BN, STAGES, TREE, KIND) TC_TMA_ENTRY(tc_mm_##V##_##KIND, BN, STAGES, TREE)
+#define TC_TMA_PERSIST_ENTRY(NAME, BN, STAGES, TREE)                                                              \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
+        NAME(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tw, void* __restrict__ out,        \
+             float* __restrict__ part, const float* __restrict__ bias, int M, int K, int N, Segs segs, int G,     \
+             int dt, int ob, float* __restrict__ stash) {                                                         \
+        tc_tma_body<BN, STAGES, TREE, true>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt, ob, stash);          \
+    }
+#define TC_TMA_VARIANT(V, BN, STAGES, TREE, PERSIST, KIND) TC_TMA_VARIANT_##PERSIST(tc_mm_##V##_##KIND, BN, STAGES, TREE)
+#define TC_TMA_VARIANT_false(NAME, BN, STAGES, TREE) TC_TMA_ENTRY(NAME, BN, STAGES, TREE)
+#define TC_TMA_VARIANT_true(NAME, BN, STAGES, TREE) TC_TMA_PERSIST_ENTRY(NAME, BN, STAGES, TREE)
 
-TC_TMA_VARIANT(tma256, 256, 4, false, chain)
-TC_TMA_VARIANT(tma128t, 128, 3, true, tree)
+TC_TMA_VARIANT(tma256, 256, 4, false, false, chain)
+TC_TMA_VARIANT(tma128t, 128, 3, true, false, tree)
+TC_TMA_VARIANT(tma256p, 256, 4, false, true, chain)
+TC_TMA_VARIANT(tma128p, 128, 6, false, true, chain)
+TC_TMA_VARIANT(tma128tp, 128, 6, true, true, tree)

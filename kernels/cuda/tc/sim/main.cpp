@@ -2,7 +2,8 @@
 // that kernels/cuda's planTC made (TestTCSimulated passes it), blocks one after another, every thread of a
 // block a std::thread. Buffers are files of little-endian raw values, read before and written back after.
 //
-//   tc_sim tc_mm_<variant>   GX GY GZ BX SMEM  M K N G DT  NSEG B0..BNSEG  X W BIAS|- OUT PART|-
+//   tc_sim tc_mm_<variant>   GX GY GZ BX SMEM  M K N G DT  NSEG B0..BNSEG  X W BIAS|- OUT PART|- [OB]
+//   (OB: the persistent tc_tma.cu entries' ob; 1: OUT holds bf16 bits, else float32)
 //   tc_sim tc_finish         GX BX  M N PARTS DT  BIAS|- OUT PART
 //   tc_sim tc_attn[_dec]_hd<HD>  GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT
 //
@@ -26,6 +27,12 @@ using MM = void (*)(float*, float*, const uint16_t*, const uint16_t*, const floa
 using TMA = void (*)(TmaMap, TmaMap, float*, float*, const float*, int, int, int, Segs, int, int);
 static const std::map<std::string, std::pair<TMA, int>> tma_kernels_by_name = {
     {"tc_mm_tma256_chain", {tc_mm_tma256_chain, 256}}, {"tc_mm_tma128t_tree", {tc_mm_tma128t_tree, 128}}};
+// the persistent ones (one more parameter: ob)
+using TMAP = void (*)(TmaMap, TmaMap, void*, float*, const float*, int, int, int, Segs, int, int, int, float*);
+static const std::map<std::string, std::pair<TMAP, int>> tmap_kernels_by_name = {
+    {"tc_mm_tma256p_chain", {tc_mm_tma256p_chain, 256}},
+    {"tc_mm_tma128p_chain", {tc_mm_tma128p_chain, 128}},
+    {"tc_mm_tma128tp_tree", {tc_mm_tma128tp_tree, 128}}};
 
 #define E(n) {#n, n}, {#n "_vec", n##_vec}
 static const std::map<std::string, MM> kernels_by_name = {E(tc_mm_dec16_chain), E(tc_mm_dec16_tree),
@@ -142,10 +149,13 @@ int main(int argc, char** argv) {
     }
     auto it = kernels_by_name.find(name);
     auto tit = tma_kernels_by_name.find(name);
-    if (it == kernels_by_name.end() && tit == tma_kernels_by_name.end())
+    auto pit = tmap_kernels_by_name.find(name);
+    if (it == kernels_by_name.end() && tit == tma_kernels_by_name.end() && pit == tmap_kernels_by_name.end())
         return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
     const int M = I(7), K = I(8), N = I(9), G = I(10), dt = I(11), nseg = I(12);
-    if (argc != 13 + nseg + 1 + 5) return fprintf(stderr, "tc_sim: %s: wrong argument count\n", name.c_str()), 2;
+    const bool persist = pit != tmap_kernels_by_name.end();
+    if (argc != 13 + nseg + 1 + 5 + (persist ? 1 : 0))
+        return fprintf(stderr, "tc_sim: %s: wrong argument count\n", name.c_str()), 2;
     Segs segs{};
     segs.n = nseg;
     for (int i = 0; i <= nseg; i++) segs.b[i] = I(13 + i);
@@ -155,7 +165,25 @@ int main(int argc, char** argv) {
     auto bias = slurp<float>(argv[a + 2]);
     auto out = slurp<float>(argv[a + 3]);
     auto part = slurp<float>(argv[a + 4]);
-    if (tit != tma_kernels_by_name.end()) {  // x box 64 × TC_TMA_BM, w box 64 × BN, as kernels/cuda/tc.go encodes them
+    if (persist) {  // as below, with ob; a bf16 OUT is read and written as 16-bit words
+        const int ob = I(13 + nseg + 1 + 5);
+        const TmaMap tx = sim_tma_map(x.data(), M, K, TC_TMA_BM, TC_TMA_BK);
+        const TmaMap tw = sim_tma_map(w.data(), N, K, pit->second.second, TC_TMA_BK);
+        const TMAP fn = pit->second.first;
+        auto outh = ob ? slurp<uint16_t>(argv[a + 3]) : std::vector<uint16_t>();
+        void* const o = ob ? (void*)outh.data() : (void*)out.data();
+        // the tree's stash: 2·BM·BN floats a block, poisoned (a subtree read before it was written shows)
+        std::vector<float> stash((size_t)I(2) * 2 * TC_TMA_BM * pit->second.second, __uint_as_float(0x7FBADBADu));
+        run_grid(I(2), I(3), I(4), I(5), (size_t)I(6), [&] {
+            fn(tx, tw, o, part.empty() ? nullptr : part.data(), bias.empty() ? nullptr : bias.data(), M, K, N, segs, G,
+               dt, ob, stash.data());
+        });
+        if (ob) {
+            spill(argv[a + 3], outh);
+            if (!part.empty()) spill(argv[a + 4], part);
+            return 0;
+        }
+    } else if (tit != tma_kernels_by_name.end()) {  // x box 64 × TC_TMA_BM, w box 64 × BN, as kernels/cuda/tc.go encodes them
         const TmaMap tx = sim_tma_map(x.data(), M, K, TC_TMA_BM, TC_TMA_BK);
         const TmaMap tw = sim_tma_map(w.data(), N, K, tit->second.second, TC_TMA_BK);
         const TMA fn = tit->second.first;
