@@ -415,6 +415,9 @@ func (b *CUDA) ServesProfile(p kernels.Profile) error {
 	if err := b.dev.k.HasTC(); err != nil {
 		return fmt.Errorf("engine: %s: --profile tc needs the tc kernels (make ptx-tc PTX_OUT=DIR, then BITALIGN_PTX_DIR=DIR): %w", b.name, err)
 	}
+	if err := b.dev.k.HasTCAttention(); err != nil {
+		return fmt.Errorf("engine: %s: --profile tc needs the tc attention kernels (make ptx-tc PTX_OUT=DIR, then BITALIGN_PTX_DIR=DIR): %w", b.name, err)
+	}
 	if !b.dev.k.HasNarrowBF16() {
 		return fmt.Errorf("engine: %s: --profile tc needs narrow_bf16, which the loaded PTX lacks (make ptx)", b.name)
 	}
