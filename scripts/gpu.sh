@@ -291,7 +291,7 @@ fi
 if [[ " $steps " == *" record "* ]]; then
   echo "== record (bitalign_capture: fingerprint and full recording against the plain forward, issue 15)"
   rdir="${RECORD_DIR:-/tmp/bitalign-record}"
-  python3 -W ignore capture/python/tests/record_bench.py "$rdir" --device cuda ${RECORDFLAGS:-} 2>&1 |
+  python3 -W ignore capture/python/tests/record_bench.py "$rdir" --device cuda --bin .gpu/bitalign ${RECORDFLAGS:-} 2>&1 |
     tee "$OUT/record.log" | tail -20
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   cp "$rdir/record-bench.json" "$OUT/" 2>/dev/null || { echo "record: no record-bench.json"; rc=1; }
