@@ -37,25 +37,22 @@ class Held:
         self._segs = {}  # segments key -> (layout, seq, pos, ntok, flat starts, dense for rows)
         self.step = 0
 
-    def add(self, op, role, index, rows, lay, starts, step):
-        """Holds rows (a tensor [n, ...]: row starts[i] begins segment i of lay) of (op, role) at step."""
+    def add(self, op, role, index, rows, lay, packed, step):
+        """Holds rows (a tensor [n, ...]) of (op, role) at step: segment i of lay (which has segments) starts at
+        row segments[i].start (packed False: rows are lay's flat tokens) or after the segments before it
+        (packed True: rows are the valid tokens back to back)."""
         if step != self.step and self._items:
             self.flush()
         self.step = step
         if rows.dim() != 2:
             rows = rows.reshape(rows.shape[0], -1)
+        n = rows.shape[0]
         if rows.shape[1] > 1 and rows.stride(1) != 1:
             rows = rows.contiguous()  # rows not contiguous inside (a transposed view): copied now
-        key = (id(lay), starts[0] if starts else 0, rows.shape[0])
+        key = (id(lay), packed, n)
         seg = self._segs.get(key)
         if seg is None or seg[0] is not lay:
-            seq = np.array([s.seq for s in lay.segments], dtype=np.int64)
-            pos = np.array([s.pos for s in lay.segments], dtype=np.int64)
-            ntok = np.array([s.n for s in lay.segments], dtype=np.int64)
-            st = np.asarray(starts, dtype=np.int64)
-            dense = bool(st.size and st[0] == 0 and (st[1:] == (st + ntok)[:-1]).all() and st[-1] + ntok[-1] == rows.shape[0])
-            idx = None if dense else np.concatenate([np.arange(a, a + n) for a, n in zip(st.tolist(), ntok.tolist())])
-            seg = self._segs[key] = (lay, seq, pos, ntok, idx)
+            seg = self._segs[key] = _segments(lay, packed, n)
         self._items.append((op, role, index, rows, rows._version, key))
         self.bytes += rows.numel() * rows.element_size()
         self.peak = max(self.peak, self.bytes)
@@ -99,6 +96,20 @@ class Held:
     def clear(self):
         """Drops what is held (abort)."""
         self._items, self._segs, self.bytes = [], {}, 0
+
+
+def _segments(lay, packed, n):
+    """(lay, seq, pos, ntok, row index of each segment's rows or None where they are rows 0..n-1 in order)."""
+    seq = np.array([s.seq for s in lay.segments], dtype=np.int64)
+    pos = np.array([s.pos for s in lay.segments], dtype=np.int64)
+    ntok = np.array([s.n for s in lay.segments], dtype=np.int64)
+    if packed:
+        st = np.concatenate([[0], np.cumsum(ntok)[:-1]]).astype(np.int64)
+    else:
+        st = np.array([s.start for s in lay.segments], dtype=np.int64)
+    dense = bool(st[0] == 0 and (st[1:] == (st + ntok)[:-1]).all() and st[-1] + ntok[-1] == n)
+    idx = None if dense else np.concatenate([np.arange(a, a + k) for a, k in zip(st.tolist(), ntok.tolist())])
+    return lay, seq, pos, ntok, idx
 
 
 def _rows_bytes(host, done, take):

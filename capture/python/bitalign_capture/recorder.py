@@ -174,6 +174,8 @@ class Recorder(writer_mod.Closing):
         self._idx = {}
         self._sticky = None  # (seq ids from batch(), {seq: position after its last token}) while forwards continue
         self._heads_first = {}  # layer op suffix -> its 4-D tensors are [B, heads, S, head_dim]
+        self._suffix = {}  # op -> its layer op suffix (names.split_layer_op, once per op)
+        self._full = {}  # op -> full_ops names it (fingerprint mode)
         self._warned = set()
         self.forwards = 0
 
@@ -589,7 +591,9 @@ class Recorder(writer_mod.Closing):
         key = (name, role)
         if key in self._seen:  # a module run twice in one forward (e.g. recomputation): keep the first
             return
-        suffix = names.split_layer_op(name)[1] or name
+        suffix = self._suffix.get(name)
+        if suffix is None:
+            suffix = self._suffix[name] = names.split_layer_op(name)[1] or name
         x2, lay, heads_first = _flatten(x, lay, self._heads_first.get(suffix))
         if x2 is None:
             if heads_first == "ambiguous":
@@ -628,12 +632,15 @@ class Recorder(writer_mod.Closing):
     def _rows(self, name, role, x2, lay, rows=None):
         if not lay.segments:
             return
-        if self._pipe is not None:
-            return self._rows_background(name, role, x2, lay, rows)
         if self.mode == "fingerprint":
             self._hold(name, role, x2, lay, rows)
-            if not any(fnmatch.fnmatchcase(name, p) for p in self.full_ops):
+            full = self._full.get(name)
+            if full is None:
+                full = self._full[name] = any(fnmatch.fnmatchcase(name, p) for p in self.full_ops)
+            if not full:
                 return
+        if self._pipe is not None:
+            return self._rows_background(name, role, x2, lay, rows)
         rows = self._select(x2, lay) if rows is None else rows
         arr, dt = dtypes.torch_to_numpy(rows)
         F = arr.shape[1]
@@ -656,10 +663,6 @@ class Recorder(writer_mod.Closing):
             starts = [s.start for s in lay.segments]
         else:
             starts = np.cumsum([0] + [s.n for s in lay.segments[:-1]]).tolist()
-        if self.mode == "fingerprint":
-            self._hold(name, role, x2, lay, rows)
-            if not any(fnmatch.fnmatchcase(name, p) for p in self.full_ops):
-                return
         dt = dtypes.from_torch(src.dtype)
         F = src.shape[1]
         try:
@@ -673,11 +676,8 @@ class Recorder(writer_mod.Closing):
 
     def _hold(self, name, role, x2, lay, rows):
         """Holds the fingerprinted rows (x2 at the segments' starts, or rows: the valid rows back to back)."""
-        if rows is None:
-            src, starts = x2, [s.start for s in lay.segments]
-        else:
-            src, starts = rows, np.cumsum([0] + [s.n for s in lay.segments[:-1]]).tolist()
-        self._held.add(name, fingerprint_mod.ROLE_PREFIX + role, self._op_index(name), src, lay, starts, self.step)
+        self._held.add(name, fingerprint_mod.ROLE_PREFIX + role, self._op_index(name), x2 if rows is None else rows,
+                       lay, rows is not None, self.step)
 
     def _logits(self, x2, lay):
         import torch
