@@ -34,6 +34,7 @@ MAX_DIMS = 32  # as Go's capture.MaxDims
 
 _I64, _I32, _STR, _LARGE_BINARY = pa.int64(), pa.int32(), pa.string(), pa.large_binary()
 _CACHE = 4096  # entries per cache of emit's arrays (cleared when full: bounded memory)
+WRITEBACK_BYTES = 256 << 20  # start the disk's write-out of every this many bytes written (Linux), not at close
 _FIELDS = [
     ("data", pa.large_binary()),
     ("step", _I64),
@@ -154,6 +155,7 @@ class Writer(Closing):
         self._tmp = os.path.join(d, f".{base}.tmp-{secrets.token_hex(4)}")
         self._schema = schema(json.dumps(meta, separators=(",", ":")))
         self._sink = pa.OSFile(self._tmp, "wb")
+        self._wb_from = 0  # file offset up to which write-out was started (_writeback)
         try:
             self._w = ipc.new_file(self._sink, self._schema)
         except BaseException:
@@ -294,6 +296,7 @@ class Writer(Closing):
             self.abort()
             raise
         self.n += 1
+        self._writeback()
 
     def prepare_rows(self, parts, *, step=0, dtype="i64", rank=0):
         """Checks and claims many 1-D tensors of dtype written together as one record batch (emit of the Rows
@@ -375,6 +378,20 @@ class Writer(Closing):
             self.abort()
             raise
         self.n += k
+        self._writeback()
+
+    def _writeback(self):
+        """Starts the disk's write-out of what was written since the last call once WRITEBACK_BYTES have
+        accumulated (sync_file_range(SYNC_FILE_RANGE_WRITE): asynchronous, the GIL released), so that close's
+        fsync finds most of a multi-GB capture already on its way instead of writing it all then. A no-op where
+        the call does not exist (not Linux); durability still comes from close's fsync alone."""
+        end = self._sink.tell()
+        if end - self._wb_from < WRITEBACK_BYTES:
+            return
+        f = _sync_file_range()
+        if f is not None:
+            f(self._sink.fileno(), self._wb_from, end - self._wb_from, 2)  # SYNC_FILE_RANGE_WRITE; errors ignored
+        self._wb_from = end
 
     def _column(self, i, v):
         """The one-row array of column i + 1 holding v, made once per value (the values repeat: steps,
@@ -578,6 +595,28 @@ def _publish(tmp, path, overwrite):
         os.rename(tmp, path)
         return
     os.unlink(tmp)
+
+
+_sfr = []
+
+
+def _sync_file_range():
+    """libc's sync_file_range(int, off64_t, off64_t, unsigned) through ctypes (which releases the GIL), or None."""
+    if not _sfr:
+        f = None
+        try:
+            import ctypes
+            import ctypes.util
+            import sys
+
+            if sys.platform.startswith("linux"):
+                f = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
+                f.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                f.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            f = None
+        _sfr.append(f)
+    return _sfr[0]
 
 
 def _remove(p):
