@@ -7,6 +7,8 @@ the recorder keeps from the allocator) flush() fingerprints every held tensor in
 call (one fingerprint_rows launch on a GPU with the bitalign driver), sends the fingerprints to the host in one
 copy, and writes them as ONE record batch of many rows (Writer.prepare_rows). A tensor changed in place after
 its hook (its version moved) is an error naming the op: its fingerprint would not be of what the op returned.
+Inference tensors (torch.inference_mode) have no version counter: those are fingerprinted in their hook (one
+launch an op, still no synchronisation) and only their fingerprints are held.
 
 Both writing modes use it: the synchronous recorder (background=False) copies the fingerprints at once and
 writes the batch; the background one queues the batch for the writer thread with the copy still on its way (an
@@ -53,8 +55,13 @@ class Held:
         seg = self._segs.get(key)
         if seg is None or seg[0] is not lay:
             seg = self._segs[key] = _segments(lay, packed, n)
-        self._items.append((op, role, index, rows, rows._version, key))
-        self.bytes += rows.numel() * rows.element_size()
+        try:
+            v, pre = rows._version, None
+        except RuntimeError:  # an inference tensor (torch.inference_mode) has no version counter: fingerprinted now
+            v, pre = None, fingerprint_mod.fingerprint_sets([rows])
+            rows = None
+        self._items.append((op, role, index, rows, v, key, pre, n))
+        self.bytes += 8 * n if rows is None else rows.numel() * rows.element_size()
         self.peak = max(self.peak, self.bytes)
         if self.bytes > self.bound:
             self.flush()
@@ -66,24 +73,36 @@ class Held:
             self._segs.clear()
             return
         segs, self._segs = self._segs, {}
-        for op, role, _, rows, v, _ in items:
-            if rows._version != v:
+        for op, role, _, rows, v, _, _, _ in items:
+            if v is not None and rows._version != v:
                 raise ValueError(
                     f"bitalign_capture: {self.writer.path}: {op} [{role}]: its output was changed in place after "
                     f"its hook (tensor version {v} → {rows._version}): a fingerprint now would not be of what the op "
                     "returned (record the op in full with full_ops, or leave it out with ops)"
                 )
-        fps = fingerprint_mod.fingerprint_sets([it[3] for it in items])
+        xs = [it[3] for it in items if it[6] is None]
+        fps = fingerprint_mod.fingerprint_sets(xs) if xs else None
+        if len(xs) < len(items):  # some fingerprinted in their hooks (inference tensors): put them in order
+            import torch
+
+            pieces, off = [], 0
+            for it in items:
+                if it[6] is None:
+                    pieces.append(fps[off : off + it[7]])
+                    off += it[7]
+                else:
+                    pieces.append(it[6])
+            fps = torch.cat(pieces)
         parts, gather, base, dense = [], [], 0, True
-        for op, role, index, rows, _, key in items:
+        for op, role, index, _, _, key, _, n in items:
             _, seq, pos, ntok, idx = segs[key]
             if parts and parts[-1][1] is seq:
                 parts[-1][0].append((op, role, index))
             else:
                 parts.append(([(op, role, index)], seq, pos, ntok))
-            gather.append(np.arange(base, base + rows.shape[0]) if idx is None else base + idx)
+            gather.append(np.arange(base, base + n) if idx is None else base + idx)
             dense = dense and idx is None
-            base += rows.shape[0]
+            base += n
         header = self.writer.prepare_rows(parts, step=self.step, dtype="i64")
         take = None if dense else np.concatenate(gather)
         self.flushes += 1

@@ -261,3 +261,17 @@ def test_fingerprint_sets_is_numpys_per_row(rng, dtype):
     got = fpm.fingerprint_sets(xs).numpy().view(np.uint64)
     np.testing.assert_array_equal(got, np.concatenate(want))
     assert fpm.backend(xs[0].device) == ("torch", "not a CUDA device")
+
+
+def test_inference_mode_tensors_are_fingerprinted_in_their_hooks(tmp_path):
+    """Under torch.inference_mode tensors have no version counter: their fingerprints are taken in the hook, and
+    the capture is the same bytes as under no_grad."""
+    m = hf_model("qwen3", torch.bfloat16)
+    ids, mask, pos = padded(SEQS, "left")
+    paths = []
+    for ctx in (torch.no_grad, torch.inference_mode):
+        paths.append(tmp_path / f"{ctx.__name__}.arrow")
+        with ctx(), bc.record(m, paths[-1], "trainer", mode="fingerprint", created=CREATED) as rec:
+            m(input_ids=ids, attention_mask=mask, position_ids=pos)
+        assert rec.written > 30
+    assert first_difference(*paths) is None
