@@ -198,6 +198,10 @@ class Recorder(writer_mod.Closing):
                 self._pipe = pipeline_mod.Pipeline(self._w, staging_bytes=self.staging_bytes)
             put = self._w.emit if self._pipe is None else self._pipe.put
             self._held = held_mod.Held(self._w, put, self._stager, self.hold_bytes)
+            if self.mode == "fingerprint":
+                p = next(self.model.parameters(), None)
+                if p is not None:
+                    fingerprint_mod.backend(p.device)  # loads the kernel now, not in the first forward
             self._attach()
         except BaseException:
             self.abort()

@@ -524,25 +524,36 @@ class Rows:
         self.n = int(seq.size)
 
     def arrays(self):
-        """Columns 1.. of the batch (schema order after data)."""
+        """Columns 1.. of the batch (schema order after data), built from numpy buffers (no per-row Python)."""
         k = self.n
-        rep = lambda pairs: [v for v, m in pairs for _ in range(m)]  # noqa: E731
         idx = np.repeat(np.array([v for v, _ in self.index], dtype=np.int32), [m for _, m in self.index])
         return [
             pa.array(np.full(k, self.step, dtype=np.int64)),
             pa.array(self.seq),
             pa.array(self.pos),
             pa.array(self.ntok),
-            pa.array(rep(self.ops), type=_STR),
+            _strings(self.ops, k),
             pa.array(idx),
-            pa.array(rep(self.roles), type=_STR),
-            pa.array([self.dtype] * k, type=_STR),
+            _strings(self.roles, k),
+            _strings([(self.dtype, k)], k),
             pa.ListArray.from_arrays(pa.array(np.arange(k + 1, dtype=np.int32)), pa.array(self.ntok)),
             pa.array(np.full(k, self.rank, dtype=np.int32)),
             pa.array(np.full(k, -1, dtype=np.int32)),
             pa.array(np.zeros(k, dtype=np.int64)),
             pa.ListArray.from_arrays(pa.array(np.zeros(k + 1, dtype=np.int32)), pa.array([], type=_I64)),
         ]
+
+
+def _strings(pairs, k):
+    """The string array of k values given as [(value, repeats)], made from its offsets and bytes."""
+    enc = [(v.encode(), m) for v, m in pairs]
+    lens = np.repeat(np.array([len(b) for b, _ in enc], dtype=np.int64), [m for _, m in enc])
+    offsets = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise ValueError(f"bitalign_capture: {offsets[-1]} bytes of names in one record batch")
+    data = b"".join(b * m for b, m in enc)
+    return pa.StringArray.from_buffers(k, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
 
 
 def _twice(path, op, role, step, seq, at, a, b):
