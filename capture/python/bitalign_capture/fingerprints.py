@@ -122,6 +122,8 @@ def _words(torch, x):
     except RuntimeError:  # rows not contiguous inside
         b = b.contiguous().view(torch.uint8)
     L = b.shape[1]
+    if L == 0:  # empty rows: no words (a zero-size view may refuse the int32 view)
+        return torch.zeros((n, 0), dtype=torch.int32, device=x.device), 0
     W = (L + 3) // 4
     if 4 * W != L:
         b = torch.nn.functional.pad(b, (0, 4 * W - L))
