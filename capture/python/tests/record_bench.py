@@ -3,7 +3,7 @@ forward recorded in full, timed in one call, with the captures' sizes, their rat
 write rate; and checks that the background writer's captures are the synchronous writer's bytes.
 
     python3 capture/python/tests/record_bench.py OUT [--device cuda|cpu] [--tiny] [--iters 5] [--full-iters 3]
-        [--warmup 2] [--batch 4] [--tokens 256] [--no-baseline]
+        [--warmup 2] [--batch 4] [--tokens 256] [--no-baseline] [--bin bitalign]
 
 The model is a random bf16 Hugging Face Qwen2 of Qwen2-1.5B's shapes (hidden 1536, 28 layers, 12/2 heads,
 intermediate 8960, vocabulary 151936, tied; eager attention, as tinymodels builds it) over batch × tokens random
@@ -20,9 +20,14 @@ synchronisation (wall, what the caller waits for; its median over the iterations
   disk), removed after.
 - baseline (unless --no-baseline): one forward recorded with background=False (every tensor copied to the host and
   written from its hook: the recorder before the writer thread), full and fingerprint.
+- disk anchors: as many bytes as the full capture written with os.write (64 MiB calls) and fsync'd, once with all
+  write-out left to the fsync (dd conv=fsync) and once with it started every 256 MiB (as the capture writer does).
 - checks: a background capture of one forward equals the background=False capture of the same forward byte for
-  byte (full and fingerprint; on the GPU when the forward is deterministic, which the script tests), and the
-  fingerprints of the fingerprint capture are those numpy computes from the full capture's rows.
+  byte (full and fingerprint; on the GPU when the forward is deterministic, which the script tests), the
+  fingerprints of the fingerprint capture are those numpy computes from the full capture's rows, the kernel's
+  fingerprint capture equals the torch expression's (when the kernel is the backend: fingerprint_backend), and
+  `bitalign diff` (--bin, default $BITALIGN_BIN; skipped without one) of the fingerprint capture against the full
+  one exits 0.
 
 Writes OUT/record-bench.json and prints a table; exit status 1 if a check fails.
 """
