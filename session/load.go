@@ -107,7 +107,7 @@ func (l *Loaded) complete(ctx context.Context, in Inputs, a, b *capture.Capture,
 // them with the diff's options (progress, producers, in.Options). A pair with a logprob table on a side is
 // loaded whole: l is complete and a, b are nil.
 func openPair(ctx context.Context, in Inputs, m *engine.Model, progress func(view.Progress)) (l *Loaded, a, b *capture.Capture, opts []Option, err error) {
-	l = &Loaded{Model: m}
+	l = &Loaded{Model: m, Profile: in.Profile}
 	if l.Backend, l.BackendName, err = engine.SelectBackend(orAuto(in.Device)); err != nil {
 		return nil, nil, nil, nil, err
 	}

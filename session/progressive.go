@@ -61,7 +61,7 @@ func LoadVerdict(ctx context.Context, in Inputs, progress func(view.Progress)) (
 	}
 	bctx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel
-	full := &Loaded{Model: l.Model, Backend: l.Backend, BackendName: l.BackendName}
+	full := &Loaded{Model: l.Model, Profile: l.Profile, Backend: l.Backend, BackendName: l.BackendName}
 	bg := append(opts[:len(opts):len(opts)], WithProgress(func(done, total int64) {
 		p.prog.Store(&view.Progress{Stage: "diffing", Done: done, Total: total})
 	}))
