@@ -60,7 +60,9 @@
 #         over 4 × 256 tokens times, in one call, the plain forward, the forward with every op recorded as
 #         fingerprints and in full (GB/s = bytes / wall time to the end of close, which fsyncs; files in
 #         $RECORD_DIR on local disk, removed after), the capture sizes and their ratio, and checks the background
-#         writer's captures against background=False byte for byte; $OUT/record-bench.json is its summary.
+#         writer's captures against background=False byte for byte, the kernel's fingerprints against torch's and
+#         numpy's, `bitalign diff` of the fingerprint capture against the full one (exit 0), the disk's own rate
+#         (os.write + fsync of as many bytes); test_record_gpu.py first; $OUT/record-bench.json is its summary.
 #         About 9 GB of disk. Not in the default list: `bash scripts/gpu.sh record`. RECORDFLAGS: more flags.
 #   replay issue 15's replay at size (capture/python/tests/replay_size.py): random Qwen2-1.5B-shaped (4 × 256 tokens)
 #         and Qwen3-8B-shaped (8 × 512) bf16 models built on the GPU and saved, their trainer captures recorded
@@ -334,7 +336,9 @@ fi
 if [[ " $steps " == *" record "* ]]; then
   echo "== record (bitalign_capture: fingerprint and full recording against the plain forward, issue 15)"
   rdir="${RECORD_DIR:-/tmp/bitalign-record}"
-  python3 -W ignore capture/python/tests/record_bench.py "$rdir" --device cuda ${RECORDFLAGS:-} 2>&1 |
+  python3 -m pytest -q -rs -m torch capture/python/tests/test_record_gpu.py 2>&1 | tee "$OUT/record-test.log" | tail -15
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  python3 -W ignore capture/python/tests/record_bench.py "$rdir" --device cuda --bin .gpu/bitalign ${RECORDFLAGS:-} 2>&1 |
     tee "$OUT/record.log" | tail -20
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   cp "$rdir/record-bench.json" "$OUT/" 2>/dev/null || { echo "record: no record-bench.json"; rc=1; }

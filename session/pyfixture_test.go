@@ -265,3 +265,53 @@ func pyFloats(b []byte) []float64 {
 	}
 	return out
 }
+
+// TestDiffPythonFingerprintFixtures: the Python recorder's fingerprint captures of the same runs
+// (trainer-fp.arrow, sampler-fp.arrow: each forward's fingerprint tensors in one record batch of many rows,
+// docs/capture-format.md "Many a record batch") equal their full captures, and their diff finds the full pair's
+// first divergence (op, role, step, seq, pos) and every op's verdict.
+func TestDiffPythonFingerprintFixtures(t *testing.T) {
+	ctx := context.Background()
+	for _, side := range []string{"trainer", "sampler"} {
+		rep, err := session.Diff(ctx, pyOpen(t, side+"-fp.arrow"), pyOpen(t, side+".arrow"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Identical || rep.Located == 0 {
+			t.Errorf("%s-fp.arrow vs %s.arrow: identical %v, %d ops through fingerprints, first %+v", side, side,
+				rep.Identical, rep.Located, rep.First)
+		}
+	}
+	full, err := session.Diff(ctx, pyOpen(t, "trainer.arrow"), pyOpen(t, "sampler.arrow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := session.Diff(ctx, pyOpen(t, "trainer-fp.arrow"), pyOpen(t, "sampler-fp.arrow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.First == nil || fp.First == nil {
+		t.Fatalf("first divergence: full %+v, fingerprints %+v", full.First, fp.First)
+	}
+	f, g := full.First, fp.First
+	if f.Op != g.Op || f.Role != g.Role || f.At.Step != g.At.Step || f.At.Seq != g.At.Seq || f.At.Pos != g.At.Pos {
+		t.Errorf("first divergence: full %s [%s] %d/%d/%d, fingerprints %s [%s] %d/%d/%d", f.Op, f.Role, f.At.Step,
+			f.At.Seq, f.At.Pos, g.Op, g.Role, g.At.Step, g.At.Seq, g.At.Pos)
+	}
+	status := func(r *session.Report) map[string]session.Status {
+		m := map[string]session.Status{}
+		for _, o := range r.Ops {
+			m[o.Op+" "+o.Role] = o.Status
+		}
+		return m
+	}
+	sf, sg := status(full), status(fp)
+	if len(sf) != len(sg) || len(sf) < 20 {
+		t.Errorf("%d ops in the full diff, %d in the fingerprint diff", len(sf), len(sg))
+	}
+	for k, v := range sf {
+		if sg[k] != v {
+			t.Errorf("%s: full diff %s, fingerprint diff %s", k, v, sg[k])
+		}
+	}
+}

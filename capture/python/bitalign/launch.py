@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .ptx import PTXError, find_dir
+from .ptx import PTXError, find_dir, package_dir
 
 SEGMENTS = 8  # kernels.Segments: the canonical reduction's fixed segment count
 
@@ -30,7 +30,12 @@ def load_rules(path=None):
 
 @functools.lru_cache(maxsize=1)
 def _default_rules():
-    return _read_rules(find_dir() / "launch.json")
+    p = find_dir() / "launch.json"
+    if not p.is_file():  # a BITALIGN_PTX_DIR tree of PTX only: the rules are the package's (Go embeds its own)
+        pkg = package_dir()
+        if pkg is not None and (pkg / "launch.json").is_file():
+            p = pkg / "launch.json"
+    return _read_rules(p)
 
 
 def _read_rules(p):

@@ -82,6 +82,16 @@ def _candidates():
     return [here / "_ptx", here.parents[2] / _PKG_DIR]
 
 
+def package_dir():
+    """The packaged (or checkout) kernels directory, ignoring DIR_ENV: where launch.json comes from when a
+    DIR_ENV tree (PTX only, as `make ptx PTX_OUT=dir` writes it) has none; None if neither holds a manifest."""
+    here = Path(__file__).resolve().parent
+    for d in (here / "_ptx", here.parents[2] / _PKG_DIR):
+        if (d / MANIFEST_NAME).is_file():
+            return d
+    return None
+
+
 def find_dir():
     """The directory holding the PTX and its manifest (see the module doc)."""
     tried = []

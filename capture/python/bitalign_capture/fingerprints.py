@@ -122,6 +122,8 @@ def _words(torch, x):
     except RuntimeError:  # rows not contiguous inside
         b = b.contiguous().view(torch.uint8)
     L = b.shape[1]
+    if L == 0:  # empty rows: no words (a zero-size view may refuse the int32 view)
+        return torch.zeros((n, 0), dtype=torch.int32, device=x.device), 0
     W = (L + 3) // 4
     if 4 * W != L:
         b = torch.nn.functional.pad(b, (0, 4 * W - L))
@@ -168,3 +170,110 @@ def fingerprint_rows_torch(x):
 
     h, L = row_sums_torch(x)
     return _mix64_torch(torch, h + _signed((L * GAMMA) & _MASK))  # wraps modulo 2^64
+
+
+# ----- many tensors at once: the bitalign kernel (kernels/cuda/fingerprint.cu) or the torch expression
+
+BACKEND_ENV = "BITALIGN_CAPTURE_FINGERPRINTS"  # "torch": never the kernel (tests and benchmarks compare both)
+_kernels = {}  # cuda device index -> _Kernel, or the reason it is unavailable (a str)
+
+
+def fingerprint_sets(xs):
+    """The fingerprints (int64 [Σ rows] on their device) of every row of each tensor of xs (2-D, rows
+    contiguous inside: stride(1) == 1; all on one device), in order: one fingerprint_rows launch of the
+    repository's PTX on a GPU where the bitalign driver (cuda-bindings) loads it, else fingerprint_rows_torch of
+    each tensor (CPU, or no driver: what backend() says). Asynchronous on the current stream either way."""
+    import torch
+
+    if not xs:
+        raise ValueError("bitalign_capture: fingerprint_sets of no tensors")
+    k = _kernel(xs[0].device)
+    if isinstance(k, _Kernel):
+        return k.rows(xs)
+    return torch.cat([fingerprint_rows_torch(x) for x in xs])
+
+
+def backend(device):
+    """("kernel", "") when fingerprint_sets launches fingerprint_rows on device, else ("torch", why not)."""
+    k = _kernel(device)
+    return ("kernel", "") if isinstance(k, _Kernel) else ("torch", k)
+
+
+def _kernel(device):
+    import os
+
+    if device.type != "cuda":
+        return "not a CUDA device"
+    if os.environ.get(BACKEND_ENV, "") == "torch":
+        return f"{BACKEND_ENV}=torch"
+    import torch
+
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    k = _kernels.get(idx)
+    if k is None:
+        try:
+            k = _Kernel(idx)
+        except Exception as e:  # noqa: BLE001 — no bindings, no driver, stale PTX: the torch expression
+            k = f"{type(e).__name__}: {e}"
+        _kernels[idx] = k
+    return k
+
+
+class _Kernel:
+    """fingerprint_rows on one GPU through bitalign.driver: the constants table (grown to the longest row),
+    a descriptor table a launch (pinned, copied asynchronously), the launch shape of Go's planFingerprintRows
+    (kernels/cuda/fingerprint.go: one warp a row, 8 warps a block, at most 16 blocks an SM)."""
+
+    WARPS = 8
+    BLOCKS_PER_SM = 16
+
+    def __init__(self, index):
+        import torch
+        from bitalign import driver
+        from bitalign.launch import Launch
+
+        self.index = index
+        self.device = torch.device("cuda", index)
+        self.d = driver.device(index)
+        for name in ("fingerprint_rows",):
+            if name not in self.d._fn:
+                raise RuntimeError(f"the loaded PTX has no {name} (stale PTX? run make ptx)")
+        self.Launch = Launch
+        self.K = None
+
+    def _consts(self, words):
+        import torch
+
+        if self.K is None or self.K.numel() < words:
+            n = max(words, 4096, 0 if self.K is None else 2 * self.K.numel())
+            self.K = torch.from_numpy(constants(n).view(np.int64).copy()).to(self.device)
+        return self.K
+
+    def rows(self, xs):
+        import torch
+
+        desc = np.zeros((len(xs), 5), dtype=np.int64)
+        total, words, nd = 0, 0, 0
+        for x in xs:
+            n = x.shape[0]
+            if n == 0:
+                continue
+            es = x.element_size()
+            L = (x.shape[1] if x.dim() == 2 else 1) * es
+            if x.dim() != 2 or (x.shape[1] > 1 and x.stride(1) != 1) or x.device != self.device:
+                raise ValueError(f"bitalign_capture: fingerprint_sets: a {tuple(x.shape)} tensor with strides "
+                                 f"{x.stride()} on {x.device} (want 2-D rows contiguous inside, on {self.device})")
+            desc[nd] = (x.data_ptr(), x.stride(0) * es, n, total, L)
+            nd += 1
+            total += n
+            words = max(words, (L + 3) // 4)
+        out = torch.empty(total, dtype=torch.int64, device=self.device)
+        if total == 0:
+            return out
+        K = self._consts(words)
+        dd = torch.from_numpy(desc[:nd]).pin_memory().to(self.device, non_blocking=True)
+        blocks = min(-(-total // self.WARPS), self.BLOCKS_PER_SM * max(self.d.limits.sms, 1))
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        self.d.launch(self.Launch("fingerprint_rows", (blocks, 1, 1), 32 * self.WARPS),
+                      [out.data_ptr(), dd.data_ptr(), nd, total, K.data_ptr()], stream)
+        return out

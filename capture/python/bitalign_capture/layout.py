@@ -81,18 +81,20 @@ class Layout:
 
 
 def _runs(seq, pos):
-    segs = []
-    i, n = 0, seq.size
-    while i < n:
-        if seq[i] < 0:
-            i += 1
-            continue
-        j = i + 1
-        while j < n and seq[j] == seq[i] and pos[j] == pos[j - 1] + 1:
-            j += 1
-        segs.append(Segment(int(seq[i]), int(pos[i]), i, j - i))
-        i = j
-    return segs
+    """The segments of the flat tokens, found with numpy (no Python loop over tokens): a run starts at a valid
+    token whose predecessor is padding, another sequence or not the position before it, and ends before the next
+    token that does not continue it."""
+    n = seq.size
+    if n == 0:
+        return []
+    valid = seq >= 0
+    brk = np.ones(n, dtype=bool)  # token i does not continue token i - 1
+    brk[1:] = (seq[1:] != seq[:-1]) | (pos[1:] != pos[:-1] + 1) | ~valid[:-1]
+    starts = np.nonzero(valid & brk)[0]
+    stops = np.append(np.nonzero(brk | ~valid)[0], n)  # where a run cannot go on
+    ends = stops[np.searchsorted(stops, starts, side="right")]
+    return [Segment(int(q), int(p), int(a), int(b - a))
+            for q, p, a, b in zip(seq[starts].tolist(), pos[starts].tolist(), starts.tolist(), ends.tolist())]
 
 
 def _rows(a, name, B, width=None):

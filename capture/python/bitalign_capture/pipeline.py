@@ -7,12 +7,11 @@ one a synchronous writer makes. A queued tensor's bytes may still be on their wa
 - Staged: rows copied from the GPU into pinned host memory by a side stream, ordered after the op's stream with
   an event, the source kept alive for that stream (record_stream); the writer thread waits for the copy's event.
   On the CPU the rows are copied at once (the model may change its tensors in place later).
-- Fingerprints: the row sums (fingerprints.row_sums_torch) of the forward's ops gathered on the device and
-  copied to the host in one transfer per forward (or when Fingerprints.LIMIT rows are waiting); the writer
-  thread finishes each op's fingerprints (fingerprints.finish) once its batch is on the host.
+- Fingerprints (held.py): one record batch of a forward's fingerprint tensors, their bytes copied to pinned
+  memory on the side stream after the kernel that computed them; the writer thread waits for the copy's event.
 
 Staged bytes hold staging_bytes at most (back-pressure: a hook that would exceed it waits for the writer
-thread, first sending any waiting fingerprints on their way; one tensor larger than the budget goes alone), and
+thread; one tensor larger than the budget goes alone), and
 the queue holds max_items tensors at most. An error in the writer thread is raised by the next hook, flush or
 close, naming the file; the capture is then aborted by the recorder.
 """
@@ -21,9 +20,6 @@ import collections
 import functools
 import threading
 
-import numpy as np
-
-from . import fingerprints as fingerprint_mod
 
 STAGING_BYTES = 1 << 30  # default bound of staged (copied, not yet written) tensor bytes
 MAX_ITEMS = 1 << 16  # default bound of queued tensors
@@ -34,16 +30,13 @@ class WriterThreadError(RuntimeError):
 
 
 class Pipeline:
-    """Queues prepared tensors for writer (a writer.Writer) and emits them in order on one thread.
+    """Queues prepared tensors for writer (a writer.Writer) and emits them in order on one thread."""
 
-    on_block: called before a put waits for room (the recorder sends waiting fingerprints on their way, so that
-    the writer thread, which may be waiting for them, can make room)."""
-
-    def __init__(self, writer, *, staging_bytes=STAGING_BYTES, max_items=MAX_ITEMS, on_block=None):
+    def __init__(self, writer, *, staging_bytes=STAGING_BYTES, max_items=MAX_ITEMS):
         if staging_bytes < 1 or max_items < 1:
             raise ValueError(f"bitalign_capture: staging_bytes {staging_bytes} and max_items {max_items} must be ≥ 1")
         self.writer = writer
-        self.budget, self.max_items, self.on_block = int(staging_bytes), int(max_items), on_block
+        self.budget, self.max_items = int(staging_bytes), int(max_items)
         self.used = 0  # staged bytes queued or being written
         self.peak = 0  # the most staged bytes held at once (tests and benchmarks read it)
         self._q = collections.deque()  # (header, payload, staged bytes)
@@ -75,8 +68,6 @@ class Pipeline:
                 self._raise()
                 if room():
                     return
-            if self.on_block is not None:
-                self.on_block()
             with self._cv:
                 self._cv.wait_for(lambda: self._err is not None or room(), timeout=1.0)
 
@@ -173,63 +164,3 @@ def _host_bytes(host, done):
     if done is not None:
         done.synchronize()  # releases the GIL while the copy finishes
     return host.reshape(-1).view(torch.uint8).numpy()
-
-
-class Fingerprints:
-    """The row sums of the ops of a forward, waiting on the device to go to the host together.
-
-    add(h, L) keeps one op's row sums (int64 [N] on the device) and returns the callable factory: for rows
-    [a, a + n) of that op, fingerprints(a, n) is a payload giving their fingerprints' bytes on the writer thread.
-    flush() sends what is waiting to the host in one transfer: one torch.cat on the device, one copy."""
-
-    LIMIT = 1 << 20  # rows waiting at most (8 MiB of row sums) before a flush
-
-    def __init__(self, stager):
-        self.stager = stager
-        self._parts = []
-        self._rows = 0
-        self._batch = _Batch()
-
-    def add(self, h, L):
-        base = self._rows
-        self._parts.append(h)
-        self._rows += h.shape[0]
-        batch = self._batch
-        if self._rows >= self.LIMIT:
-            self.flush()
-        return lambda a, n: functools.partial(batch.fingerprints, base + a, n, L)
-
-    def flush(self):
-        if not self._parts:
-            return
-        import torch
-
-        parts, batch = self._parts, self._batch
-        self._parts, self._rows, self._batch = [], 0, _Batch()
-        h = parts[0] if len(parts) == 1 else torch.cat(parts)
-        try:
-            batch.host, batch.done = self.stager.copy(h)
-        finally:
-            batch.ready.set()
-
-    def cancel(self):
-        """Wakes a writer thread waiting for fingerprints that will never be sent (abort)."""
-        self._parts, self._rows = [], 0
-        self._batch.ready.set()
-
-
-class _Batch:
-    def __init__(self):
-        self.ready = threading.Event()
-        self.host = self.done = None
-        self._np = None
-
-    def fingerprints(self, a, n, L):
-        self.ready.wait()
-        if self.host is None:
-            raise RuntimeError("bitalign_capture: fingerprints discarded (the recording was aborted)")
-        if self._np is None:
-            if self.done is not None:
-                self.done.synchronize()
-            self._np = self.host.numpy()
-        return fingerprint_mod.finish(self._np[a : a + n], L).view(np.uint8)

@@ -8,9 +8,10 @@ knows (under canonical op names, split per sequence and position: see layout.py)
 next-token log-probabilities (log_softmax in float32 of the logits, then the next token's entry).
 
 By default (background=True) no hook waits for the GPU or the disk (pipeline.py): a full op's rows are copied
-into pinned host memory on a side stream and written by a writer thread, a fingerprinted op's row sums stay on
-the device until the forward ends and go to the host in one copy; the file is byte for byte the one
-background=False writes (every tensor copied to the CPU and written from its hook).
+into pinned host memory on a side stream and written by a writer thread; the file is byte for byte the one
+background=False writes (every tensor copied to the CPU and written from its hook). A fingerprinted op's hook
+only keeps its output (held.py): at the forward's end all of them are fingerprinted in one launch and written as
+one record batch, in both modes.
 """
 
 import fnmatch
@@ -23,6 +24,7 @@ import numpy as np
 
 from . import dtypes, names
 from . import fingerprints as fingerprint_mod
+from . import held as held_mod
 from . import layout as layout_mod
 from . import pipeline as pipeline_mod
 from . import writer as writer_mod
@@ -72,6 +74,9 @@ class Recorder(writer_mod.Closing):
         CPU and written from its hook (the same bytes; slower).
     staging_bytes: background's bound on tensor bytes copied and not yet written (default 1 GiB; a hook that
         would exceed it waits for the writer thread).
+    hold_bytes: fingerprint mode's bound on op outputs held (kept alive on their device, not copied) until they
+        are fingerprinted together (default 1 GiB; past it they are fingerprinted within the forward). An output
+        changed in place after its hook is then an error naming the op.
     overwrite: replace an existing capture file. kernel_profile, seed, batch_size, extra, created: Meta fields.
     final_tokens: {seq id: token} (or pairs) = the token after each sequence's last recorded position, known
         up front to a trainer (the last token of its sequences, which is only a target). At close it gives the
@@ -109,6 +114,7 @@ class Recorder(writer_mod.Closing):
         final_tokens=None,
         background=True,
         staging_bytes=pipeline_mod.STAGING_BYTES,
+        hold_bytes=held_mod.HOLD_BYTES,
     ):
         self.model = model
         self.path = os.fspath(path)
@@ -126,6 +132,7 @@ class Recorder(writer_mod.Closing):
         self.overwrite = overwrite
         self.background = bool(background)
         self.staging_bytes = int(staging_bytes)
+        self.hold_bytes = int(hold_bytes)
         self.meta_args = dict(kernel_profile=kernel_profile, seed=seed, batch_size=batch_size, created=created)
         self.extra = extra
         ft = final_tokens.items() if isinstance(final_tokens, dict) else (final_tokens or [])
@@ -156,7 +163,7 @@ class Recorder(writer_mod.Closing):
         self._index = {}  # op -> execution index, from the module tree when the hooks are attached
         self._w = None
         self._pipe = None  # background: the writer thread's queue
-        self._stager = self._fps = None
+        self._stager = self._held = None
         self._handles = []
         self._layout = None
         self._last_layout = None
@@ -167,6 +174,8 @@ class Recorder(writer_mod.Closing):
         self._idx = {}
         self._sticky = None  # (seq ids from batch(), {seq: position after its last token}) while forwards continue
         self._heads_first = {}  # layer op suffix -> its 4-D tensors are [B, heads, S, head_dim]
+        self._suffix = {}  # op -> its layer op suffix (names.split_layer_op, once per op)
+        self._full = {}  # op -> full_ops names it (fingerprint mode)
         self._warned = set()
         self.forwards = 0
 
@@ -186,8 +195,13 @@ class Recorder(writer_mod.Closing):
         try:
             if self.background:
                 self._stager = pipeline_mod.Stager()
-                self._fps = pipeline_mod.Fingerprints(self._stager)
-                self._pipe = pipeline_mod.Pipeline(self._w, staging_bytes=self.staging_bytes, on_block=self._fps.flush)
+                self._pipe = pipeline_mod.Pipeline(self._w, staging_bytes=self.staging_bytes)
+            put = self._w.emit if self._pipe is None else self._pipe.put
+            self._held = held_mod.Held(self._w, put, self._stager, self.hold_bytes)
+            if self.mode == "fingerprint":
+                p = next(self.model.parameters(), None)
+                if p is not None:
+                    fingerprint_mod.backend(p.device)  # loads the kernel now, not in the first forward
             self._attach()
         except BaseException:
             self.abort()
@@ -203,9 +217,9 @@ class Recorder(writer_mod.Closing):
                     got = self._pending.take(s, t)
                     if got is not None and self._want("logprobs"):
                         self._put("logprobs", np.array([got[1]], dtype=np.float32), "f32", s, got[0])
+                self._held.flush()
                 if self._pipe is not None:
                     self._w.end_writes()
-                    self._fps.flush()
                     self._pipe.close()
             except BaseException:
                 self.abort()
@@ -218,8 +232,9 @@ class Recorder(writer_mod.Closing):
         """Detaches the hooks and discards the capture."""
         self._detach()
         self._pending.clear()
+        if self._held is not None:
+            self._held.clear()
         if self._pipe is not None:
-            self._fps.cancel()
             self._pipe.abort()
         if self._w is not None:
             self._w.abort()
@@ -227,14 +242,20 @@ class Recorder(writer_mod.Closing):
     def flush(self):
         """Waits until every tensor recorded so far is in the file (background=True; the file still appears
         under its name only at close). Raises the writer thread's error naming the file."""
+        if self._held is not None:
+            self._held.flush()
         if self._pipe is not None:
-            self._fps.flush()
             self._pipe.drain()
 
     @property
     def staged_peak(self):
         """The most tensor bytes the background writer held copied and not yet written (0 without it)."""
         return 0 if self._pipe is None else self._pipe.peak
+
+    @property
+    def held_peak(self):
+        """The most op-output bytes fingerprint mode held at once before fingerprinting them."""
+        return 0 if self._held is None else self._held.peak
 
     @property
     def written(self):
@@ -479,8 +500,8 @@ class Recorder(writer_mod.Closing):
         if self._depth == 0 and self._layout is not None:
             self._layout = None
             self.forwards += 1
+            self._held.flush()  # the forward's fingerprints: one launch, one copy to the host, one batch
             if self._pipe is not None:
-                self._fps.flush()  # the forward's fingerprints: one copy to the host
                 self._pipe.check()
 
     def _pre(self, takes, in_name, module, args, kwargs):
@@ -553,15 +574,9 @@ class Recorder(writer_mod.Closing):
                             index=self._op_index(op), role=role, rank=self.rank, shard=shard)
         self._pipe.put(h, writer_mod.payload(arr))
 
-    def _queue(self, op, x, dt, seq, pos, role="out", shard=None, payload=None):
-        """Queues rows x (a torch tensor [n, F] on any device) for the writer thread: a copy staged now, or
-        payload (a callable giving the bytes of n int64 values: fingerprints on their way) when given."""
+    def _queue(self, op, x, dt, seq, pos, role="out", shard=None):
+        """Queues rows x (a torch tensor [n, F] on any device) for the writer thread: a copy staged now."""
         n = x.shape[0]
-        if payload is not None:
-            h = self._w.prepare(op, None, dtype=dt, shape=(n,), nbytes=8 * n, step=self.step, seq=seq, pos=pos,
-                                ntok=n, index=self._op_index(op), role=role, rank=self.rank, shard=shard)
-            self._pipe.put(h, payload)
-            return
         nbytes = x.numel() * x.element_size()
         h = self._w.prepare(op, None, dtype=dt, shape=tuple(x.shape), nbytes=nbytes, step=self.step, seq=seq,
                             pos=pos, ntok=n, index=self._op_index(op), role=role, rank=self.rank, shard=shard)
@@ -580,7 +595,9 @@ class Recorder(writer_mod.Closing):
         key = (name, role)
         if key in self._seen:  # a module run twice in one forward (e.g. recomputation): keep the first
             return
-        suffix = names.split_layer_op(name)[1] or name
+        suffix = self._suffix.get(name)
+        if suffix is None:
+            suffix = self._suffix[name] = names.split_layer_op(name)[1] or name
         x2, lay, heads_first = _flatten(x, lay, self._heads_first.get(suffix))
         if x2 is None:
             if heads_first == "ambiguous":
@@ -619,13 +636,16 @@ class Recorder(writer_mod.Closing):
     def _rows(self, name, role, x2, lay, rows=None):
         if not lay.segments:
             return
+        if self.mode == "fingerprint":
+            self._hold(name, role, x2, lay, rows)
+            full = self._full.get(name)
+            if full is None:
+                full = self._full[name] = any(fnmatch.fnmatchcase(name, p) for p in self.full_ops)
+            if not full:
+                return
         if self._pipe is not None:
             return self._rows_background(name, role, x2, lay, rows)
         rows = self._select(x2, lay) if rows is None else rows
-        if self.mode == "fingerprint":
-            self._put_fingerprints(name, role, rows, lay)
-            if not any(fnmatch.fnmatchcase(name, p) for p in self.full_ops):
-                return
         arr, dt = dtypes.torch_to_numpy(rows)
         F = arr.shape[1]
         try:
@@ -647,14 +667,6 @@ class Recorder(writer_mod.Closing):
             starts = [s.start for s in lay.segments]
         else:
             starts = np.cumsum([0] + [s.n for s in lay.segments[:-1]]).tolist()
-        if self.mode == "fingerprint":
-            h, L = fingerprint_mod.row_sums_torch(src)
-            fps = self._fps.add(h, L)
-            frole = fingerprint_mod.ROLE_PREFIX + role
-            for s, a in zip(lay.segments, starts):
-                self._queue(name, src[a : a + s.n], "i64", s.seq, s.pos, frole, payload=fps(a, s.n))
-            if not any(fnmatch.fnmatchcase(name, p) for p in self.full_ops):
-                return
         dt = dtypes.from_torch(src.dtype)
         F = src.shape[1]
         try:
@@ -666,12 +678,10 @@ class Recorder(writer_mod.Closing):
             shard = (1, start, [s.n, full]) if sdim == 1 else None
             self._queue(name, src[a : a + s.n], dt, s.seq, s.pos, role, shard)
 
-    def _put_fingerprints(self, name, role, rows, lay):
-        fps = fingerprint_mod.fingerprint_rows_torch(rows).cpu().numpy()  # 8 bytes a row leave the device
-        off = 0
-        for s in lay.segments:
-            self._put(name, fps[off : off + s.n], "i64", s.seq, s.pos, fingerprint_mod.ROLE_PREFIX + role)
-            off += s.n
+    def _hold(self, name, role, x2, lay, rows):
+        """Holds the fingerprinted rows (x2 at the segments' starts, or rows: the valid rows back to back)."""
+        self._held.add(name, fingerprint_mod.ROLE_PREFIX + role, self._op_index(name), x2 if rows is None else rows,
+                       lay, rows is not None, self.step)
 
     def _logits(self, x2, lay):
         import torch

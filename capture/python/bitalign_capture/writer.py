@@ -5,6 +5,10 @@ file next to the target that appears under its final name only on close (flush, 
 program leaves no half-written capture, and an existing file is never replaced unless overwrite=True.
 Like Go's capture.Writer, each tensor's bytes start on a 64-byte boundary of the file (record-batch custom
 metadata "bitalign.pad" of spaces sizes the message); readers do not depend on it.
+
+Many small 1-D tensors of one dtype (a forward's fingerprint tensors: 8 bytes a token) go into ONE record batch
+of many rows instead (prepare_rows / emit of its Rows header; docs/capture-format.md, "Layout"): the batch's
+first tensor starts on a 64-byte boundary, the others follow back to back (8-byte aligned for i64).
 """
 
 import bisect
@@ -30,6 +34,7 @@ MAX_DIMS = 32  # as Go's capture.MaxDims
 
 _I64, _I32, _STR, _LARGE_BINARY = pa.int64(), pa.int32(), pa.string(), pa.large_binary()
 _CACHE = 4096  # entries per cache of emit's arrays (cleared when full: bounded memory)
+WRITEBACK_BYTES = 256 << 20  # start the disk's write-out of every this many bytes written (Linux), not at close
 _FIELDS = [
     ("data", pa.large_binary()),
     ("step", _I64),
@@ -150,6 +155,7 @@ class Writer(Closing):
         self._tmp = os.path.join(d, f".{base}.tmp-{secrets.token_hex(4)}")
         self._schema = schema(json.dumps(meta, separators=(",", ":")))
         self._sink = pa.OSFile(self._tmp, "wb")
+        self._wb_from = 0  # file offset up to which write-out was started (_writeback)
         try:
             self._w = ipc.new_file(self._sink, self._schema)
         except BaseException:
@@ -163,6 +169,8 @@ class Writer(Closing):
         self._cols = [{} for _ in _FIELDS[1:]]  # per column: value -> its one-row array (emit's cache)
         self._closed = False  # the file is ended (emit refuses); _done: close or abort was asked
         self._spans = {}  # (step, seq, op, role, rank, shard_start) -> sorted disjoint [pos, end) runs written
+        self._row_spans = {}  # (step, op, role, rank) -> prepare_rows's merged [(seq, pos, end)] runs, sorted
+        self._row_keys = set()  # (step, op, role, rank) of which prepare claimed some positions (shard start 0)
 
     def write(
         self,
@@ -266,6 +274,8 @@ class Writer(Closing):
         prepare (the recorder's writer thread), never two at once."""
         if self._closed:
             raise ValueError(f"bitalign_capture: {self.path}: write after close or abort")
+        if isinstance(header, Rows):
+            return self._emit_rows(header, payload)
         buf = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
         n = buf.size
         offsets = self._offsets.get(n)
@@ -286,6 +296,102 @@ class Writer(Closing):
             self.abort()
             raise
         self.n += 1
+        self._writeback()
+
+    def prepare_rows(self, parts, *, step=0, dtype="i64", rank=0):
+        """Checks and claims many 1-D tensors of dtype written together as one record batch (emit of the Rows
+        header returned, with the bytes of all of them back to back): parts is a list of (keys, seq, pos,
+        ntok), keys [(op, role, index)] sharing the segments seq, pos, ntok (int arrays of one length: a
+        tensor of ntok values of (op, role) at seq, pos for each). Tensor order: part by part, key by key,
+        segment by segment. Errors as prepare's (a position written twice names the op, step, seq and pos).
+        The claims cost one check per part and one dict look-up per key when the keys are new (a forward's
+        fingerprints), a merge of their runs otherwise (a decode loop)."""
+        if self._done:
+            raise ValueError(f"bitalign_capture: {self.path}: write after close or abort")
+        dt = dtypes.check(dtype)
+        step, rank = int(step), int(rank)
+        if rank < 0:
+            raise ValueError(f"bitalign_capture: {self.path}: negative rank {rank}")
+        ops, roles, index, seqs, poss, ntoks = [], [], [], [], [], []
+        claimed = {}  # the claims, made only if every tensor passes (a refused call leaves the writer as it was)
+        for keys, seq, pos, ntok in parts:
+            seq, pos, ntok = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (seq, pos, ntok))
+            m = seq.size
+            if not (pos.size == ntok.size == m):
+                raise ValueError(f"bitalign_capture: {self.path}: prepare_rows: seq, pos and ntok differ in length")
+            if m == 0 or not keys:
+                continue
+            if (ntok < 0).any():
+                raise ValueError(f"bitalign_capture: {self.path}: {keys[0][0]}: negative ntok {int(ntok.min())}")
+            runs = list(zip(seq.tolist(), pos.tolist(), (pos + np.maximum(ntok, 1)).tolist()))
+            own = None
+            for op, role, idx in keys:
+                op, role = str(op), str(role or "out")
+                if not op:
+                    raise ValueError(f"bitalign_capture: {self.path}: tensor without an op name")
+                rk = (step, op, role, rank)
+                had = claimed.get(rk, self._row_spans.get(rk))
+                if had is None and rk not in self._row_keys:
+                    if own is None:
+                        own = _merge_runs(self.path, op, role, step, runs)
+                    claimed[rk] = own
+                else:
+                    merged = _merge_runs(self.path, op, role, step, (had or []) + runs)
+                    if rk in self._row_keys:
+                        for q, lo, hi in runs:
+                            for a, b in self._spans.get((step, q, op, role, rank, 0), ()):
+                                if a < hi and lo < b:
+                                    _twice(self.path, op, role, step, q, max(a, lo), a, b)
+                    claimed[rk] = merged
+                ops.append((op, m))
+                roles.append((role, m))
+                index.append((int(idx), m))
+                seqs.append(seq)
+                poss.append(pos)
+                ntoks.append(ntok)
+        self._row_spans.update(claimed)
+        cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64)  # noqa: E731
+        return Rows(step, dt, rank, ops, roles, index, cat(seqs), cat(poss), cat(ntoks))
+
+    def _emit_rows(self, rows, payload):
+        k = rows.n
+        if k == 0:
+            return
+        buf = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
+        size = dtypes.SIZES[rows.dtype]
+        offsets = np.zeros(k + 1, dtype=np.int64)
+        np.cumsum(rows.ntok * size, out=offsets[1:])
+        if int(offsets[-1]) != buf.size:
+            raise ValueError(
+                f"bitalign_capture: {self.path}: {rows.n} tensors of {int(offsets[-1])} bytes, the payload has {buf.size}"
+            )
+        data = pa.LargeBinaryArray.from_buffers(_LARGE_BINARY, k, [None, pa.py_buffer(offsets), buf])
+        arrays = rows.arrays()
+        pad = self._pad(arrays, k)
+        batch = pa.RecordBatch.from_arrays([data] + arrays, schema=self._schema)
+        md = self._pads.get(pad)
+        if md is None:
+            md = self._pads[pad] = pa.KeyValueMetadata({KEY_PAD: " " * pad})
+        try:
+            self._w.write_batch(batch, custom_metadata=md)
+        except BaseException:
+            self.abort()
+            raise
+        self.n += k
+        self._writeback()
+
+    def _writeback(self):
+        """Starts the disk's write-out of what was written since the last call once WRITEBACK_BYTES have
+        accumulated (sync_file_range(SYNC_FILE_RANGE_WRITE): asynchronous, the GIL released), so that close's
+        fsync finds most of a multi-GB capture already on its way instead of writing it all then. A no-op where
+        the call does not exist (not Linux); durability still comes from close's fsync alone."""
+        end = self._sink.tell()
+        if end - self._wb_from < WRITEBACK_BYTES:
+            return
+        f = _sync_file_range()
+        if f is not None:
+            f(self._sink.fileno(), self._wb_from, end - self._wb_from, 2)  # SYNC_FILE_RANGE_WRITE; errors ignored
+        self._wb_from = end
 
     def _column(self, i, v):
         """The one-row array of column i + 1 holding v, made once per value (the values repeat: steps,
@@ -304,17 +410,17 @@ class Writer(Closing):
         one already was: two tensors at one coordinate are a capture the diff cannot align (in a recorder,
         usually two sequences under one seq id: give seq_ids)."""
         key = (step, seq, op, role, rank, sstart)
-        runs = self._spans.setdefault(key, [])
         lo, hi = pos, pos + max(ntok, 1)
+        if sstart == 0:
+            rs = self._row_spans.get((step, op, role, rank))
+            if rs is not None:  # the same coordinates written by prepare_rows
+                _merge_runs(self.path, op, role, step, rs + [(seq, lo, hi)])
+            self._row_keys.add((step, op, role, rank))
+        runs = self._spans.setdefault(key, [])
         i = bisect.bisect_left(runs, (lo,))
         for a, b in runs[max(i - 1, 0) : i + 1]:
             if a < hi and lo < b:
-                at = max(a, lo)
-                raise ValueError(
-                    f"bitalign_capture: {self.path}: {op} [{role}] step {step} seq {seq} pos {at} written twice "
-                    f"(positions {a}..{b - 1} already are; a second sequence under seq id {seq}? give each "
-                    "sequence its own seq_ids)"
-                )
+                _twice(self.path, op, role, step, seq, max(a, lo), a, b)
         # merge with touching neighbours: a decode loop keeps one run per key
         if i < len(runs) and runs[i][0] == hi:
             hi = runs.pop(i)[1]
@@ -323,23 +429,27 @@ class Writer(Closing):
             i -= 1
         runs.insert(i, (lo, hi))
 
-    def _pad(self, arrays):
-        """The pad length that puts the next tensor's bytes on an ALIGNMENT boundary of the file.
+    def _pad(self, arrays, rows=1):
+        """The pad length that puts the next batch's first tensor bytes on an ALIGNMENT boundary of the file.
 
-        The encoded message's length depends only on the pad (every other field of a one-row batch of this
-        schema is fixed-size), so each (first?, pad) prefix is measured once on a scratch stream.
+        The encoded message's length depends only on the pad (every other field of a batch of this schema is
+        fixed-size) and the data's offsets buffer on the row count, so each (first?, pad, rows) prefix is
+        measured once on a scratch stream.
         """
         first = self.n == 0
         start = self._sink.tell()
-        key = (first, start % ALIGNMENT)  # the answer depends on these alone: found once each
+        key = (first, start % ALIGNMENT, rows)  # the answer depends on these alone: found once each
         pad = self._pad_at.get(key)
         if pad is None:
-            pad = self._pad_at[key] = self._find_pad(arrays, first, start)
+            if len(self._pad_at) > _CACHE:
+                self._pad_at.clear()
+                self._prefix.clear()
+            pad = self._pad_at[key] = self._find_pad(arrays, first, start, rows)
         return pad
 
-    def _find_pad(self, arrays, first, start):
+    def _find_pad(self, arrays, first, start, rows):
         for pad in range(2 * ALIGNMENT):
-            key = (first, pad)
+            key = (first, pad, rows)
             if key not in self._prefix:
                 self._prefix[key] = self._measure(arrays, first, pad)
             if (start + self._prefix[key]) % ALIGNMENT == 0:
@@ -350,7 +460,9 @@ class Writer(Closing):
         marker = secrets.token_bytes(32)
         sink = pa.BufferOutputStream()
         w = ipc.new_file(sink, self._schema)
-        b = pa.RecordBatch.from_arrays([pa.array([marker], pa.large_binary())] + arrays, schema=self._schema)
+        rows = len(arrays[0])
+        b = pa.RecordBatch.from_arrays([pa.array([marker] + [b""] * (rows - 1), pa.large_binary())] + arrays,
+                                       schema=self._schema)
         start = 0
         if not first:
             w.write_batch(b)
@@ -400,6 +512,73 @@ class Writer(Closing):
         self._done = True
 
 
+class Rows:
+    """The header of many 1-D tensors written as one record batch (Writer.prepare_rows); n tensors."""
+
+    __slots__ = ("step", "dtype", "rank", "ops", "roles", "index", "seq", "pos", "ntok", "n")
+
+    def __init__(self, step, dtype, rank, ops, roles, index, seq, pos, ntok):
+        self.step, self.dtype, self.rank = step, dtype, rank
+        self.ops, self.roles, self.index = ops, roles, index  # [(value, repeats)] in tensor order
+        self.seq, self.pos, self.ntok = seq, pos, ntok
+        self.n = int(seq.size)
+
+    def arrays(self):
+        """Columns 1.. of the batch (schema order after data), built from numpy buffers (no per-row Python)."""
+        k = self.n
+        idx = np.repeat(np.array([v for v, _ in self.index], dtype=np.int32), [m for _, m in self.index])
+        return [
+            pa.array(np.full(k, self.step, dtype=np.int64)),
+            pa.array(self.seq),
+            pa.array(self.pos),
+            pa.array(self.ntok),
+            _strings(self.ops, k),
+            pa.array(idx),
+            _strings(self.roles, k),
+            _strings([(self.dtype, k)], k),
+            pa.ListArray.from_arrays(pa.array(np.arange(k + 1, dtype=np.int32)), pa.array(self.ntok)),
+            pa.array(np.full(k, self.rank, dtype=np.int32)),
+            pa.array(np.full(k, -1, dtype=np.int32)),
+            pa.array(np.zeros(k, dtype=np.int64)),
+            pa.ListArray.from_arrays(pa.array(np.zeros(k + 1, dtype=np.int32)), pa.array([], type=_I64)),
+        ]
+
+
+def _strings(pairs, k):
+    """The string array of k values given as [(value, repeats)], made from its offsets and bytes."""
+    enc = [(v.encode(), m) for v, m in pairs]
+    lens = np.repeat(np.array([len(b) for b, _ in enc], dtype=np.int64), [m for _, m in enc])
+    offsets = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise ValueError(f"bitalign_capture: {offsets[-1]} bytes of names in one record batch")
+    data = b"".join(b * m for b, m in enc)
+    return pa.StringArray.from_buffers(k, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+
+
+def _twice(path, op, role, step, seq, at, a, b):
+    raise ValueError(
+        f"bitalign_capture: {path}: {op} [{role}] step {step} seq {seq} pos {at} written twice "
+        f"(positions {a}..{b - 1} already are; a second sequence under seq id {seq}? give each "
+        "sequence its own seq_ids)"
+    )
+
+
+def _merge_runs(path, op, role, step, runs):
+    """runs [(seq, pos, end)] sorted and merged where they touch; raises (naming op) where two overlap."""
+    out = []
+    for q, lo, hi in sorted(runs):
+        if out and out[-1][0] == q:
+            _, a, b = out[-1]
+            if lo < b:
+                _twice(path, op, role, step, q, lo, a, b)
+            if lo == b:
+                out[-1] = (q, a, hi)
+                continue
+        out.append((q, lo, hi))
+    return out
+
+
 def payload(data):
     """The bytes of write's data (a numpy array or bytes-like) for emit: a little-endian contiguous array's
     own memory (no copy), else a converted copy."""
@@ -427,6 +606,28 @@ def _publish(tmp, path, overwrite):
         os.rename(tmp, path)
         return
     os.unlink(tmp)
+
+
+_sfr = []
+
+
+def _sync_file_range():
+    """libc's sync_file_range(int, off64_t, off64_t, unsigned) through ctypes (which releases the GIL), or None."""
+    if not _sfr:
+        f = None
+        try:
+            import ctypes
+            import ctypes.util
+            import sys
+
+            if sys.platform.startswith("linux"):
+                f = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
+                f.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                f.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            f = None
+        _sfr.append(f)
+    return _sfr[0]
 
 
 def _remove(p):
@@ -459,7 +660,7 @@ def read(path):
         meta = json.loads(md[KEY_META.encode()])
         out = []
         for i in range(r.num_record_batches):
-            row = r.get_batch(i).to_pylist()[0]
-            row["array"] = np.frombuffer(row["data"], dtype=dtypes.storage(row["dtype"])).reshape(row["shape"])
-            out.append(row)
+            for row in r.get_batch(i).to_pylist():  # one row a batch, or many (prepare_rows)
+                row["array"] = np.frombuffer(row["data"], dtype=dtypes.storage(row["dtype"])).reshape(row["shape"])
+                out.append(row)
     return meta, out

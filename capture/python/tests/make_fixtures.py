@@ -5,6 +5,8 @@
 checkpoint/      a tiny random Qwen3 (float32) saved with save_pretrained
 trainer.arrow    one forward over the full sequences t0..t(N-2), right-padded (side "trainer")
 sampler.arrow    generate from left-padded prompts: prefill, then decode from the KV cache (side "sampler")
+trainer-fp.arrow, sampler-fp.arrow   the same runs recorded with mode="fingerprint" (each forward's fingerprint
+                 tensors in one record batch of many rows)
 
 Both captures cover positions 0..N-2 of the same sequences. The Go tests (capture/pyfixture_test.go,
 session/pyfixture_test.go) read them; test_torch_fixtures.py checks that this script still writes what is
@@ -48,19 +50,22 @@ def write(out_dir, m=None, overwrite=False):
             os.unlink(gen)
     kw = dict(overwrite=overwrite, created=CREATED, seed=0, batch_size=len(PROMPTS))
 
-    ids, mask, _ = padded(PROMPTS, "left")
-    with (
-        torch.no_grad(),
-        bc.record(m, os.path.join(out_dir, "sampler.arrow"), "sampler", record_samples=True, **kw) as rec,
-    ):
-        out = m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False)
-        rec.sampled(range(len(PROMPTS)), out[:, -1])
-    full = [out[b, ids.shape[1] - len(p) :].tolist() for b, p in enumerate(PROMPTS)]
+    for mode, suffix in (("full", ""), ("fingerprint", "-fp")):
+        ids, mask, _ = padded(PROMPTS, "left")
+        with (
+            torch.no_grad(),
+            bc.record(m, os.path.join(out_dir, f"sampler{suffix}.arrow"), "sampler", record_samples=True, mode=mode,
+                      **kw) as rec,
+        ):
+            out = m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False)
+            rec.sampled(range(len(PROMPTS)), out[:, -1])
+        full = [out[b, ids.shape[1] - len(p) :].tolist() for b, p in enumerate(PROMPTS)]
 
-    tids, tmask, tpos = padded([f[:-1] for f in full], "right")
-    final = {b: f[-1] for b, f in enumerate(full)}  # the targets of the last positions, known up front
-    with torch.no_grad(), bc.record(m, os.path.join(out_dir, "trainer.arrow"), "trainer", final_tokens=final, **kw):
-        m(input_ids=tids, attention_mask=tmask, position_ids=tpos)
+        tids, tmask, tpos = padded([f[:-1] for f in full], "right")
+        final = {b: f[-1] for b, f in enumerate(full)}  # the targets of the last positions, known up front
+        with torch.no_grad(), bc.record(m, os.path.join(out_dir, f"trainer{suffix}.arrow"), "trainer", mode=mode,
+                                        final_tokens=final, **kw):
+            m(input_ids=tids, attention_mask=tmask, position_ids=tpos)
     return full
 
 

@@ -3,7 +3,7 @@ forward recorded in full, timed in one call, with the captures' sizes, their rat
 write rate; and checks that the background writer's captures are the synchronous writer's bytes.
 
     python3 capture/python/tests/record_bench.py OUT [--device cuda|cpu] [--tiny] [--iters 5] [--full-iters 3]
-        [--warmup 2] [--batch 4] [--tokens 256] [--no-baseline]
+        [--warmup 2] [--batch 4] [--tokens 256] [--no-baseline] [--bin bitalign]
 
 The model is a random bf16 Hugging Face Qwen2 of Qwen2-1.5B's shapes (hidden 1536, 28 layers, 12/2 heads,
 intermediate 8960, vocabulary 151936, tied; eager attention, as tinymodels builds it) over batch × tokens random
@@ -20,9 +20,14 @@ synchronisation (wall, what the caller waits for; its median over the iterations
   disk), removed after.
 - baseline (unless --no-baseline): one forward recorded with background=False (every tensor copied to the host and
   written from its hook: the recorder before the writer thread), full and fingerprint.
+- disk anchors: as many bytes as the full capture written with os.write (64 MiB calls) and fsync'd, once with all
+  write-out left to the fsync (dd conv=fsync) and once with it started every 256 MiB (as the capture writer does).
 - checks: a background capture of one forward equals the background=False capture of the same forward byte for
-  byte (full and fingerprint; on the GPU when the forward is deterministic, which the script tests), and the
-  fingerprints of the fingerprint capture are those numpy computes from the full capture's rows.
+  byte (full and fingerprint; on the GPU when the forward is deterministic, which the script tests), the
+  fingerprints of the fingerprint capture are those numpy computes from the full capture's rows, the kernel's
+  fingerprint capture equals the torch expression's (when the kernel is the backend: fingerprint_backend), and
+  `bitalign diff` (--bin, default $BITALIGN_BIN; skipped without one) of the fingerprint capture against the full
+  one exits 0.
 
 Writes OUT/record-bench.json and prints a table; exit status 1 if a check fails.
 """
@@ -32,6 +37,7 @@ import filecmp
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -106,17 +112,57 @@ def record(m, ids, path, forwards, clock=None, drained=False, **kw):
 
 
 def tensors(path):
-    """(op, role, step, seq, pos, ntok, data as a uint8 numpy view) of each tensor of a capture, in file order."""
+    """(op, role, step, seq, pos, ntok, data as a uint8 numpy view) of each tensor of a capture, in file order
+    (record batches of one row, or of many: a recorder's fingerprint tensors)."""
     with pa.memory_map(path, "r") as src:
         r = ipc.open_file(src)
         for i in range(r.num_record_batches):
             b = r.get_batch(i)
-            col = {n: b.column(n)[0].as_py() for n in ("op", "role", "step", "seq", "pos", "ntok")}
+            cols = {n: b.column(n).to_pylist() for n in ("op", "role", "step", "seq", "pos", "ntok")}
             arr = b.column(0)
             bufs = arr.buffers()
-            lo, hi = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset : arr.offset + 2]
-            data = np.frombuffer(bufs[2], dtype=np.uint8)[lo:hi] if bufs[2] is not None else np.zeros(0, np.uint8)
-            yield col["op"], col["role"], col["step"], col["seq"], col["pos"], col["ntok"], data[lo:hi]
+            offs = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset : arr.offset + b.num_rows + 1]
+            data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+            for j in range(b.num_rows):
+                yield (cols["op"][j], cols["role"][j], cols["step"][j], cols["seq"][j], cols["pos"][j],
+                       cols["ntok"][j], data[offs[j] : offs[j + 1]])
+
+
+def disk_anchor(directory, nbytes, chunk=64 << 20, writeout=False):
+    """The disk's own rate for the full recording's write: nbytes of random bytes written with os.write in
+    chunk-sized calls (GIL released) to a new file in directory, fsync'd, removed; (GB/s, seconds). writeout:
+    the disk's write-out started every writer.WRITEBACK_BYTES as the capture writer does (else all at the fsync,
+    what `dd conv=fsync` measures)."""
+    from bitalign_capture import writer as wmod
+
+    buf = np.random.default_rng(0).integers(0, 256, size=chunk, dtype=np.uint8).tobytes()
+    sfr = wmod._sync_file_range() if writeout else None
+    p = os.path.join(directory, "anchor.bin")
+    t0 = time.perf_counter()
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        left, done, mark = nbytes, 0, 0
+        while left > 0:
+            k = os.write(fd, buf if left >= chunk else buf[:left])
+            left, done = left - k, done + k
+            if sfr is not None and done - mark >= wmod.WRITEBACK_BYTES:
+                sfr(fd, mark, done - mark, 2)
+                mark = done
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    t = time.perf_counter() - t0
+    os.unlink(p)
+    return nbytes / t / 1e9, t
+
+
+def go_diff(binary, a, b):
+    """(exit status, first line of output: the verdict) of `bitalign diff a b`, or (None, why) without the binary."""
+    if not binary or not os.path.exists(binary):
+        return None, f"no bitalign binary ({binary or 'none given'})"
+    r = subprocess.run([binary, "diff", a, b], capture_output=True, text=True, timeout=600)
+    out = (r.stdout + r.stderr).strip().splitlines()
+    return r.returncode, out[0] if out else ""
 
 
 def check_fingerprints(fp_path, full_path):
@@ -153,6 +199,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--bin", default=os.environ.get("BITALIGN_BIN", ""),
+                    help="the bitalign binary for the diff check (default $BITALIGN_BIN)")
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
     os.makedirs(a.out, exist_ok=True)
@@ -161,7 +209,8 @@ def main(argv=None):
     ids = torch.randint(1, shape["vocab"], (a.batch, a.tokens), generator=g).to(dev)
     res = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "torch": torch.__version__,
            "model": {"arch": "qwen2", "dtype": "bf16", **shape}, "batch": a.batch, "tokens": a.tokens,
-           "iters": a.iters, "full_iters": a.full_iters, "warmup": a.warmup}
+           "iters": a.iters, "full_iters": a.full_iters, "warmup": a.warmup,
+           "fingerprint_backend": list(bc.fingerprints.backend(dev))}
     path = lambda name: os.path.join(a.out, name + ".arrow")  # noqa: E731
 
     with torch.no_grad():
@@ -191,7 +240,18 @@ def main(argv=None):
     checks["fingerprint_rows_checked"] = rows
     if bad:
         checks["fingerprint_mismatch"] = bad
-    for n in ("sync-full", "sync-fingerprint", "bg-full", "bg-fingerprint"):
+    if res["fingerprint_backend"][0] == "kernel":  # the kernel's capture is the torch expression's, byte for byte
+        os.environ[bc.fingerprints.BACKEND_ENV] = "torch"
+        try:
+            record(m, ids, path("torch-fingerprint"), 1, mode="fingerprint")
+        finally:
+            del os.environ[bc.fingerprints.BACKEND_ENV]
+        same = filecmp.cmp(path("torch-fingerprint"), path("bg-fingerprint"), shallow=False)
+        checks["kernel_equals_torch_fingerprints"] = same if deterministic else f"{same} (forward not deterministic)"
+    rc, line = go_diff(a.bin, path("bg-fingerprint"), path("bg-full"))
+    checks["go_diff_fingerprint_vs_full_exit"] = rc
+    checks["go_diff_fingerprint_vs_full"] = line
+    for n in ("sync-full", "sync-fingerprint", "bg-full", "bg-fingerprint", "torch-fingerprint"):
         if os.path.exists(path(n)):
             os.unlink(path(n))
 
@@ -199,7 +259,7 @@ def main(argv=None):
     t, rec = record(m, ids, path("fingerprint"), a.iters, fp_clock, mode="fingerprint")
     fp_size = os.path.getsize(path("fingerprint"))
     res["fingerprint"] = {**fp_clock.summary(), "total_ms_per_forward": t * 1e3 / a.iters,
-                          "bytes_per_forward": fp_size / a.iters, "tensors": rec.written}
+                          "bytes_per_forward": fp_size / a.iters, "tensors": rec.written, "held_peak_bytes": rec.held_peak}
     os.unlink(path("fingerprint"))
     # the same forwards, each started with the writer thread idle: the hooks' own cost (a trainer's backward and
     # optimizer step give the writer thread that time; back-to-back forwards above do not)
@@ -215,6 +275,13 @@ def main(argv=None):
                    "bytes_per_forward": full_size / a.full_iters, "GBps": full_size / t / 1e9, "fsync": True,
                    "staged_peak_bytes": rec.staged_peak, "tensors": rec.written}
     os.unlink(path("full"))
+    gbps, secs = disk_anchor(a.out, full_size)
+    res["disk_anchor"] = {"GBps": gbps, "seconds": secs, "bytes": full_size,
+                          "how": "os.write of 64 MiB chunks of random bytes, fsync, same bytes as the full capture"}
+    gbps2, secs2 = disk_anchor(a.out, full_size, writeout=True)
+    res["disk_anchor_writeout"] = {"GBps": gbps2, "seconds": secs2, "bytes": full_size,
+                                   "how": "the same with the write-out started every 256 MiB (as the writer does)"}
+    res["full"]["of_disk_anchor"] = res["full"]["GBps"] / max(gbps, gbps2)
 
     p = res["plain"]["wall_ms"]
     fp = res["fingerprint"]
@@ -248,14 +315,17 @@ def main(argv=None):
     line(f"fingerprint, writer idle ({fp['overhead_drained'] * 100:+.1f} %)", {"wall_ms": fp["drained_wall_ms"]})
     line("full (fsync'd at close)", res["full"], res["full"]["total_ms_per_forward"],
          res["full"]["bytes_per_forward"], res["full"]["GBps"])
+    line("disk anchor (os.write + fsync)", {}, None, None, res["disk_anchor"]["GBps"])
+    line("disk anchor, write-out every 256 MiB", {}, None, None, res["disk_anchor_writeout"]["GBps"])
     for mode in ("full", "fingerprint"):
         b = res.get(f"baseline_{mode}")
         if b:
             line(f"{mode}, background=False", {}, b["total_ms"], b["bytes"], b["GBps"])
     print(f"full / fingerprint capture: {res['ratio_full_to_fingerprint']:.0f}×; goals: {res['goals']}")
-    print(f"checks: {checks}")
+    print(f"fingerprints: {res['fingerprint_backend']}; checks: {checks}")
     ok = checks["fingerprints_match_full_rows"] and all(
-        v is True for k, v in checks.items() if k.endswith("equals_sync") and deterministic)
+        v is True for k, v in checks.items() if k.endswith(("equals_sync", "equals_torch_fingerprints")) and deterministic)
+    ok = ok and (rc is None or (rc == 0 or not deterministic))
     return 0 if ok else 1
 
 

@@ -107,3 +107,24 @@ def test_bad_rules_file(tmp_path):
     p.write_text("{")
     with pytest.raises(ptx.PTXError, match="not JSON"):
         launch.load_rules(p)
+
+
+def test_a_ptx_tree_without_launch_json_takes_the_packages_rules(tmp_path, monkeypatch):
+    """BITALIGN_PTX_DIR (a `make ptx PTX_OUT=dir` tree: PTX and manifest) replaces the PTX only; without a
+    launch.json there the rules are the package's, as the Go engine's are embedded."""
+    import shutil
+
+    src = os.path.join(_REPO, "kernels", "cuda")
+    d = tmp_path / "kernels" / "cuda"
+    d.mkdir(parents=True)
+    for f in os.listdir(src):
+        if f.endswith(".ptx") or f == ptx.MANIFEST_NAME:
+            shutil.copyfile(os.path.join(src, f), d / f)
+    monkeypatch.setenv(ptx.DIR_ENV, str(tmp_path))
+    launch._default_rules.cache_clear()
+    try:
+        assert ptx.find_dir() == d and not (d / "launch.json").exists()
+        with open(os.path.join(src, "launch.json")) as f:
+            assert launch.load_rules() == json.load(f)
+    finally:
+        launch._default_rules.cache_clear()

@@ -87,3 +87,28 @@ def test_lasts_keeps_the_last_token_of_each_sequence():
     last = lay.lasts()
     assert segs(last) == [(5, 2, 0, 1), (6, 0, 1, 1), (7, 2, 2, 1)]
     assert last.tokens.tolist() == [12, 13, 16] and last.shape == (3, 1)
+
+
+def test_segments_are_the_maximal_runs(rng):
+    """The vectorised run finder against its definition (a loop over tokens): maximal runs of one sequence at
+    consecutive positions, padding (seq -1) in none, on random layouts."""
+    from bitalign_capture.layout import Segment, _runs
+
+    def by_definition(seq, pos):
+        segs, i, n = [], 0, seq.size
+        while i < n:
+            if seq[i] < 0:
+                i += 1
+                continue
+            j = i + 1
+            while j < n and seq[j] == seq[i] and pos[j] == pos[j - 1] + 1:
+                j += 1
+            segs.append(Segment(int(seq[i]), int(pos[i]), i, j - i))
+            i = j
+        return segs
+
+    for t in range(2000):
+        n = int(rng.integers(0, 40))
+        seq = rng.integers(-1, 3, size=n).astype(np.int64)
+        pos = np.arange(n, dtype=np.int64) if t % 3 == 0 else np.cumsum(rng.integers(0, 3, size=n)).astype(np.int64)
+        assert _runs(seq, pos) == by_definition(seq, pos), (seq.tolist(), pos.tolist())

@@ -130,7 +130,9 @@ def test_staging_is_bounded_and_the_bytes_unchanged(tmp_path, monkeypatch):
     assert first_difference(tmp_path / "sync.arrow", tmp_path / "bg.arrow") is None
 
 
-@pytest.mark.parametrize("fail_at", [3, 90])  # in a hook; at close (93 tensors)
+# 9 emits: tokens, logprobs and one record batch of 29 fingerprint tensors a forward; the error is raised by a
+# hook or by close
+@pytest.mark.parametrize("fail_at", [3, 9])
 def test_writer_thread_error_names_the_file_and_leaves_nothing(tmp_path, monkeypatch, fail_at):
     m = hf_model("llama", torch.float32)
     SlowEmit(monkeypatch, delay=0, fail_at=fail_at, error=OSError(28, "No space left on device"))
@@ -190,3 +192,86 @@ def test_flush_waits_for_everything_recorded(tmp_path, monkeypatch, mode):
         rec.flush()
         n = rec.written
     assert n > 20 and len(bc.read(tmp_path / "c.arrow")[1]) == n
+
+
+def _numpy_fingerprints_of(full_path, fp_path):
+    """{(op, role, step, seq, pos): fingerprints} of a fingerprint capture, and the same computed by numpy from
+    the full capture of the same forwards (the reference)."""
+    got = {(t["op"], t["role"][len(fpm.ROLE_PREFIX):], t["step"], t["seq"], t["pos"]): t["array"].view(np.uint64)
+           for t in bc.read(fp_path)[1] if t["role"].startswith(fpm.ROLE_PREFIX)}
+    want = {(t["op"], t["role"], t["step"], t["seq"], t["pos"]): bc.fingerprint_rows(t["data"], t["ntok"])
+            for t in bc.read(full_path)[1] if t["op"] not in fpm.ALWAYS_FULL}
+    return got, want
+
+
+@pytest.mark.parametrize("hold", [1, 4096, None])  # every op alone; a few ops a batch; the whole forward
+def test_held_fingerprints_are_numpys_and_the_same_in_both_modes(tmp_path, hold):
+    """Fingerprint mode holds op outputs and fingerprints them together (at the forward's end, or when hold_bytes
+    passes): the capture is the same bytes with and without the writer thread, and its fingerprints are numpy's of
+    the full capture's rows, for padded, generate (KV cache) and record-masked layouts."""
+    m = hf_model("qwen2", torch.bfloat16)
+    kw = {} if hold is None else {"hold_bytes": hold}
+    files = {}
+    for name, mode, bg in (("full", "full", True), ("sync", "fingerprint", False), ("bg", "fingerprint", True)):
+        p = files[name] = tmp_path / f"{name}.arrow"
+        with torch.no_grad(), bc.record(m, p, "trainer", mode=mode, created=CREATED, background=bg,
+                                        **(kw if mode == "fingerprint" else {})) as rec:
+            generate_then_train(m, rec)
+        if mode == "fingerprint":
+            f = rec._held.flushes  # generate's three forwards and the trainer's: one batch each without a bound
+            assert (f == 4) if hold is None else (f > 4 * 20 if hold == 1 else f > 4), f
+            if hold is not None and hold > 1:
+                # past the bound, the op that passed it is the last held: one op's rows at most (here at most
+                # the 3 × 7 tokens of the right-padded forward of the widest op, the float32 logits)
+                assert hold < rec.held_peak <= hold + 3 * 7 * m.config.vocab_size * 4
+    assert first_difference(files["sync"], files["bg"]) is None
+    got, want = _numpy_fingerprints_of(files["full"], files["bg"])
+    assert got.keys() == want.keys() and len(got) > 100
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=str(k))
+
+
+def test_an_output_changed_in_place_after_its_hook_is_an_error(tmp_path):
+    m = hf_model("llama", torch.float32)
+    path = tmp_path / "c.arrow"
+    with pytest.raises(ValueError, match=r"c\.arrow: layers\.0\.mlp\.down_proj \[fp\.out\]: its output was changed "
+                                         r"in place after its hook \(tensor version 0 → 1\)"):
+        with torch.no_grad(), bc.record(m, path, "trainer", mode="fingerprint"):
+            m.model.layers[0].mlp.down_proj.register_forward_hook(lambda mod, a, out: out.mul_(2))
+            m(input_ids=torch.tensor(SEQS[:1]))
+    assert os.listdir(tmp_path) == []
+    # recorded in full instead, the same change is no error: the full rows are copied in the hook
+    with torch.no_grad(), bc.record(m, path, "trainer", mode="fingerprint", ops=["tokens", "layers.0.mlp.down_proj"],
+                                    background=False) as rec:
+        pass
+    assert rec.written == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.uint8])
+def test_fingerprint_sets_is_numpys_per_row(rng, dtype):
+    """fingerprint_sets (the torch expression off a GPU) of many tensors: each row numpy's fingerprint, rows of
+    any length (odd byte counts zero-padded), strided rows."""
+    xs, want = [], []
+    for n, f in [(3, 5), (1, 1), (4, 7), (2, 64), (5, 3)]:
+        base = torch.from_numpy(rng.integers(0, 200, size=(n, 2 * f)).astype(np.float32))
+        base = base > 100 if dtype == torch.bool else base.to(dtype)
+        t = base[:, :f] if f % 2 else base[:, f:].contiguous()  # rows at a stride of 2f elements, or packed
+        xs.append(t)
+        want.append(bc.fingerprint_rows(t.contiguous().view(torch.uint8).numpy(), n))
+    got = fpm.fingerprint_sets(xs).numpy().view(np.uint64)
+    np.testing.assert_array_equal(got, np.concatenate(want))
+    assert fpm.backend(xs[0].device) == ("torch", "not a CUDA device")
+
+
+def test_inference_mode_tensors_are_fingerprinted_in_their_hooks(tmp_path):
+    """Under torch.inference_mode tensors have no version counter: their fingerprints are taken in the hook, and
+    the capture is the same bytes as under no_grad."""
+    m = hf_model("qwen3", torch.bfloat16)
+    ids, mask, pos = padded(SEQS, "left")
+    paths = []
+    for ctx in (torch.no_grad, torch.inference_mode):
+        paths.append(tmp_path / f"{ctx.__name__}.arrow")
+        with ctx(), bc.record(m, paths[-1], "trainer", mode="fingerprint", created=CREATED) as rec:
+            m(input_ids=ids, attention_mask=mask, position_ids=pos)
+        assert rec.written > 30
+    assert first_difference(*paths) is None

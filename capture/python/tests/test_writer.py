@@ -241,3 +241,82 @@ def test_a_position_written_twice_is_refused(tmp_path):
         w.write("weight", x, ntok=0, role="weight")
         with pytest.raises(ValueError, match=r"weight \[weight\] step 0 seq 0 pos 0 written twice"):
             w.write("weight", x, ntok=0, role="weight")
+
+
+def _rows_parts(rng):
+    """Two parts of fingerprint-like tensors: three ops over four segments, one op over one."""
+    seq, pos, ntok = np.array([0, 1, 2, 3]), np.array([0, 0, 5, 0]), np.array([3, 1, 4, 2])
+    keys = [("embed", "fp.out", 1), ("layers.0.attn_norm", "fp.out", 2), ("layers.0.attn.q_proj", "fp.in", 3)]
+    return [(keys, seq, pos, ntok), ([("logits", "fp.out", 9)], np.array([7]), np.array([2]), np.array([5]))]
+
+
+def test_many_tensors_in_one_record_batch(tmp_path, rng):
+    """prepare_rows + emit: one record batch holding many 1-D tensors, read back as the tensors (pyarrow and
+    read()), the batch's first tensor 64-byte aligned, the others 8-byte aligned, whatever came before."""
+    p = tmp_path / "rows.arrow"
+    parts = _rows_parts(rng)
+    n = 3 * 10 + 5
+    vals = rng.integers(-(1 << 62), 1 << 62, size=n, dtype=np.int64)
+    with bc.Writer(p, meta()) as w:
+        w.write("tokens", np.arange(3, dtype=np.int32), ntok=3)  # moves the batch's start around
+        h = w.prepare_rows(parts, step=4)
+        assert h.n == 13
+        w.emit(h, vals.view(np.uint8))
+        w.write("logprobs", np.zeros(2, dtype=np.float32), ntok=2, pos=1)
+        assert w.n == 15
+    _, ts = bc.read(p)
+    assert [t["op"] for t in ts[1:5]] == ["embed"] * 4 and ts[-2]["op"] == "logits" and ts[-1]["op"] == "logprobs"
+    off = 0
+    raw = p.read_bytes()
+    for t, (op, role, idx, q, pos, k) in zip(ts[1:-1], [
+        (op, role, idx, q, pos, k) for keys, seq, poss, ntok in parts for op, role, idx in keys
+        for q, pos, k in zip(seq.tolist(), poss.tolist(), ntok.tolist())
+    ]):
+        assert (t["op"], t["role"], t["index"], t["step"], t["seq"], t["pos"], t["ntok"]) == (op, role, idx, 4, q, pos, k)
+        assert t["dtype"] == "i64" and t["shape"] == [k] and t["shard_dim"] == -1 and t["full_shape"] == []
+        assert np.array_equal(t["array"], vals[off : off + k])
+        off += k
+    with pa.memory_map(str(p)) as src:
+        r = ipc.open_file(src)
+        assert r.num_record_batches == 3 and r.get_batch(1).num_rows == 13
+    first = raw.find(vals[:3].tobytes())
+    assert first % wmod.ALIGNMENT == 0 and raw.find(vals.tobytes()) == first
+
+
+@pytest.mark.parametrize("lead", range(0, 9))
+def test_rows_batch_alignment_after_any_prefix(tmp_path, lead):
+    p = tmp_path / "a.arrow"
+    vals = np.arange(1, 1 + 7, dtype=np.int64) * 0x0101010101010101
+    with bc.Writer(p, meta()) as w:
+        for i in range(lead):
+            w.write("op" + "x" * i, np.zeros(i + 1, dtype=np.float32), seq=i, ntok=i + 1)
+        h = w.prepare_rows([([("a", "fp.out", 0), ("bb", "fp.out", 1)], [0, 1], [0, 4], [3, 1]),
+                            ([("c" * (lead + 1), "fp.out", 2)], [2], [0], [0])], step=lead)
+        w.emit(h, vals[:4].repeat(2)[:8].view(np.uint8)[: 8 * 8])
+    raw = p.read_bytes()
+    assert raw.find(vals[:4].repeat(2)[:8].tobytes()) % wmod.ALIGNMENT == 0
+    assert len(bc.read(p)[1]) == lead + 5
+
+
+def test_rows_positions_written_twice_are_refused(tmp_path):
+    """prepare_rows claims positions as prepare does: within a batch (two segments of one seq id), across
+    batches, and against tensors written one by one; touching runs (a decode loop) are fine."""
+    p = tmp_path / "dup.arrow"
+    k = [("embed", "fp.out", 0)]
+    with bc.Writer(p, meta()) as w:
+        with pytest.raises(ValueError, match=r"dup\.arrow: embed \[fp\.out\] step 0 seq 1 pos 2 written twice \(positions 0\.\.3"):
+            w.prepare_rows([(k, [1, 1], [0, 2], [4, 2])])
+        w.emit(w.prepare_rows([(k, [1, 2], [0, 0], [4, 2])]), np.zeros(6, np.int64).view(np.uint8))
+        w.emit(w.prepare_rows([(k, [1, 2], [4, 2], [1, 1])]), np.zeros(2, np.int64).view(np.uint8))  # decode step
+        with pytest.raises(ValueError, match=r"embed \[fp\.out\] step 0 seq 2 pos 2 written twice \(positions 0\.\.2 "):
+            w.prepare_rows([(k, [2], [2], [1])])
+        with pytest.raises(ValueError, match=r"embed \[fp\.out\] step 0 seq 1 pos 3 written twice"):
+            w.write("embed", np.zeros(1, np.int64), dtype="i64", role="fp.out", seq=1, pos=3, ntok=1)
+        w.write("embed", np.zeros(1, np.int64), dtype="i64", role="fp.out", seq=1, pos=5, ntok=1)
+        with pytest.raises(ValueError, match=r"embed \[fp\.out\] step 0 seq 1 pos 5 written twice"):
+            w.prepare_rows([(k, [1], [5], [1])])
+        with pytest.raises(ValueError, match=r"embed \[fp\.out\] step 0 seq 3 pos 0 written twice"):
+            w.prepare_rows([(k, [3], [0], [1]), ([("embed", "fp.out", 0)], [3], [0], [1])])
+        w.emit(w.prepare_rows([(k, [3], [0], [1])]), np.zeros(1, np.int64).view(np.uint8))  # the refused call claimed nothing
+        with pytest.raises(ValueError, match=r"1 tensors of 8 bytes, the payload has 6"):
+            w.emit(w.prepare_rows([(k, [9], [0], [1])]), np.zeros(6, np.uint8))

@@ -51,10 +51,6 @@ inline float __fdiv_rn(float a, float b) { return gpu_nan(a / b); }
 inline float __fmaf_rn(float a, float b, float c) { return gpu_nan(std::fma(a, b, c)); }
 inline float __fsqrt_rn(float a) { return gpu_nan(std::sqrt(a)); }
 inline float __int2float_rn(int i) { return (float)i; }
-struct float2 {
-    float x, y;
-};
-inline float2 make_float2(float x, float y) { return {x, y}; }
 using std::max;
 using std::min;
 using std::rintf;

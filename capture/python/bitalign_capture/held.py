@@ -1,0 +1,140 @@
+"""A fingerprint recording's ops held until their forward ends, then fingerprinted and written together.
+
+A hook of a fingerprinted op does almost nothing: it keeps the op's rows (the tensor itself, no copy, no
+kernel), the tensor's version counter and where its segments are. At the forward's end (or when the held
+tensors pass hold_bytes, default 1 GiB: holding outputs keeps them alive, so the bound is on the device memory
+the recorder keeps from the allocator) flush() fingerprints every held tensor in one fingerprints.fingerprint_sets
+call (one fingerprint_rows launch on a GPU with the bitalign driver), sends the fingerprints to the host in one
+copy, and writes them as ONE record batch of many rows (Writer.prepare_rows). A tensor changed in place after
+its hook (its version moved) is an error naming the op: its fingerprint would not be of what the op returned.
+Inference tensors (torch.inference_mode) have no version counter: those are fingerprinted in their hook (one
+launch an op, still no synchronisation) and only their fingerprints are held.
+
+Both writing modes use it: the synchronous recorder (background=False) copies the fingerprints at once and
+writes the batch; the background one queues the batch for the writer thread with the copy still on its way (an
+event on a side stream), so the two files are the same bytes.
+"""
+
+import functools
+
+import numpy as np
+
+from . import fingerprints as fingerprint_mod
+
+HOLD_BYTES = 1 << 30  # default bound of held tensor bytes before a flush inside the forward
+
+
+class Held:
+    """Held fingerprinted rows of writer (a writer.Writer); put(header, payload) writes or queues a batch;
+    stager (pipeline.Stager or None) copies the fingerprints to the host without waiting (background)."""
+
+    def __init__(self, writer, put, stager=None, hold_bytes=HOLD_BYTES):
+        if hold_bytes < 1:
+            raise ValueError(f"bitalign_capture: hold_bytes {hold_bytes} must be ≥ 1")
+        self.writer, self.put, self.stager, self.bound = writer, put, stager, int(hold_bytes)
+        self.bytes = 0
+        self.peak = 0  # the most bytes held at once (tests and benchmarks read it)
+        self.flushes = 0
+        self._items = []  # (op, role, index, rows tensor, its version, segments key)
+        self._segs = {}  # segments key -> (layout, seq, pos, ntok, flat starts, dense for rows)
+        self.step = 0
+
+    def add(self, op, role, index, rows, lay, packed, step):
+        """Holds rows (a tensor [n, ...]) of (op, role) at step: segment i of lay (which has segments) starts at
+        row segments[i].start (packed False: rows are lay's flat tokens) or after the segments before it
+        (packed True: rows are the valid tokens back to back)."""
+        if step != self.step and self._items:
+            self.flush()
+        self.step = step
+        if rows.dim() != 2:
+            rows = rows.reshape(rows.shape[0], -1)
+        n = rows.shape[0]
+        if rows.shape[1] > 1 and rows.stride(1) != 1:
+            rows = rows.contiguous()  # rows not contiguous inside (a transposed view): copied now
+        key = (id(lay), packed, n)
+        seg = self._segs.get(key)
+        if seg is None or seg[0] is not lay:
+            seg = self._segs[key] = _segments(lay, packed, n)
+        try:
+            v, pre = rows._version, None
+        except RuntimeError:  # an inference tensor (torch.inference_mode) has no version counter: fingerprinted now
+            v, pre = None, fingerprint_mod.fingerprint_sets([rows])
+            rows = None
+        self._items.append((op, role, index, rows, v, key, pre, n))
+        self.bytes += 8 * n if rows is None else rows.numel() * rows.element_size()
+        self.peak = max(self.peak, self.bytes)
+        if self.bytes > self.bound:
+            self.flush()
+
+    def flush(self):
+        """Fingerprints what is held and writes (or queues) it as one record batch."""
+        items, self._items, self.bytes = self._items, [], 0
+        if not items:
+            self._segs.clear()
+            return
+        segs, self._segs = self._segs, {}
+        for op, role, _, rows, v, _, _, _ in items:
+            if v is not None and rows._version != v:
+                raise ValueError(
+                    f"bitalign_capture: {self.writer.path}: {op} [{role}]: its output was changed in place after "
+                    f"its hook (tensor version {v} → {rows._version}): a fingerprint now would not be of what the op "
+                    "returned (record the op in full with full_ops, or leave it out with ops)"
+                )
+        xs = [it[3] for it in items if it[6] is None]
+        fps = fingerprint_mod.fingerprint_sets(xs) if xs else None
+        if len(xs) < len(items):  # some fingerprinted in their hooks (inference tensors): put them in order
+            import torch
+
+            pieces, off = [], 0
+            for it in items:
+                if it[6] is None:
+                    pieces.append(fps[off : off + it[7]])
+                    off += it[7]
+                else:
+                    pieces.append(it[6])
+            fps = torch.cat(pieces)
+        parts, gather, base, dense = [], [], 0, True
+        for op, role, index, _, _, key, _, n in items:
+            _, seq, pos, ntok, idx = segs[key]
+            if parts and parts[-1][1] is seq:
+                parts[-1][0].append((op, role, index))
+            else:
+                parts.append(([(op, role, index)], seq, pos, ntok))
+            gather.append(np.arange(base, base + n) if idx is None else base + idx)
+            dense = dense and idx is None
+            base += n
+        header = self.writer.prepare_rows(parts, step=self.step, dtype="i64")
+        take = None if dense else np.concatenate(gather)
+        self.flushes += 1
+        if self.stager is None:
+            self.put(header, _rows_bytes(fps.cpu(), None, take))
+            return
+        host, done = self.stager.copy(fps)
+        self.put(header, functools.partial(_rows_bytes, host, done, take))
+
+    def clear(self):
+        """Drops what is held (abort)."""
+        self._items, self._segs, self.bytes = [], {}, 0
+
+
+def _segments(lay, packed, n):
+    """(lay, seq, pos, ntok, row index of each segment's rows or None where they are rows 0..n-1 in order)."""
+    seq = np.array([s.seq for s in lay.segments], dtype=np.int64)
+    pos = np.array([s.pos for s in lay.segments], dtype=np.int64)
+    ntok = np.array([s.n for s in lay.segments], dtype=np.int64)
+    if packed:
+        st = np.concatenate([[0], np.cumsum(ntok)[:-1]]).astype(np.int64)
+    else:
+        st = np.array([s.start for s in lay.segments], dtype=np.int64)
+    dense = bool(st[0] == 0 and (st[1:] == (st + ntok)[:-1]).all() and st[-1] + ntok[-1] == n)
+    idx = None if dense else np.concatenate([np.arange(a, a + k) for a, k in zip(st.tolist(), ntok.tolist())])
+    return lay, seq, pos, ntok, idx
+
+
+def _rows_bytes(host, done, take):
+    if done is not None:
+        done.synchronize()  # releases the GIL while the copy finishes
+    a = host.numpy()
+    if take is not None:
+        a = a[take]
+    return a.view(np.uint8)
