@@ -71,8 +71,8 @@ print-nvccflags:
 	@echo '$(NVCCFLAGS)'
 
 # Test binaries to carry to the GPU machine (scripts/gpu.sh runs them there).
-# Stripped (-s -w) and gzipped (scripts/gpu.sh unpacks them there), so that all of them and the tree fit the
-# device tool's 64 MiB carry.
+# Stripped (-s -w) and xz-compressed (scripts/gpu.sh unpacks them there with python3's lzma), so that all of
+# them and the tree fit the device tool's 64 MiB carry (with the tc PTX embedded, gzip's 64 MB would not).
 GPUFLAGS = -trimpath -ldflags='-s -w'
 gpu-build:
 	rm -rf .gpu && mkdir -p .gpu
@@ -83,7 +83,7 @@ gpu-build:
 	$(GO) test -c $(GPUFLAGS) -o .gpu/nvls.test ./nvls
 	$(GO) test -c $(GPUFLAGS) -o .gpu/ui.test ./ui
 	$(GO) test -c $(GPUFLAGS) -o .gpu/session.test ./session
-	gzip -f .gpu/bitalign .gpu/*.test
+	xz -6 -T2 -f .gpu/bitalign .gpu/*.test
 
 # Renders the main TUI screens (overview, heatmap, bit view, replay verdict, help) to screenshots/*.png.
 screenshots:

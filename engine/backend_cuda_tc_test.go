@@ -8,8 +8,8 @@ import (
 	"bitalign/kernels"
 )
 
-// requireTCEnv, set to 1 (scripts/gpu.sh engine, which builds the tc PTX first), turns a missing tc module into
-// a failure instead of a skip (as kernels/cuda's tc tests).
+// requireTCEnv, set to 1 (scripts/gpu.sh engine, with the embedded or the ptx step's fresh tc PTX), turns a
+// missing tc module into a failure instead of a skip (as kernels/cuda's tc tests).
 const requireTCEnv = "BITALIGN_REQUIRE_TC"
 
 // tcGPUConfigs are tcConfigs with heads of 64 (the head dims the CUDA tc attention kernel serves: 64 and 128).

@@ -9,8 +9,8 @@
 #         fresh PTX (BITALIGN_PTX_DIR) so one call checks new kernel sources.
 #   test  runs the cuda/ and kernels/cuda/ tests with BITALIGN_REQUIRE_GPU=1 (a skip becomes a failure).
 #   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's), the
-#         tc profile's cases with the tc PTX (the ptx step's fresh tree, else the committed, embedded one): the CPU↔GPU row, the tc demo, the invariance
-#         matrix on the GPU (TestCUDATCMatchesCPU, TestCUDADemoTC, TestCUDAInvarianceTC; BITALIGN_REQUIRE_TC=1).
+#         tc profile's cases with the tc PTX (the ptx step's fresh tree, else the committed, embedded one): the
+#         CPU↔GPU row, the tc demo, the invariance matrix on the GPU (TestCUDATCMatchesCPU, TestCUDADemoTC, TestCUDAInvarianceTC; BITALIGN_REQUIRE_TC=1).
 #   nvls  runs the GPU collectives' tests (the 2-GPU ones need a machine with two).
 #   audit plants bugs in transformers pairs made on the GPU (capture/python/tests/plant.py) and checks that
 #         bitalign audit's first suspect names each (docs/audit.md).
@@ -97,7 +97,17 @@ tc_ptx() {
   return 0
 }
 
-for f in .gpu/*.gz; do [[ -e "$f" ]] && gunzip -f "$f" && chmod +x "${f%.gz}"; done  # make gpu-build gzips them
+# make gpu-build xz-compresses them (python3's lzma unpacks them: no xz needed there); a .gz of an older build too
+for f in .gpu/*.xz .gpu/*.gz; do
+  [[ -e "$f" ]] || continue
+  case $f in
+  *.gz) gunzip -f "$f" ;;
+  *.xz) python3 -c 'import lzma, os, shutil, sys
+with lzma.open(sys.argv[1]) as src, open(sys.argv[1][:-3], "wb") as dst: shutil.copyfileobj(src, dst, 1 << 20)
+os.remove(sys.argv[1])' "$f" ;;
+  esac || { echo "gpu.sh: cannot unpack $f"; exit 1; }
+  chmod +x "${f%.*}"
+done
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 "$NVCC" --version | tail -2
 
