@@ -10,14 +10,16 @@
 #   test  runs the cuda/ and kernels/cuda/ tests with BITALIGN_REQUIRE_GPU=1 (a skip becomes a failure).
 #   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's), the
 #         tc profile's cases with the tc PTX (the ptx step's fresh tree, else the committed, embedded one): the
-#         CPU↔GPU row, the tc demo, the invariance matrix on the GPU (TestCUDATCMatchesCPU, TestCUDADemoTC, TestCUDAInvarianceTC; BITALIGN_REQUIRE_TC=1).
+#         CPU↔GPU row, the tc demo, the invariance matrix on the GPU (TestCUDATCMatchesCPU, TestCUDADemoTC,
+#         TestCUDAInvarianceTC; BITALIGN_REQUIRE_TC=1).
 #   nvls  runs the GPU collectives' tests (the 2-GPU ones need a machine with two).
 #   audit plants bugs in transformers pairs made on the GPU (capture/python/tests/plant.py) and checks that
 #         bitalign audit's first suspect names each (docs/audit.md).
 #   ui    runs the debugger's real-session test with replay on the GPU (verdicts as on the CPU).
 #   bench runs the Go benchmarks and the cuBLAS reference (PyTorch) in the same call.
 #   tc    the tensor-core matmul (issue 14, kernels/cuda/tc/*.cu): with the ptx step's fresh tc PTX (BITALIGN_PTX_DIR)
-#         or, without a ptx step in the call, the committed PTX the test binaries embed, runs the tc GPU tests (bitwise against the CPU tc matmul,
+#         or, without a ptx step in the call, the committed PTX the test binaries embed, runs the tc GPU tests
+#         (bitwise against the CPU tc matmul,
 #         BITALIGN_REQUIRE_TC=1: a tc module that does not load fails; every loaded M > 64 family: tmap, tma,
 #         wgmma, mma.sync; cuda's tensor-map tests) and BenchmarkMatmulTC, then scripts/tc_bench.py prints one
 #         table beside cuBLAS bf16 (torch.mm) at the same shapes (launch.json's big_order), one per entry of
