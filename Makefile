@@ -8,7 +8,7 @@ LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 VENV    := .venv
 PY      := $(VENV)/bin/python
 
-.PHONY: build run test test-go test-python test-torch bench fuzz ptx ptx-tc print-nvccflags screenshots gpu-build clean
+.PHONY: build run test test-go test-python test-torch bench fuzz ptx print-nvccflags screenshots gpu-build clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
@@ -57,35 +57,22 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzRead $(FUZZFLAGS) ./logprobs
 
 # CUDA kernels: nvcc exists only on the GPU machine (docs/gpu.md). `make ptx` regenerates every PTX that
-# bitalign embeds (kernels/cuda/*.cu, nvls/cuda/collectives.cu for 1, 2, 4 and 8 ranks) with NVCCFLAGS, the
-# one flag set, and writes each directory's MANIFEST.sha256 (scripts/ptx.sh); `make ptx PTX_OUT=dir` writes
-# the same tree under dir. scripts/gpu.sh and the manifest tests read NVCCFLAGS from here.
+# bitalign embeds (kernels/cuda/*.cu; the tensor-core kernels kernels/cuda/tc/*.cu, the wgmma and TMA ones
+# (tc_wgmma.cu, tc_tma.cu) with -arch=sm_90a in place of -arch=sm_90; nvls/cuda/collectives.cu for 1, 2, 4 and 8
+# ranks) with NVCCFLAGS, the one flag set, and writes each directory's MANIFEST.sha256 (scripts/ptx.sh);
+# `make ptx PTX_OUT=dir` writes the same tree under dir. scripts/gpu.sh and the manifest tests read NVCCFLAGS
+# from here.
 NVCC ?= nvcc
 NVCCFLAGS := -ptx -arch=sm_90 -fmad=false -ftz=false -prec-div=true -prec-sqrt=true -O3
 ptx:
 	NVCC='$(NVCC)' NVCCFLAGS='$(NVCCFLAGS)' PTX_OUT='$(PTX_OUT)' bash scripts/ptx.sh
 
-# The tc kernels (kernels/cuda/tc/*.cu, issue 14) are not yet committed PTX: `make ptx-tc PTX_OUT=dir` compiles
-# them with the same NVCCFLAGS into dir/kernels/cuda (beside a `make ptx PTX_OUT=dir` tree), where the tests find
-# them through BITALIGN_PTX_DIR (scripts/gpu.sh tc). Adopting them: git mv kernels/cuda/tc/*.cu kernels/cuda/,
-# then make ptx.
-# tc_wgmma.cu and tc_tma.cu need sm_90a (wgmma, setmaxnreg): the same flags with -arch=sm_90a. Each file is compiled even when another
-# fails (the launcher takes whichever modules exist); the target fails if any did.
-ptx-tc:
-	@test -n '$(PTX_OUT)' || { echo 'ptx-tc: set PTX_OUT'; exit 2; }
-	mkdir -p '$(PTX_OUT)/kernels/cuda'
-	st=0; for f in kernels/cuda/tc/*.cu; do b=$$(basename $$f .cu); \
-		flags='$(NVCCFLAGS)'; case $$b in *wgmma*|*tma*) flags='$(subst -arch=sm_90,-arch=sm_90a,$(NVCCFLAGS))';; esac; \
-		echo "ptx-tc: $(NVCC) $$flags $$f"; \
-		$(NVCC) $$flags -I kernels/cuda -o '$(PTX_OUT)'/kernels/cuda/$$b.ptx $$f || { echo "ptx-tc: $$f FAILED"; st=1; }; \
-	done; exit $$st
-
 print-nvccflags:
 	@echo '$(NVCCFLAGS)'
 
 # Test binaries to carry to the GPU machine (scripts/gpu.sh runs them there).
-# Stripped (-s -w) and gzipped (scripts/gpu.sh unpacks them there), so that all of them and the tree fit the
-# device tool's 64 MiB carry.
+# Stripped (-s -w) and xz-compressed (scripts/gpu.sh unpacks them there with python3's lzma), so that all of
+# them and the tree fit the device tool's 64 MiB carry (with the tc PTX embedded, gzip's 64 MB would not).
 GPUFLAGS = -trimpath -ldflags='-s -w'
 gpu-build:
 	rm -rf .gpu && mkdir -p .gpu
@@ -96,7 +83,7 @@ gpu-build:
 	$(GO) test -c $(GPUFLAGS) -o .gpu/nvls.test ./nvls
 	$(GO) test -c $(GPUFLAGS) -o .gpu/ui.test ./ui
 	$(GO) test -c $(GPUFLAGS) -o .gpu/session.test ./session
-	gzip -f .gpu/bitalign .gpu/*.test
+	xz -6 -T2 -f .gpu/bitalign .gpu/*.test
 
 # Renders the main TUI screens (overview, heatmap, bit view, replay verdict, help) to screenshots/*.png.
 screenshots:

@@ -413,10 +413,10 @@ func (b *CUDA) ServesProfile(p kernels.Profile) error {
 		return nil
 	}
 	if err := b.dev.k.HasTC(); err != nil {
-		return fmt.Errorf("engine: %s: --profile tc needs the tc kernels (make ptx-tc PTX_OUT=DIR, then BITALIGN_PTX_DIR=DIR): %w", b.name, err)
+		return fmt.Errorf("engine: %s: --profile tc needs the tc kernels (embedded, kernels/cuda/tc/*.ptx; make ptx rebuilds them; a BITALIGN_PTX_DIR tree must hold kernels/cuda/tc/): %w", b.name, err)
 	}
 	if err := b.dev.k.HasTCAttention(); err != nil {
-		return fmt.Errorf("engine: %s: --profile tc needs the tc attention kernels (make ptx-tc PTX_OUT=DIR, then BITALIGN_PTX_DIR=DIR): %w", b.name, err)
+		return fmt.Errorf("engine: %s: --profile tc needs the tc attention kernels (embedded, kernels/cuda/tc/tc_attention.ptx; make ptx rebuilds it; a BITALIGN_PTX_DIR tree must hold kernels/cuda/tc/): %w", b.name, err)
 	}
 	if !b.dev.k.HasNarrowBF16() {
 		return fmt.Errorf("engine: %s: --profile tc needs narrow_bf16, which the loaded PTX lacks (make ptx)", b.name)

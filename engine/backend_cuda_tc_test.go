@@ -8,8 +8,8 @@ import (
 	"bitalign/kernels"
 )
 
-// requireTCEnv, set to 1 (scripts/gpu.sh engine, which builds the tc PTX first), turns a missing tc module into
-// a failure instead of a skip (as kernels/cuda's tc tests).
+// requireTCEnv, set to 1 (scripts/gpu.sh engine, with the embedded or the ptx step's fresh tc PTX), turns a
+// missing tc module into a failure instead of a skip (as kernels/cuda's tc tests).
 const requireTCEnv = "BITALIGN_REQUIRE_TC"
 
 // tcGPUConfigs are tcConfigs with heads of 64 (the head dims the CUDA tc attention kernel serves: 64 and 128).
@@ -34,7 +34,7 @@ func tcCUDAOrSkip(t *testing.T) BackendFactory {
 		if os.Getenv(requireTCEnv) == "1" {
 			t.Fatalf("%s=1 but the tc kernels did not load: %v", requireTCEnv, err)
 		}
-		t.Skipf("tc kernels not loaded (make ptx-tc PTX_OUT=dir, BITALIGN_PTX_DIR=dir; %s=1 makes this a failure): %v; skipped, not passed", requireTCEnv, err)
+		t.Skipf("tc kernels not loaded (the embedded kernels/cuda/tc PTX, or BITALIGN_PTX_DIR=dir with dir/kernels/cuda/tc from make ptx PTX_OUT=dir; %s=1 makes this a failure): %v; skipped, not passed", requireTCEnv, err)
 	}
 	return gpu
 }

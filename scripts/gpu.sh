@@ -3,32 +3,32 @@
 # Here (no GPU):   make gpu-build            # CGO_ENABLED=0 test binaries into .gpu/
 # There (device):  bash scripts/gpu.sh [ptx] [test] [engine] [nvls] [ui] [bench] [tc] [tcattn]   (default: all but tcattn), with .gpu carried;
 #                  load, torch, tp, size, sweep, record, replay and e2e only when named.
-#   ptx   runs `make ptx` (every PTX: kernels/cuda and nvls/cuda, the Makefile's NVCCFLAGS) into a fresh tree,
-#         says which PTX differ from the committed ones and leaves the tree in $OUT/ptx.tar (PTX and both
-#         manifests; `tar -xf ptx.tar` at the repository root puts them in place); the tests then load the
+#   ptx   runs `make ptx` (every PTX: kernels/cuda, kernels/cuda/tc and nvls/cuda, the Makefile's NVCCFLAGS) into a
+#         fresh tree, says which PTX differ from the committed ones and leaves the tree in $OUT/ptx.tar (PTX and the
+#         three manifests; `tar -xf ptx.tar` at the repository root puts them in place); the tests then load the
 #         fresh PTX (BITALIGN_PTX_DIR) so one call checks new kernel sources.
 #   test  runs the cuda/ and kernels/cuda/ tests with BITALIGN_REQUIRE_GPU=1 (a skip becomes a failure).
-#   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's), with
-#         the tc PTX built first (tc_ptx) for the tc profile's cases: the CPU↔GPU row, the tc demo, the invariance
-#         matrix on the GPU (TestCUDATCMatchesCPU, TestCUDADemoTC, TestCUDAInvarianceTC; BITALIGN_REQUIRE_TC=1).
+#   engine runs the engine's CUDA-backend tests (demo trainer and sampler captures bitwise equal to the CPU's), the
+#         tc profile's cases with the tc PTX (the ptx step's fresh tree, else the committed, embedded one): the
+#         CPU↔GPU row, the tc demo, the invariance matrix on the GPU (TestCUDATCMatchesCPU, TestCUDADemoTC,
+#         TestCUDAInvarianceTC; BITALIGN_REQUIRE_TC=1).
 #   nvls  runs the GPU collectives' tests (the 2-GPU ones need a machine with two).
 #   audit plants bugs in transformers pairs made on the GPU (capture/python/tests/plant.py) and checks that
 #         bitalign audit's first suspect names each (docs/audit.md).
 #   ui    runs the debugger's real-session test with replay on the GPU (verdicts as on the CPU).
 #   bench runs the Go benchmarks and the cuBLAS reference (PyTorch) in the same call.
-#   tc    the tensor-core matmul (issue 14, kernels/cuda/tc/*.cu): compiles it (`make ptx-tc`, the Makefile's
-#         NVCCFLAGS) into the ptx step's fresh tree (or a copy of the committed PTX), prints nvcc's message and
-#         goes on to the next step if that fails; else runs the tc GPU tests (bitwise against the CPU tc matmul,
+#   tc    the tensor-core matmul (issue 14, kernels/cuda/tc/*.cu): with the ptx step's fresh tc PTX (BITALIGN_PTX_DIR)
+#         or, without a ptx step in the call, the committed PTX the test binaries embed, runs the tc GPU tests
+#         (bitwise against the CPU tc matmul,
 #         BITALIGN_REQUIRE_TC=1: a tc module that does not load fails; every loaded M > 64 family: tmap, tma,
 #         wgmma, mma.sync; cuda's tensor-map tests) and BenchmarkMatmulTC, then scripts/tc_bench.py prints one
 #         table beside cuBLAS bf16 (torch.mm) at the same shapes (launch.json's big_order), one per entry of
 #         TCPATHS (default "tma tmapall:128 tmapall:256 wgmma mmasync": -tc-path=P -tc-bn=BN; tmapall is tmap
 #         at every M, decode included) that loaded at the square, gate/up and o_proj shapes, and one of tmap with
 #         bf16 output (-tc-bf16, MatmulTCBF16) at every shape, all in the same call.
-#         ptxas -v of each module (registers, spills) first. Leaves $OUT/tc_*.ptx (to commit once
-#         kernels/cuda/tc/* moves into kernels/cuda). The step also runs the tc attention's part (below).
-#   tcattn the tensor-core attention alone (kernels/cuda/tc/tc_attention.cu; also part of tc): the same compile,
-#         then its GPU tests (bitwise against kernels.AttentionTC over the sweep, chunked prefill and decode equal
+#         ptxas -v of each module (registers, spills) first. The step also runs the tc attention's part (below).
+#   tcattn the tensor-core attention alone (kernels/cuda/tc/tc_attention.cu; also part of tc): the same PTX, its
+#         GPU tests (bitwise against kernels.AttentionTC over the sweep, chunked prefill and decode equal
 #         to the full prefill, the float64 bound) and BenchmarkAttentionTC, printed by scripts/tc_bench.py beside
 #         torch's scaled_dot_product_attention with the flash backend at the same shapes (TCATT_BENCH=prefill or
 #         decode: one half). Not in the default list: `bash scripts/gpu.sh tcattn`.
@@ -83,36 +83,33 @@ mkdir -p "$OUT"
 steps="${*:-ptx test engine nvls ui audit bench tc}"
 NVCC="${NVCC:-nvcc}"
 rc=0
-# tc_ptx builds the tc PTX (kernels/cuda/tc/*.cu: `make ptx-tc`, the Makefile's NVCCFLAGS) once per call into
-# $tcdir, beside the ptx step's fresh tree (BITALIGN_PTX_DIR) or a copy of the committed PTX; the engine and tc
-# steps load it from there. nvcc's failure is printed and sets rc; the modules that compiled still load.
+# tc_ptx sets tcdir, the directory of the tc PTX (tc_*.ptx) the tc steps load: the ptx step's fresh
+# $BITALIGN_PTX_DIR/kernels/cuda/tc, else the committed kernels/cuda/tc, which the test binaries embed (the tests
+# then run without BITALIGN_PTX_DIR, as a user's --profile tc does).
 tcdir=""
 tc_ptx() {
   [[ -n "$tcdir" ]] && return 0
-  tcdir="${BITALIGN_PTX_DIR:-}"
-  if [[ -z "$tcdir" ]]; then # no ptx step in this call: the committed PTX, plus the tc module
-    tcdir=$(mktemp -d)
-    mkdir -p "$tcdir/kernels/cuda" "$tcdir/nvls/cuda"
-    cp kernels/cuda/*.ptx "$tcdir/kernels/cuda/" && cp nvls/cuda/*.ptx "$tcdir/nvls/cuda/"
+  if [[ -n "${BITALIGN_PTX_DIR:-}" ]]; then
+    tcdir="$BITALIGN_PTX_DIR/kernels/cuda/tc"
+    echo "tc: the fresh tc PTX of $tcdir (BITALIGN_PTX_DIR)"
+  else
+    tcdir="kernels/cuda/tc"
+    echo "tc: the committed tc PTX (embedded; no BITALIGN_PTX_DIR)"
   fi
-  local tcok=1
-  if [[ -n "${TC_PREBUILT:-}" ]]; then # BITALIGN_PTX_DIR already holds the tc PTX (make ptx-tc PTX_OUT=dir, built elsewhere)
-    echo "tc: the prebuilt tc PTX in $tcdir"
-  elif command -v make >/dev/null; then
-    make -s ptx-tc NVCC="$NVCC" PTX_OUT="$tcdir" >"$OUT/tc-nvcc.log" 2>&1 || tcok=0
-  else # the same commands as make ptx-tc, with NVCCFLAGS read from the Makefile (sm_90a for the wgmma file)
-    flags=$(sed -n 's/^NVCCFLAGS *:= *//p' Makefile)
-    for f in kernels/cuda/tc/*.cu; do
-      fl=$flags; [[ $f == *wgmma* || $f == *tma* ]] && fl=${flags/-arch=sm_90/-arch=sm_90a}
-      # shellcheck disable=SC2086
-      "$NVCC" $fl -I kernels/cuda -o "$tcdir/kernels/cuda/$(basename "$f" .cu).ptx" "$f" >>"$OUT/tc-nvcc.log" 2>&1 || tcok=0
-    done
-  fi
-  [[ $tcok == 0 ]] && { echo "tc: nvcc FAILED (the modules that compiled still run):"; grep -v "^ptx-tc: nvcc" "$OUT/tc-nvcc.log" | head -80; rc=1; }
   return 0
 }
 
-for f in .gpu/*.gz; do [[ -e "$f" ]] && gunzip -f "$f" && chmod +x "${f%.gz}"; done  # make gpu-build gzips them
+# make gpu-build xz-compresses them (python3's lzma unpacks them: no xz needed there); a .gz of an older build too
+for f in .gpu/*.xz .gpu/*.gz; do
+  [[ -e "$f" ]] || continue
+  case $f in
+  *.gz) gunzip -f "$f" ;;
+  *.xz) python3 -c 'import lzma, os, shutil, sys
+with lzma.open(sys.argv[1]) as src, open(sys.argv[1][:-3], "wb") as dst: shutil.copyfileobj(src, dst, 1 << 20)
+os.remove(sys.argv[1])' "$f" ;;
+  esac || { echo "gpu.sh: cannot unpack $f"; exit 1; }
+  chmod +x "${f%.*}"
+done
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 "$NVCC" --version | tail -2
 
@@ -126,7 +123,7 @@ if [[ " $steps " == *" ptx "* ]]; then
     echo "== ptx (no make): $NVCC $flags"
     NVCC="$NVCC" NVCCFLAGS="$flags" PTX_OUT="$fresh" bash scripts/ptx.sh || { echo "ptx: nvcc FAILED"; rc=1; }
   fi
-  for d in kernels/cuda nvls/cuda; do
+  for d in kernels/cuda kernels/cuda/tc nvls/cuda; do
     for f in "$fresh/$d"/*.ptx; do
       cmp -s "$f" "$d/$(basename "$f")" && echo "ptx: $d/$(basename "$f") identical to the committed one" ||
         echo "ptx: $d/$(basename "$f") DIFFERS from the committed one"
@@ -153,7 +150,7 @@ fi
 if [[ " $steps " == *" engine "* ]]; then
   echo "== engine (CUDA backend vs CPU, bitwise; the tc profile's cases with the tc PTX)"
   tc_ptx # the tc profile's engine tests need the tc modules: BITALIGN_REQUIRE_TC=1 fails them when one is missing
-  (cd engine && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../.gpu/engine.test -test.run 'CUDA|SelectBackend' \
+  (cd engine && BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../.gpu/engine.test -test.run 'CUDA|SelectBackend' \
     -test.v -test.count=1 -test.timeout 540s ${TESTFLAGS:-}) 2>&1 | tee "$OUT/test-engine.log" |
     grep -E "^(--- |    ---|ok|FAIL|PASS)|differs|diverge|GPU|tc " | head -90
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
@@ -210,11 +207,10 @@ fi
 if [[ " $steps " == *" tc "* || " $steps " == *" tcattn "* ]]; then
   echo "== tc (the tensor-core kernels: compile; matmul (step tc): bitwise against the CPU tc matmul, speed beside cuBLAS bf16; attention (tc, tcattn): bitwise against the CPU tc attention, speed beside SDPA flash)"
   tc_ptx
-  cp "$tcdir"/kernels/cuda/tc_*.ptx "$OUT/" 2>/dev/null
   for m in tc_matmul:sm_90 tc_wgmma:sm_90a tc_tma:sm_90a tc_attention:sm_90; do # the inline PTX (mma, wgmma, TMA) is first assembled here
     mod=${m%%:*}
-    [[ -s "$tcdir/kernels/cuda/$mod.ptx" ]] || continue
-    if ! ptxas -arch="${m##*:}" -v "$tcdir/kernels/cuda/$mod.ptx" -o /dev/null >"$OUT/$mod-ptxas.log" 2>&1; then
+    [[ -s "$tcdir/$mod.ptx" ]] || continue
+    if ! ptxas -arch="${m##*:}" -v "$tcdir/$mod.ptx" -o /dev/null >"$OUT/$mod-ptxas.log" 2>&1; then
       echo "tc: ptxas FAILED on $mod.ptx (the driver will refuse it):"; grep -iv "info" "$OUT/$mod-ptxas.log" | head -40; rc=1
     fi
     grep -E "entry function|spill|Used" "$OUT/$mod-ptxas.log" | sed -e "s/ptxas info *: //" | paste - - - |
@@ -222,31 +218,31 @@ if [[ " $steps " == *" tc "* || " $steps " == *" tcattn "* ]]; then
   done
   # attention (tc_attention.cu): bitwise against kernels.AttentionTC, invariance, the float64 bound, then the
   # speed beside SDPA's flash backend (scripts/tc_bench.py's attention table)
-  if [[ ! -s "$tcdir/kernels/cuda/tc_attention.ptx" ]]; then
+  if [[ ! -s "$tcdir/tc_attention.ptx" ]]; then
     echo "tc: no tc_attention.ptx: the tc attention tests and benchmark do not run"; rc=1
   else
-    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
+    (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
       -test.run '^(TestTCAttentionMatchesSource|TestAttentionTCBitwise|TestAttentionTCInvariance|TestAttentionTCAccuracy)$' \
       -test.v -test.count=1 -test.timeout 400s) 2>&1 |
       tee "$OUT/tc-attention-test.log" | grep -E "^(--- |ok|FAIL|PASS)|first difference|float64|control|seed|panic" | head -60
     [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
-    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
+    (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
       -test.run '^$' -test.bench "^BenchmarkAttentionTC\$${TCATT_BENCH:+/}${TCATT_BENCH:-}" -test.benchtime "${BENCHTIME:-20x}" -test.timeout 500s) \
       >"$OUT/tc-attention-bench.log" 2>&1 || { echo "tc: attention benchmark FAILED"; tail -20 "$OUT/tc-attention-bench.log"; rc=1; }
     python3 scripts/tc_bench.py "$OUT/tc-attention-bench.log" 2>&1 | tee "$OUT/tc-attention-table.log" || rc=1
   fi
 fi
 if [[ " $steps " == *" tc "* ]]; then
-  if [[ ! -s "$tcdir/kernels/cuda/tc_matmul.ptx" ]]; then
+  if [[ ! -s "$tcdir/tc_matmul.ptx" ]]; then
     echo "tc: no tc_matmul.ptx: the tc tests and benchmark do not run"; rc=1
   else
     (cd cuda && BITALIGN_REQUIRE_GPU=1 ../.gpu/cuda.test -test.run '^(TestTiled2DCheck|TestEncodeTiled)$' -test.v -test.count=1) 2>&1 |
       grep -E "^(--- |ok|FAIL|PASS)|panic" | head -10
-    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
+    (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
       -test.run '^(TestTCVariantsMatchSource|TestTCPlan|TestMatmulTCBitwise)$' -test.v -test.count=1 -test.timeout 400s) 2>&1 |
       tee "$OUT/tc-test.log" | grep -E "^(--- |ok|FAIL|PASS)|first difference|bitwise|seed|panic" | head -60
     [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
-    (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
+    (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
       -test.run '^$' -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -test.timeout 400s) \
       >"$OUT/tc-bench.log" 2>&1 || { echo "tc: benchmark FAILED"; tail -20 "$OUT/tc-bench.log"; rc=1; }
     echo "-- tc beside cuBLAS (M > 64: launch.json's big_order, the first family that loaded: tmap, tma, wgmma, mma.sync)"
@@ -255,15 +251,15 @@ if [[ " $steps " == *" tc "* ]]; then
     # TCPATHS: path[:bn] entries (bn forces the tmap chain's tile width: tma128p or tma256p)
     for pb in ${TCPATHS:-tma tmapall:128 tmapall:256 wgmma mmasync}; do
       path=${pb%%:*} bn=0 && [[ $pb == *:* ]] && bn=${pb##*:}
-      case $path in tma*) [[ -s "$tcdir/kernels/cuda/tc_tma.ptx" ]] || continue ;; wgmma) [[ -s "$tcdir/kernels/cuda/tc_wgmma.ptx" ]] || continue ;; esac
-      (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
+      case $path in tma*) [[ -s "$tcdir/tc_tma.ptx" ]] || continue ;; wgmma) [[ -s "$tcdir/tc_wgmma.ptx" ]] || continue ;; esac
+      (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
         -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/(square|qwen7b-o|qwen7b-gateup)' -test.benchtime "${BENCHTIME:-20x}" \
         -tc-path=$path -tc-bn=$bn -test.timeout 300s) >"$OUT/tc-bench-$path-$bn.log" 2>&1 || { echo "tc: benchmark -tc-path=$path -tc-bn=$bn FAILED"; tail -5 "$OUT/tc-bench-$path-$bn.log"; rc=1; }
       echo "-- the same with -tc-path=$path -tc-bn=$bn at M > 64"
       python3 scripts/tc_bench.py "$OUT/tc-bench-$path-$bn.log" 2>&1 | tee "$OUT/tc-table-$path-$bn.log" || rc=1
     done
-    if [[ -s "$tcdir/kernels/cuda/tc_tma.ptx" ]]; then # bf16 output (MatmulTCBF16), every shape, as cuBLAS writes it
-      (cd kernels/cuda && BITALIGN_PTX_DIR="$tcdir" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
+    if [[ -s "$tcdir/tc_tma.ptx" ]]; then # bf16 output (MatmulTCBF16), every shape, as cuBLAS writes it
+      (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
         -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -tc-path=tmap -tc-bf16 \
         -test.timeout 300s) >"$OUT/tc-bench-tmap-bf16.log" 2>&1 || { echo "tc: benchmark -tc-path=tmap -tc-bf16 FAILED"; tail -5 "$OUT/tc-bench-tmap-bf16.log"; rc=1; }
       echo "-- the same with -tc-path=tmap -tc-bf16 (bf16 output) at M > 64"

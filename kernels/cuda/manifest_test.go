@@ -20,6 +20,66 @@ func TestManifest(t *testing.T) {
 	ptxtest.CheckManifest(t, "../../Makefile", ".", func(cu string) []string { return []string{strings.TrimSuffix(cu, ".cu") + ".ptx"} })
 }
 
+// TestManifestTC: the same for the tensor-core kernels (tc/: their sources, their PTX, tc/MANIFEST.sha256).
+func TestManifestTC(t *testing.T) {
+	ptxtest.CheckManifest(t, "../../Makefile", "tc", func(cu string) []string { return []string{strings.TrimSuffix(cu, ".cu") + ".ptx"} })
+}
+
+// TestEmbeddedTCPTX: the embedded tc modules are tc/*.ptx on disk, one per tc/*.cu, each PTX ISA 9.0 with
+// kernels, for sm_90a where the source uses wgmma or TMA (scripts/ptx.sh's tc_flags: *wgmma*, *tma*) and sm_90
+// otherwise.
+func TestEmbeddedTCPTX(t *testing.T) {
+	mods := tcModules()
+	want := []string{tcAttModule, tcModule, tcTMAModule, tcWGModule}
+	if !reflect.DeepEqual(mods, want) {
+		t.Fatalf("embedded tc modules %v, want %v", mods, want)
+	}
+	t.Setenv(ptx.DirEnv, "")
+	for _, m := range mods {
+		b, err := tcPTX(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		disk, err := os.ReadFile("tc/" + m + ".ptx")
+		if err != nil || string(disk) != string(b) {
+			t.Errorf("tc/%s.ptx: embedded copy differs from the file (%v)", m, err)
+		}
+		target := ".target sm_90\n"
+		if strings.Contains(m, "wgmma") || strings.Contains(m, "tma") {
+			target = ".target sm_90a\n"
+		}
+		s := string(b)
+		if !strings.Contains(s, target) || !strings.Contains(s, ".version 9.0") {
+			t.Errorf("tc/%s.ptx is not PTX ISA 9.0 with %q", m, target)
+		}
+		if len(entryNames(b)) == 0 {
+			t.Errorf("tc/%s.ptx has no kernels", m)
+		}
+	}
+	if _, err := tcPTX("matmul"); err == nil {
+		t.Error("tcPTX found matmul, a module of kernels/cuda, not of tc/")
+	}
+}
+
+// TestPTXDirTC: with $BITALIGN_PTX_DIR set, the tc modules come from its kernels/cuda/tc (the tree
+// `make ptx PTX_OUT=dir` writes), and a tree without them is an error naming the variable.
+func TestPTXDirTC(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(dir+"/kernels/cuda/tc", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/kernels/cuda/tc/tc_matmul.ptx", []byte("// fresh"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(ptx.DirEnv, dir)
+	if b, err := tcPTX(tcModule); err != nil || string(b) != "// fresh" {
+		t.Errorf("tcPTX(%s) = %q, %v; want the tree's file", tcModule, b, err)
+	}
+	if _, err := tcPTX(tcWGModule); err == nil || !strings.Contains(err.Error(), ptx.DirEnv) {
+		t.Errorf("tcPTX(%s) from a tree without it: %v, want an error naming %s", tcWGModule, err, ptx.DirEnv)
+	}
+}
+
 // TestEmbeddedPTX checks that the embedded modules are the files on disk and that each declares sm_90 code
 // from the PTX ISA the driver floor (cuda.MinDriverVersion) accepts.
 func TestEmbeddedPTX(t *testing.T) {

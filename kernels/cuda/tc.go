@@ -11,10 +11,9 @@ import (
 )
 
 // The `tc` profile's matmul on the tensor cores (docs/arithmetic.md §18, tc.2): tc/tc_matmul.cu, the twin of
-// kernels.MatmulTC and kernels.MatmulTCPartial. Its PTX is not yet among the committed modules (it is built by
-// `make ptx-tc`, scripts/gpu.sh tc), so Load takes it only when the PTX it loads has it: the embedded modules
-// once it is committed, or $BITALIGN_PTX_DIR/kernels/cuda/tc_matmul.ptx. Without it HasTC says why and the
-// tc launchers return that error; nothing else changes.
+// kernels.MatmulTC and kernels.MatmulTCPartial. Its PTX is committed and embedded beside its source
+// (tc/*.ptx, `make ptx`; tcPTX), or read from $BITALIGN_PTX_DIR/kernels/cuda/tc/; Load takes each tc module
+// only when it loads: without it HasTC says why and the tc launchers return that error; nothing else changes.
 
 // tcModule is the tc kernels' PTX module (mma.sync, every size, and tc_finish); tcWGModule the wgmma kernels for
 // M > 64 (sm_90a), tcTMAModule the TMA + warp-specialised wgmma kernels for M > 64 (sm_90a), each used when
@@ -309,7 +308,7 @@ func tcSmem(name string) int {
 	return rules.TC.variant(v).smem(strings.HasPrefix(kind, "tree"))
 }
 
-// loadTC loads the tc modules when the PTX source has them (PTX finds them): without tc_matmul, or with one the
+// loadTC loads the tc modules when the PTX source has them (tcPTX finds them): without tc_matmul, or with one the
 // driver refuses, tc is unavailable with the reason in k.tcErr; tc_wgmma and tc_tma are optional (their
 // reasons in k.tcWGErr, k.tcTMAErr). The other kernels stay as they are either way.
 func (k *Kernels) loadTC(c *cuda.Ctx) {
@@ -323,9 +322,9 @@ func (k *Kernels) loadTC(c *cuda.Ctx) {
 }
 
 func (k *Kernels) loadOptional(c *cuda.Ctx, mod string) error {
-	src, err := PTX(mod)
+	src, err := tcPTX(mod)
 	if err != nil {
-		return fmt.Errorf("cudakernels: %s is not in the loaded PTX (make ptx-tc; scripts/gpu.sh tc): %w", mod, err)
+		return fmt.Errorf("cudakernels: %s is not in the loaded PTX (make ptx; docs/gpu.md): %w", mod, err)
 	}
 	m, err := c.LoadModule(src)
 	if err != nil {

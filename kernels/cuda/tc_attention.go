@@ -10,8 +10,8 @@ import (
 )
 
 // The `tc` profile's attention on the tensor cores (docs/arithmetic.md §18, tc.3): tc/tc_attention.cu, the twin
-// of kernels.AttentionTC, behind AttentionForward with p == kernels.TC. Like the tc matmul its PTX is built by
-// `make ptx-tc` (scripts/gpu.sh tc) and loaded only when the PTX source has it; without it HasTCAttention says
+// of kernels.AttentionTC, behind AttentionForward with p == kernels.TC. Like the tc matmul its PTX is committed
+// beside its source (tc/tc_attention.ptx, `make ptx`) and loaded only when it loads; without it HasTCAttention says
 // why and AttentionForward(kernels.TC, ...) returns that error.
 
 // tcAttModule is tc_attention.cu's module.

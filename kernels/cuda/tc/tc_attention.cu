@@ -24,7 +24,7 @@
 // its position and the cache: the tile it shares, T, and prefill versus chunked prefill versus decode never
 // change them.
 //
-// Built by `make ptx-tc` (scripts/gpu.sh tc); the Go launcher is kernels/cuda/tc_attention.go. Entries:
+// Built by `make ptx` (committed beside it; scripts/gpu.sh tc); the Go launcher is kernels/cuda/tc_attention.go. Entries:
 // tc_attn_hd<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt), grid (ceil(T·grp / (16·TC_ATT_WARPS)), nkv),
 // TC_ATT_WARPS·32 threads, TC_ATT_SMEM(HD) bytes of dynamic shared memory, for HD = 16, 32, 64, 80, 96, 128;
 // tc_attn_dec_hd<HD> (HD = 64, 128) below for decode.

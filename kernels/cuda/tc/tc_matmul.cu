@@ -14,7 +14,7 @@
 // for tc_finish (the tree's upper levels). Rows of a tile are independent dot products: the tile shape, the
 // padded rows (zero-filled, their outputs never stored) and G change speed only, never a bit.
 //
-// Built by `make ptx-tc` (kernels/cuda/tc/: not yet in the committed PTX; scripts/gpu.sh tc); the Go launcher
+// Built by `make ptx` (committed beside it: tc_matmul.ptx, tc/MANIFEST.sha256; scripts/gpu.sh tc); the Go launcher
 // (kernels/cuda/tc.go) uses these entries only when the loaded PTX has them. tc_wgmma.cu is the wgmma path for
 // M > 64 beside it, tc_tma.cu the TMA + warp-specialised one (tensor maps instead of x and w, the same Segs); a
 // Blackwell (tcgen05) path is another file.

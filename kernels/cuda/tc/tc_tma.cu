@@ -1,5 +1,5 @@
 // tc_tma.cu: the tc matmul for M > 64 with TMA loads, an mbarrier pipeline and warp specialisation (sm_90a:
-// wgmma, setmaxnreg; built by `make ptx-tc` with -arch=sm_90a). The order is tc_matmul.cu's (docs/arithmetic.md
+// wgmma, setmaxnreg; built by `make ptx` with -arch=sm_90a). The order is tc_matmul.cu's (docs/arithmetic.md
 // tc.2): each output's chain over [lo, hi) is acc = +0, then one k-step per 16 consecutive k from lo, ascending,
 // one wgmma m64nBNk16 each (tc.1: wgmma sums a k-step exactly as mma.sync, measured; A from shared memory here);
 // row-parallel: the 8 segments of §3 (Segs, from kernels.TCBounds / TCPartialBounds), added by the fixed tree

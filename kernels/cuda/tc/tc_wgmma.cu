@@ -1,5 +1,5 @@
 // tc_wgmma.cu: the tc matmul for M > 64 through Hopper's warpgroup MMA, wgmma.mma_async.m64nNk16.f32.bf16.bf16
-// (sm_90a: built by `make ptx-tc` with -arch=sm_90a), the same order as tc_matmul.cu (docs/arithmetic.md tc.2;
+// (sm_90a: built by `make ptx` with -arch=sm_90a), the same order as tc_matmul.cu (docs/arithmetic.md tc.2;
 // tc.1: wgmma sums a k-step exactly as mma.sync, measured), the same entry signature, Segs and tc_finish.
 // x is (M, K) bf16, w is (N, K) bf16, bias (N) float32 or null, out (M, N) float32, part the split's subtrees.
 //
