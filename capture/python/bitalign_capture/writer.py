@@ -285,18 +285,7 @@ class Writer(Closing):
             offsets = self._offsets[n] = pa.py_buffer(np.array([0, n], dtype=np.int64))
         data = pa.LargeBinaryArray.from_buffers(_LARGE_BINARY, 1, [None, offsets, buf])
         arrays = [self._column(i, v) for i, v in enumerate(header)]
-        pad = self._pad(arrays)
-        batch = pa.RecordBatch.from_arrays([data] + arrays, schema=self._schema)
-        md = self._pads.get(pad)
-        if md is None:
-            md = self._pads[pad] = pa.KeyValueMetadata({KEY_PAD: " " * pad})
-        try:
-            self._w.write_batch(batch, custom_metadata=md)
-        except BaseException:
-            self.abort()
-            raise
-        self.n += 1
-        self._writeback()
+        self._emit(data, arrays, self._pad(arrays), 1)
 
     def prepare_rows(self, parts, *, step=0, dtype="i64", rank=0):
         """Checks and claims many 1-D tensors of dtype written together as one record batch (emit of the Rows
@@ -367,7 +356,11 @@ class Writer(Closing):
             )
         data = pa.LargeBinaryArray.from_buffers(_LARGE_BINARY, k, [None, pa.py_buffer(offsets), buf])
         arrays = rows.arrays()
-        pad = self._pad(arrays, k)
+        self._emit(data, arrays, self._pad(arrays, k), k)
+
+    def _emit(self, data, arrays, pad, k):
+        """Writes one record batch of k tensors (the payload column and the header columns) with pad bytes of
+        padding metadata (the pad's metadata object cached), then counts them; a failed write aborts the file."""
         batch = pa.RecordBatch.from_arrays([data] + arrays, schema=self._schema)
         md = self._pads.get(pad)
         if md is None:
