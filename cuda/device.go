@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"unsafe"
 )
 
@@ -32,10 +31,8 @@ type Device struct {
 	sms      int
 	smemOpt  int
 
-	mu     sync.Mutex // serialises callers; held while a task runs
-	work   chan func(*Ctx) error
-	reply  chan error
-	closed bool
+	q    *queue        // the device thread's inbox (queue.go)
+	done chan struct{} // closed once the thread has released the context
 }
 
 // Ctx is the device's thread. It is handed to the callback of Device.Do and is valid only during that
@@ -63,7 +60,7 @@ func Open(ordinal int) (*Device, error) {
 	if ordinal < 0 || ordinal >= n {
 		return nil, fmt.Errorf("cuda: no device %d (this machine has %d): %w", ordinal, n, ErrUnavailable)
 	}
-	d := &Device{ordinal: ordinal, lib: theLib, work: make(chan func(*Ctx) error), reply: make(chan error)}
+	d := &Device{ordinal: ordinal, lib: theLib, q: newQueue(), done: make(chan struct{})}
 	started := make(chan error)
 	go d.loop(started)
 	if err := <-started; err != nil {
@@ -82,21 +79,9 @@ func (d *Device) loop(started chan<- error) {
 		return
 	}
 	started <- nil
-	c := &Ctx{d: d}
-	for f := range d.work {
-		d.reply <- runSafely(c, f)
-	}
+	d.q.serve(&Ctx{d: d})
 	d.lib.call(sPrimaryCtxRelease, uintptr(d.dev)) //nolint:errcheck // nothing left to report to
-	d.reply <- nil
-}
-
-func runSafely(c *Ctx, f func(*Ctx) error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("cuda: panic on device thread: %v", r)
-		}
-	}()
-	return f(c)
+	close(d.done)
 }
 
 func (d *Device) setup() error {
@@ -143,31 +128,22 @@ func (d *Device) attribute(attr int) (int, error) {
 	return int(v), nil
 }
 
-// Do runs f on the device thread and returns its error. Inside f use only c (calling d's own methods from f
-// would wait for f itself). Use Do to batch many calls into one trip through the queue.
-func (d *Device) Do(f func(c *Ctx) error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return ErrClosed
-	}
-	d.work <- f
-	return <-d.reply
-}
+// Do runs f on the device thread, after everything posted or done before it, and returns its error. Inside f
+// use only c (calling d's own methods from f would wait for f itself). Use Do to batch many calls into one
+// trip through the queue.
+func (d *Device) Do(f func(c *Ctx) error) error { return d.q.do(f) }
+
+// Post queues f for the device thread and returns without waiting: the caller goes on while the thread
+// launches f's work behind what was sent before (tasks run in the order they were posted or done). f must not
+// read host memory the caller may change after Post returns; if f fails (or panics), onErr gets the error on
+// the device thread. A later Do runs after f. ErrClosed if the device is closed.
+func (d *Device) Post(f func(c *Ctx) error, onErr func(error)) error { return d.q.post(f, onErr) }
 
 // Close synchronises, releases the primary context and stops the device thread. Memory not freed is
 // reclaimed by the driver with the context (when no other user holds it). Close is idempotent.
 func (d *Device) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil
-	}
-	d.work <- func(c *Ctx) error { return c.Synchronize() }
-	err := <-d.reply
-	d.closed = true
-	close(d.work)
-	<-d.reply
+	err := d.q.close(func(c *Ctx) error { return c.Synchronize() })
+	<-d.done
 	return err
 }
 

@@ -3,8 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
-	"unsafe"
 
 	"bitalign/cuda"
 	"bitalign/kernels"
@@ -17,7 +17,8 @@ import (
 type cudaDevice struct {
 	d     *cuda.Device
 	k     *cudakernels.Kernels
-	stage stager // weight uploads (upload_cuda.go)
+	stage stager   // weight uploads (upload_cuda.go)
+	mem   memCache // freed buffers kept for the next Alloc of their size (launch_cuda.go)
 }
 
 var cudaDevices = struct {
@@ -40,7 +41,7 @@ func openCUDADevice(ordinal int) (*cudaDevice, error) {
 		d.Close()
 		return nil, err
 	}
-	cd := &cudaDevice{d: d, k: k}
+	cd := &cudaDevice{d: d, k: k, mem: newMemCache(d.TotalMem())}
 	cudaDevices.m[ordinal] = cd
 	return cd, nil
 }
@@ -78,15 +79,15 @@ func (b *cudaBuf) Len() int { return b.n }
 // Collectives (AllReduce, AllGather, the LogProbs reductions over ranks) go through the host with the given
 // nvls.Comm.
 type CUDA struct {
-	dev  *cudaDevice
-	name string
-	err  error
-	args cuda.Ptr // staging for the small host arrays of an op (ids, positions, targets)
-	argN int64
-	st   cuda.Ptr // this backend's LogProbs statistics (m, S, d): 3·T floats
-	stN  int64
-	nar  cuda.Ptr // DownloadBF16's device buffer of bf16 bits
-	narN int64
+	dev   *cudaDevice
+	name  string
+	errMu sync.Mutex // err is set by posted ops on the device thread too
+	err   error
+	args  argRing  // the small host arrays of the ops (ids, positions, targets) on their way (launch_cuda.go)
+	st    cuda.Ptr // this backend's LogProbs statistics (m, S, d): 3·T floats
+	stN   int64
+	nar   cuda.Ptr // DownloadBF16's device buffer of bf16 bits
+	narN  int64
 
 	fp            *cudakernels.Fingerprinter // FingerprintRows (record_cuda.go)
 	fpOut         cuda.Ptr                   // its output, 8 bytes a row
@@ -181,17 +182,36 @@ func SelectBackend(device string) (BackendFactory, string, error) {
 }
 
 func (b *CUDA) Name() string { return b.name }
-func (b *CUDA) Err() error   { return b.err }
+
+// Err waits until the device thread has launched every op queued before it, then returns the first error.
+// A kernel's own fault surfaces at the next synchronising call (a Download, Synchronize).
+func (b *CUDA) Err() error {
+	b.dev.d.Do(func(*cuda.Ctx) error { return nil }) //nolint:errcheck // a barrier; a closed device failed earlier
+	return b.failure()
+}
+
+// failure is the first error recorded so far (no barrier).
+func (b *CUDA) failure() error {
+	b.errMu.Lock()
+	defer b.errMu.Unlock()
+	return b.err
+}
 
 func (b *CUDA) fail(err error) {
-	if b.err == nil && err != nil {
+	if err == nil {
+		return
+	}
+	b.errMu.Lock()
+	defer b.errMu.Unlock()
+	if b.err == nil {
 		b.err = fmt.Errorf("engine: %s: %w", b.name, err)
 	}
 }
 
-// do runs f on the device thread unless an error is pending.
+// do runs f on the device thread and waits for it, unless an error is pending: for what needs f's result now
+// (an allocation's address, downloaded values).
 func (b *CUDA) do(f func(c *cuda.Ctx, k *cudakernels.Kernels) error) {
-	if b.err != nil {
+	if b.failure() != nil {
 		return
 	}
 	b.fail(b.dev.d.Do(func(c *cuda.Ctx) error { return f(c, b.dev.k) }))
@@ -204,6 +224,15 @@ func cudaPtr(x Buf) cuda.Ptr {
 	}
 	return x.(*cudaBuf).p
 }
+
+// operand is a Buf as an op's closure captures it: its address, length and stored dtype now (see launch).
+type operand struct {
+	p  cuda.Ptr
+	n  int
+	dt kernels.DType
+}
+
+func operandOf(x Buf) operand { return operand{p: cudaPtr(x), n: x.Len(), dt: weightDType(x)} }
 
 // cudaGrow makes *buf hold at least bytes (synchronising before it frees the old one).
 func cudaGrow(c *cuda.Ctx, buf *cuda.Ptr, have *int64, bytes int64) error {
@@ -228,17 +257,6 @@ func cudaGrow(c *cuda.Ctx, buf *cuda.Ptr, have *int64, bytes int64) error {
 	return nil
 }
 
-// cudaStage uploads a small host array to the args buffer (a synchronous copy on the default stream: ordered
-// after the kernels that still read the previous contents).
-func cudaStage[T cuda.Scalar](b *CUDA, c *cuda.Ctx, host []T) (cuda.Ptr, error) {
-	var z T
-	bytes := int64(len(host)) * int64(unsafe.Sizeof(z))
-	if err := cudaGrow(c, &b.args, &b.argN, bytes); err != nil {
-		return 0, err
-	}
-	return b.args, cuda.Upload(c, b.args, host)
-}
-
 func (b *CUDA) Alloc(n int) Buf {
 	if n < 0 {
 		b.fail(fmt.Errorf("alloc of %d elements", n))
@@ -248,13 +266,19 @@ func (b *CUDA) Alloc(n int) Buf {
 	if n == 0 {
 		return buf
 	}
+	bytes := int64(n) * 4
+	if p, ok := b.dev.mem.take(bytes); ok { // no trip to the device thread: the zeroing is queued
+		buf.p = p
+		b.launch(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return c.Memset8Async(p, 0, bytes, nil) })
+		return buf
+	}
 	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
-		q, err := c.Alloc(int64(n) * 4)
+		q, err := b.allocDevice(c, bytes)
 		if err != nil {
 			return fmt.Errorf("alloc of %d floats: %w", n, err)
 		}
 		buf.p = q
-		return c.Memset8(q, 0, int64(n)*4)
+		return c.Memset8Async(q, 0, bytes, nil) // in stream order, before any op that uses it
 	})
 	return buf
 }
@@ -264,8 +288,11 @@ func (b *CUDA) Free(x Buf) {
 	if !ok || cb == nil || !cb.root || cb.p == 0 {
 		return
 	}
-	ptr := cb.p
+	ptr, bytes := cb.p, int64(cb.n)*cb.elem()
 	cb.p = 0
+	if b.dev.mem.put(ptr, bytes) { // the ops posted before this Free are launched before the next user's
+		return
+	}
 	// freeing is allowed after an error too (so that a failed run releases its memory)
 	b.dev.d.Do(func(c *cuda.Ctx) error { return c.Free(ptr) }) //nolint:errcheck
 }
@@ -280,7 +307,7 @@ func (b *CUDA) View(x Buf, off, n int) Buf {
 }
 
 func (b *CUDA) Upload(dst Buf, src []float32) {
-	if b.err == nil && len(src) != dst.Len() {
+	if b.failure() == nil && len(src) != dst.Len() {
 		b.fail(fmt.Errorf("upload of %d elements into %d", len(src), dst.Len()))
 		return
 	}
@@ -288,8 +315,8 @@ func (b *CUDA) Upload(dst Buf, src []float32) {
 }
 
 func (b *CUDA) Download(dst []float32, src Buf) error {
-	if b.err != nil {
-		return b.err
+	if b.failure() != nil {
+		return b.failure()
 	}
 	if len(dst) != src.Len() {
 		return fmt.Errorf("engine: %s: download of %d elements into %d", b.name, src.Len(), len(dst))
@@ -298,18 +325,18 @@ func (b *CUDA) Download(dst []float32, src Buf) error {
 		bits := make([]uint16, len(dst))
 		b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, bits, cudaPtr(src)) })
 		kernels.WeightsBits(wdt, bits, nil).Widen(dst, 0)
-		return b.err
+		return b.failure()
 	}
 	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, dst, cudaPtr(src)) })
-	return b.err
+	return b.failure()
 }
 
 // DownloadBF16 narrows src's float32 values to bf16 bits on the device (narrow_bf16, fp.F32ToBF16's rule) and
 // downloads the bits: the recorder's copies of bf16 ops move half the bytes. ok false when the loaded PTX has
 // no narrow_bf16 (or src is a 16-bit weight buffer).
 func (b *CUDA) DownloadBF16(dst []uint16, src Buf) (bool, error) {
-	if b.err != nil {
-		return false, b.err
+	if b.failure() != nil {
+		return false, b.failure()
 	}
 	if weightDType(src) != kernels.F32 || !b.dev.k.HasNarrowBF16() {
 		return false, nil
@@ -326,7 +353,8 @@ func (b *CUDA) DownloadBF16(dst []uint16, src Buf) (bool, error) {
 		}
 		return cuda.Download(c, dst, b.nar) // synchronous: ordered after the kernel on the default stream
 	})
-	return b.err == nil, b.err
+	err := b.failure()
+	return err == nil, err
 }
 
 // releaseScratch frees DownloadBF16's buffer, the tc matmul's operand buffers, the fingerprint tables and the
@@ -334,6 +362,8 @@ func (b *CUDA) DownloadBF16(dst []uint16, src Buf) (bool, error) {
 func (b *CUDA) releaseScratch() {
 	b.dev.d.Do(func(c *cuda.Ctx) error { //nolint:errcheck // freeing after an error too
 		b.releaseRing(c)
+		b.args.release(c)
+		b.dev.mem.trim(c) //nolint:errcheck
 		for _, s := range []struct {
 			p *cuda.Ptr
 			n *int64
@@ -348,7 +378,7 @@ func (b *CUDA) releaseScratch() {
 }
 
 func (b *CUDA) Copy(dst, src Buf) {
-	if b.err == nil && dst.Len() != src.Len() {
+	if b.failure() == nil && dst.Len() != src.Len() {
 		b.fail(fmt.Errorf("copy of %d elements into %d", src.Len(), dst.Len()))
 		return
 	}
@@ -356,10 +386,11 @@ func (b *CUDA) Copy(dst, src Buf) {
 		b.fail(fmt.Errorf("copy of a %v buffer into a %v one", ws, wd))
 		return
 	}
-	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
+	d, sp, bytes := cudaPtr(dst), cudaPtr(src), int64(src.Len())*dst.(*cudaBuf).elem()
+	b.launch(func(c *cuda.Ctx, _ *cudakernels.Kernels) error {
 		// on the default stream with the kernels, not the synchronous cuMemcpyDtoD: the forward's KV-cache
 		// copies (4 a layer and sequence) cost 45 µs each that way on the H200 (BenchmarkForwardSize's table)
-		return c.CopyDtoDAsync(cudaPtr(dst), cudaPtr(src), int64(src.Len())*dst.(*cudaBuf).elem(), nil)
+		return c.CopyDtoDAsync(d, sp, bytes, nil)
 	})
 }
 
@@ -371,38 +402,42 @@ func (b *CUDA) Embed(out, table Buf, ids []int32, H int, dt kernels.DType) {
 			return
 		}
 	}
-	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+	ids = slices.Clone(ids)
+	o, tp, wdt := cudaPtr(out), cudaPtr(table), weightDType(table)
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
 		d, err := cudaStage(b, c, ids)
 		if err != nil {
 			return err
 		}
-		return k.EmbeddingForwardW(c, dt, cudaPtr(out), cudaPtr(table), weightDType(table), d, len(ids), V, H)
+		return k.EmbeddingForwardW(c, dt, o, tp, wdt, d, len(ids), V, H)
 	})
 }
 
 func (b *CUDA) Matmul(pr kernels.Profile, out, x, w, bias Buf, M, K, N int, dt kernels.DType) {
-	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+	o, xo, wo, bp := cudaPtr(out), operandOf(x), operandOf(w), cudaPtr(bias)
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
 		if pr == kernels.TC { // K is never split here: one chain over K (tc.2)
-			xb, wb, err := b.tcOperands(c, k, x, w, M, K, N)
+			xb, wb, err := b.tcOperands(c, k, xo, wo, M, K, N)
 			if err != nil {
 				return err
 			}
-			return k.MatmulTC(c, kernels.ColumnParallel, cudakernels.DTCode(dt), cudaPtr(out), xb, wb, cudaPtr(bias), M, K, N)
+			return k.MatmulTC(c, kernels.ColumnParallel, cudakernels.DTCode(dt), o, xb, wb, bp, M, K, N)
 		}
-		return k.MatmulForwardW(c, pr, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(x), cudaPtr(w), weightDType(w), cudaPtr(bias), M, K, N)
+		return k.MatmulForwardW(c, pr, cudakernels.DTCode(dt), o, xo.p, wo.p, wo.dt, bp, M, K, N)
 	})
 }
 
 func (b *CUDA) MatmulPartial(pr kernels.Profile, out, x, w Buf, M, kLocal, N, rank, tp int) {
-	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+	o, xo, wo := cudaPtr(out), operandOf(x), operandOf(w)
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
 		if pr == kernels.TC { // the rank's subtree of its 8/tp segment chains; AllReduce finishes the tree (tc.2)
-			xb, wb, err := b.tcOperands(c, k, x, w, M, kLocal, N)
+			xb, wb, err := b.tcOperands(c, k, xo, wo, M, kLocal, N)
 			if err != nil {
 				return err
 			}
-			return k.MatmulTCPartial(c, cudaPtr(out), xb, wb, M, kLocal, N, tp)
+			return k.MatmulTCPartial(c, o, xb, wb, M, kLocal, N, tp)
 		}
-		return k.MatmulPartialW(c, pr, cudaPtr(out), cudaPtr(x), cudaPtr(w), weightDType(w), M, kLocal, N, tp)
+		return k.MatmulPartialW(c, pr, o, xo.p, wo.p, wo.dt, M, kLocal, N, tp)
 	})
 }
 
@@ -429,52 +464,54 @@ func (b *CUDA) ServesProfile(p kernels.Profile) error {
 // activations are bf16 values, every op rounds them), w as it is when it is a bf16 weight buffer, else (PTX
 // without the _bf16w kernels holds weights as float32) narrowed likewise. The narrowing is narrow_bf16
 // (fp.F32ToBF16), ordered before the matmul on the default stream.
-func (b *CUDA) tcOperands(c *cuda.Ctx, k *cudakernels.Kernels, x, w Buf, M, K, N int) (xb, wb cuda.Ptr, err error) {
+func (b *CUDA) tcOperands(c *cuda.Ctx, k *cudakernels.Kernels, x, w operand, M, K, N int) (xb, wb cuda.Ptr, err error) {
 	if err := k.HasTC(); err != nil {
 		return 0, 0, fmt.Errorf("--profile tc: %w", err)
 	}
 	if !k.HasNarrowBF16() {
 		return 0, 0, fmt.Errorf("--profile tc: the loaded PTX has no narrow_bf16 (rebuild it: make ptx)")
 	}
-	if x.Len() < M*K || w.Len() < N*K {
+	if x.n < M*K || w.n < N*K {
 		return 0, 0, fmt.Errorf("kernels: MatmulTC: x has %d elements, w %d, shape (%d, %d)·(%d, %d)ᵀ needs %d and %d",
-			x.Len(), w.Len(), M, K, N, K, M*K, N*K)
+			x.n, w.n, M, K, N, K, M*K, N*K)
 	}
 	if err := cudaGrow(c, &b.tcx, &b.tcxN, 2*int64(M)*int64(K)); err != nil {
 		return 0, 0, err
 	}
-	if err := k.NarrowBF16(c, b.tcx, cudaPtr(x), M*K); err != nil {
+	if err := k.NarrowBF16(c, b.tcx, x.p, M*K); err != nil {
 		return 0, 0, err
 	}
-	switch weightDType(w) {
+	switch w.dt {
 	case kernels.BF16:
-		return b.tcx, cudaPtr(w), nil
+		return b.tcx, w.p, nil
 	case kernels.F16: // CheckProfile refuses an f16 checkpoint for tc before a weight is placed
 		return 0, 0, fmt.Errorf("the tc matmul takes bf16 weights, not f16 (tc.2)")
 	}
 	if err := cudaGrow(c, &b.tcw, &b.tcwN, 2*int64(N)*int64(K)); err != nil {
 		return 0, 0, err
 	}
-	if err := k.NarrowBF16(c, b.tcw, cudaPtr(w), N*K); err != nil {
+	if err := k.NarrowBF16(c, b.tcw, w.p, N*K); err != nil {
 		return 0, 0, err
 	}
 	return b.tcx, b.tcw, nil
 }
 
 func (b *CUDA) MatmulFinish(out, bias Buf, M, N int, dt kernels.DType) {
-	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		if bias != nil {
-			if err := k.AddBias(c, cudaPtr(out), cudaPtr(bias), M, N); err != nil { // y ⊕ bias[n]
+	o, bp := cudaPtr(out), cudaPtr(bias)
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		if bp != 0 {
+			if err := k.AddBias(c, o, bp, M, N); err != nil { // y ⊕ bias[n]
 				return err
 			}
 		}
-		return k.Round(c, dt, cudaPtr(out), M*N) // then round_dt
+		return k.Round(c, dt, o, M*N) // then round_dt
 	})
 }
 
 func (b *CUDA) RMSNorm(pr kernels.Profile, out, x, w Buf, rows, C int, eps float32, dt kernels.DType) {
-	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.RMSNormForwardW(c, pr, dt, cudaPtr(out), cudaPtr(x), cudaPtr(w), weightDType(w), rows, C, eps)
+	o, xp, wo := cudaPtr(out), cudaPtr(x), operandOf(w)
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		return k.RMSNormForwardW(c, pr, dt, o, xp, wo.p, wo.dt, rows, C, eps)
 	})
 }
 
@@ -485,12 +522,14 @@ func (b *CUDA) RoPE(out, x Buf, pos []int32, T, heads, hd int, cos, sin Buf, dt 
 			return
 		}
 	}
-	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		d, err := cudaStage(b, c, pos[:T])
+	pos = slices.Clone(pos[:T])
+	o, xp, cp, sp := cudaPtr(out), cudaPtr(x), cudaPtr(cos), cudaPtr(sin)
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		d, err := cudaStage(b, c, pos)
 		if err != nil {
 			return err
 		}
-		return k.RoPEForward(c, dt, cudaPtr(out), cudaPtr(x), d, T, heads, hd, cudaPtr(cos), cudaPtr(sin))
+		return k.RoPEForward(c, dt, o, xp, d, T, heads, hd, cp, sp)
 	})
 }
 
@@ -505,37 +544,39 @@ func (b *CUDA) Attention(pr kernels.Profile, out, q, k, v Buf, start, n, heads, 
 	}
 	S := start + n
 	scale := kernels.AttentionScale(hd)
-	b.do(func(c *cuda.Ctx, kk *cudakernels.Kernels) error {
+	op, qp, kp, vp := cudaPtr(out), cudaPtr(q), cudaPtr(k), cudaPtr(v)
+	b.launch(func(c *cuda.Ctx, kk *cudakernels.Kernels) error {
 		d, err := cudaStage(b, c, qpos)
 		if err != nil {
 			return err
 		}
 		if o.FastExp {
-			return kk.AttentionFastExp(c, dt, cudaPtr(out), cudaPtr(q), cudaPtr(k), cudaPtr(v), d, n, S, heads, kvHeads, hd, scale)
+			return kk.AttentionFastExp(c, dt, op, qp, kp, vp, d, n, S, heads, kvHeads, hd, scale)
 		}
-		return kk.AttentionForward(c, pr, dt, cudaPtr(out), cudaPtr(q), cudaPtr(k), cudaPtr(v), d, n, S, heads, kvHeads, hd, scale)
+		return kk.AttentionForward(c, pr, dt, op, qp, kp, vp, d, n, S, heads, kvHeads, hd, scale)
 	})
 }
 
 func (b *CUDA) SwiGLU(out, gate, up Buf, n int, dt kernels.DType) {
-	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.SwiGLUForward(c, dt, cudaPtr(out), cudaPtr(gate), cudaPtr(up), n)
-	})
+	o, gp, up_ := cudaPtr(out), cudaPtr(gate), cudaPtr(up)
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error { return k.SwiGLUForward(c, dt, o, gp, up_, n) })
 }
 
 func (b *CUDA) Residual(out, a, x Buf, dt kernels.DType) {
-	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-		return k.ResidualForward(c, cudakernels.DTCode(dt), cudaPtr(out), cudaPtr(a), cudaPtr(x), out.Len())
+	o, ap, xp, n := cudaPtr(out), cudaPtr(a), cudaPtr(x), out.Len()
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+		return k.ResidualForward(c, cudakernels.DTCode(dt), o, ap, xp, n)
 	})
 }
 
 func (b *CUDA) Round(x Buf, dt kernels.DType) {
-	b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error { return k.Round(c, dt, cudaPtr(x), x.Len()) })
+	xp, n := cudaPtr(x), x.Len()
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error { return k.Round(c, dt, xp, n) })
 }
 
 // hostRoundTrip downloads x, applies f on the host and uploads the result (collectives over the host comm).
 func (b *CUDA) hostRoundTrip(x Buf, f func(h []float32) error) {
-	if b.err != nil {
+	if b.failure() != nil {
 		return
 	}
 	h := make([]float32, x.Len())
@@ -606,7 +647,7 @@ func CUDACollectives() CollectivesFactory {
 }
 
 func (b *CUDA) AllGather(comm nvls.Comm, out, in Buf, rows, cols int) {
-	if b.err != nil {
+	if b.failure() != nil {
 		return
 	}
 	hin := make([]float32, in.Len())
@@ -633,7 +674,7 @@ func (b *CUDA) AllGather(comm nvls.Comm, out, in Buf, rows, cols int) {
 // sum's subtree and the target's shifted logit each cross the ranks through comm (on the host), then the host
 // finishes d ⊖ Log(S) exactly as kernels.LogProbs does.
 func (b *CUDA) LogProbs(pr kernels.Profile, out, logits Buf, targets []int32, T, vLocal int, comm nvls.Comm) {
-	if b.err != nil || T == 0 {
+	if b.failure() != nil || T == 0 {
 		return
 	}
 	tp, rank := 1, 0
@@ -652,12 +693,13 @@ func (b *CUDA) LogProbs(pr kernels.Profile, out, logits Buf, targets []int32, T,
 		}
 	}
 	if tp == 1 {
-		b.do(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
-			d, err := cudaStage(b, c, targets[:T])
+		tg, o, lp := slices.Clone(targets[:T]), cudaPtr(out), cudaPtr(logits)
+		b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error {
+			d, err := cudaStage(b, c, tg)
 			if err != nil {
 				return err
 			}
-			return k.LogProbs(c, pr, cudaPtr(out), cudaPtr(logits), d, T, vLocal)
+			return k.LogProbs(c, pr, o, lp, d, T, vLocal)
 		})
 		return
 	}
@@ -665,7 +707,7 @@ func (b *CUDA) LogProbs(pr kernels.Profile, out, logits Buf, targets []int32, T,
 	host := func(ptr cuda.Ptr, f func([]float32) error) {
 		h := make([]float32, T)
 		b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return cuda.Download(c, h, ptr) })
-		if b.err != nil {
+		if b.failure() != nil {
 			return
 		}
 		if err := f(h); err != nil {
@@ -715,7 +757,7 @@ func (b *CUDA) LogProbs(pr kernels.Profile, out, logits Buf, targets []int32, T,
 		}
 		return cuda.Download(c, hd, d)
 	})
-	if b.err != nil {
+	if b.failure() != nil {
 		return
 	}
 	if err := comm.AllReduce(hd); err != nil { // one owner, zeros elsewhere: exact

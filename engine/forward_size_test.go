@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,10 +140,12 @@ func skipNoGPU(b *testing.B, err error) {
 }
 
 // timedBackend is a CUDA backend whose every op runs between two events on the default stream, for the
-// per-op table; the ops themselves are the CUDA backend's, unchanged.
+// per-op table; the ops themselves are the CUDA backend's, unchanged. The events are posted like the ops (no
+// round trip each), so with the GPU behind the host an interval is the op's own device time.
 type timedBackend struct {
 	*CUDA
-	marks []timedMark
+	marks []*timedMark
+	mu    sync.Mutex // err is set on the device thread
 	err   error
 }
 
@@ -153,11 +156,23 @@ type timedMark struct {
 
 func newTimedBackend(c *CUDA) *timedBackend { return &timedBackend{CUDA: c} }
 
+func (t *timedBackend) setErr(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		t.err = err
+	}
+}
+
 // op runs f between two events named name.
 func (t *timedBackend) op(name string, f func()) {
-	var m timedMark
-	m.name = name
-	err := t.dev.d.Do(func(c *cuda.Ctx) error {
+	m := &timedMark{name: name}
+	post := func(g func(c *cuda.Ctx) error) {
+		if err := t.dev.d.Post(g, t.setErr); err != nil {
+			t.setErr(err)
+		}
+	}
+	post(func(c *cuda.Ctx) error {
 		var err error
 		if m.start, err = c.NewEvent(); err != nil {
 			return err
@@ -168,12 +183,12 @@ func (t *timedBackend) op(name string, f func()) {
 		return c.Record(m.start, nil)
 	})
 	f()
-	if err == nil {
-		err = t.dev.d.Do(func(c *cuda.Ctx) error { return c.Record(m.end, nil) })
-	}
-	if err != nil && t.err == nil {
-		t.err = err
-	}
+	post(func(c *cuda.Ctx) error {
+		if m.end == nil {
+			return nil // the start failed: reported
+		}
+		return c.Record(m.end, nil)
+	})
 	t.marks = append(t.marks, m)
 }
 
@@ -185,14 +200,16 @@ type timedRow struct {
 
 // table synchronises, sums the events' intervals by name and frees them: rows by time, largest first.
 func (t *timedBackend) table() ([]timedRow, float64, error) {
-	if t.err != nil {
-		return nil, 0, t.err
-	}
 	by := map[string]*timedRow{}
 	var total float64
 	err := t.dev.d.Do(func(c *cuda.Ctx) error {
 		if err := c.Synchronize(); err != nil {
 			return err
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.err != nil {
+			return t.err
 		}
 		for _, m := range t.marks {
 			ms, err := c.Elapsed(m.start, m.end)

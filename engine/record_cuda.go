@@ -37,8 +37,8 @@ func (b *CUDA) recordBytes(src Buf, dt capture.DType) (int64, bool) {
 // FingerprintRows: one launch of fingerprint_rows over the op's rows (narrowed to bf16 bits first when dt is
 // bf16, into the DownloadBF16 buffer), then rows × 8 bytes copied back.
 func (b *CUDA) FingerprintRows(dst []uint64, src Buf, rows, width int, dt capture.DType) (bool, error) {
-	if b.err != nil {
-		return false, b.err
+	if b.failure() != nil {
+		return false, b.failure()
 	}
 	bytes, ok := b.recordBytes(src, dt)
 	if !ok || b.fpUnavailable {
@@ -78,8 +78,8 @@ func (b *CUDA) FingerprintRows(dst []uint64, src Buf, rows, width int, dt captur
 		}
 		return cuda.Download(c, dst, b.fpOut) // synchronous: after the kernel on the default stream
 	})
-	if b.err != nil {
-		return false, b.err
+	if b.failure() != nil {
+		return false, b.failure()
 	}
 	return !b.fpUnavailable, nil
 }
@@ -144,16 +144,16 @@ func (b *CUDA) initRing(c *cuda.Ctx) error {
 
 // StartDownload queues src's copy through the ring (waiting, off the device thread, while the ring is full).
 func (b *CUDA) StartDownload(src Buf, dt capture.DType) (PendingDownload, bool, error) {
-	if b.err != nil {
-		return nil, false, b.err
+	if b.failure() != nil {
+		return nil, false, b.failure()
 	}
 	bytes, ok := b.recordBytes(src, dt)
 	if !ok || bytes == 0 || bytes > b.ringSize() {
 		return nil, false, nil
 	}
 	b.do(func(c *cuda.Ctx, _ *cudakernels.Kernels) error { return b.initRing(c) })
-	if b.err != nil || b.ring == nil {
-		return nil, false, b.err
+	if b.failure() != nil || b.ring == nil {
+		return nil, false, b.failure()
 	}
 	ring := b.ring
 	off, err := ring.alloc.take(bytes) // the writer frees regions: never wait on the device thread
@@ -190,9 +190,9 @@ func (b *CUDA) StartDownload(src Buf, dt capture.DType) (PendingDownload, bool, 
 		}
 		return c.Record(p.ev, ring.stream) // the host region is written
 	})
-	if b.err != nil {
+	if b.failure() != nil {
 		p.Release()
-		return nil, false, b.err
+		return nil, false, b.failure()
 	}
 	return p, true, nil
 }
