@@ -71,6 +71,20 @@ type Backend interface {
 	LogProbs(p kernels.Profile, out, logits Buf, targets []int32, T, vLocal int, c nvls.Comm)
 }
 
+// AttnSeq is one sequence of a layer's attention: Attention's per-sequence arguments (out, q, the k and v
+// caches, start, n).
+type AttnSeq struct {
+	Out, Q, K, V Buf
+	Start, N     int
+}
+
+// AttentionBatcher is a Backend that can run the attention of a layer's sequences together (one launch on a
+// GPU instead of one a sequence), each with the bits of its own Attention call. ok false (a profile, head dim
+// or option it does not batch): the caller calls Attention for each sequence.
+type AttentionBatcher interface {
+	AttentionBatch(p kernels.Profile, seqs []AttnSeq, heads, kvHeads, hd int, dt kernels.DType, o AttnOptions) (ok bool)
+}
+
 // AttnOptions carries deliberate deviations from the canonical attention (fault injection).
 type AttnOptions struct {
 	FastExp bool // approximate exp in the softmax (the fast-exp fault)

@@ -557,6 +557,53 @@ func (b *CUDA) Attention(pr kernels.Profile, out, q, k, v Buf, start, n, heads, 
 	})
 }
 
+// AttentionBatch: the tc profile's attention of a layer's sequences in one launch (cudakernels.AttentionTCBatch:
+// grid z the sequence, each with its own Attention call's bits). The positions of every sequence and the table of
+// sequences are staged through the argument ring. ok false for the other profiles, the fast-exp fault and PTX
+// without the batched entries.
+func (b *CUDA) AttentionBatch(pr kernels.Profile, seqs []AttnSeq, heads, kvHeads, hd int, dt kernels.DType, o AttnOptions) bool {
+	if pr != kernels.TC || o.FastExp || b.dev.k.HasTCAttentionBatch(hd) != nil {
+		return false
+	}
+	if kvHeads <= 0 || heads%kvHeads != 0 {
+		b.fail(fmt.Errorf("kernels: AttentionForward: %d query heads not a multiple of %d kv heads", heads, kvHeads))
+		return true
+	}
+	var qpos []int32
+	ks := make([]cudakernels.TCAttSeq, 0, len(seqs))
+	offs := make([]int, 0, len(seqs)) // each sequence's first position in qpos
+	for _, a := range seqs {
+		if a.N == 0 {
+			continue
+		}
+		offs = append(offs, len(qpos))
+		for i := 0; i < a.N; i++ {
+			qpos = append(qpos, int32(a.Start+i))
+		}
+		ks = append(ks, cudakernels.TCAttSeq{Out: cudaPtr(a.Out), Q: cudaPtr(a.Q), K: cudaPtr(a.K), V: cudaPtr(a.V),
+			T: a.N, S: a.Start + a.N})
+	}
+	if len(ks) == 0 {
+		return true
+	}
+	scale := kernels.AttentionScale(hd)
+	b.launch(func(c *cuda.Ctx, kk *cudakernels.Kernels) error {
+		pos, err := cudaStage(b, c, qpos)
+		if err != nil {
+			return err
+		}
+		for i := range ks {
+			ks[i].Pos = pos.Add(4 * int64(offs[i]))
+		}
+		desc, err := cudaStage(b, c, cudakernels.TCAttSeqWords(ks))
+		if err != nil {
+			return err
+		}
+		return kk.AttentionTCBatch(c, dt, desc, ks, heads, kvHeads, hd, scale)
+	})
+	return true
+}
+
 func (b *CUDA) SwiGLU(out, gate, up Buf, n int, dt kernels.DType) {
 	o, gp, up_ := cudaPtr(out), cudaPtr(gate), cudaPtr(up)
 	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error { return k.SwiGLUForward(c, dt, o, gp, up_, n) })
@@ -777,5 +824,6 @@ func IsGPUUnavailable(err error) bool { return errors.Is(err, cuda.ErrUnavailabl
 var (
 	_ Backend          = (*CUDA)(nil)
 	_ NarrowDownloader = (*CUDA)(nil)
+	_ AttentionBatcher = (*CUDA)(nil)
 	_ profileServer    = (*CUDA)(nil)
 )

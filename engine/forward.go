@@ -44,25 +44,26 @@ type expertBufs struct{ gate, up, down Buf }
 
 // rank is one TP rank: its backend, its weight shards, its KV caches and its capture writer.
 type rank struct {
-	cfg     Config
-	lay     layout
-	be      Backend
-	comm    nvls.Comm
-	ring    nvls.Comm // ring-order group (standard profile, ring-allreduce fault); nil when unused
-	v       variant
-	embed   Buf
-	norm    Buf
-	lmHead  Buf
-	layers  []layerWeights
-	cos     Buf
-	sin     Buf
-	caches  map[int64]*kvCache
-	rec     *recorder // nil: nothing captured
-	scratch []Buf
-	logits  Buf // the last forward's logits shard (T, vLocal)
-	logitsT int
-	step    int64    // the step being run (the routing replay's key)
-	routing *Routing // another run's routing replayed in the MoE layers; nil: the rank's own
+	cfg      Config
+	lay      layout
+	be       Backend
+	comm     nvls.Comm
+	ring     nvls.Comm // ring-order group (standard profile, ring-allreduce fault); nil when unused
+	v        variant
+	embed    Buf
+	norm     Buf
+	lmHead   Buf
+	layers   []layerWeights
+	cos      Buf
+	sin      Buf
+	caches   map[int64]*kvCache
+	rec      *recorder // nil: nothing captured
+	scratch  []Buf
+	attnSeqs []AttnSeq // a layer's attention calls (reused)
+	logits   Buf       // the last forward's logits shard (T, vLocal)
+	logitsT  int
+	step     int64    // the step being run (the routing replay's key)
+	routing  *Routing // another run's routing replayed in the MoE layers; nil: the rank's own
 	// stopLayer > 0: the forward runs layers 0..stopLayer-1 and returns no logits (RunOptions.StopLayer)
 	stopLayer int
 }
@@ -323,14 +324,22 @@ func (r *rank) forward(segs []segment) (*fwdResult, error) {
 			return nil, err
 		}
 		ao := AttnOptions{FastExp: r.v.fastExpLayer == l}
-		for i, s := range segs {
+		att := r.attnSeqs[:0]
+		for i, s := range segs { // each sequence's keys and values into its cache, then its attention
 			c := r.caches[s.seq]
 			n := len(s.toks)
 			be.Copy(be.View(c.k[l], s.start*kvW, n*kvW), be.View(kr, offs[i]*kvW, n*kvW))
 			be.Copy(be.View(c.v[l], s.start*kvW, n*kvW), be.View(v, offs[i]*kvW, n*kvW))
 			end := (s.start + n) * kvW
-			be.Attention(r.v.attn, be.View(attn, offs[i]*qW, n*qW), be.View(qr, offs[i]*qW, n*qW),
-				be.View(c.k[l], 0, end), be.View(c.v[l], 0, end), s.start, n, lay.qHeads, lay.kvHeads, hd, dt, ao)
+			att = append(att, AttnSeq{Out: be.View(attn, offs[i]*qW, n*qW), Q: be.View(qr, offs[i]*qW, n*qW),
+				K: be.View(c.k[l], 0, end), V: be.View(c.v[l], 0, end), Start: s.start, N: n})
+		}
+		r.attnSeqs = att
+		// one launch for the layer's sequences where the backend can (the same bits as one a sequence)
+		if ab, ok := be.(AttentionBatcher); !ok || len(att) < 2 || !ab.AttentionBatch(r.v.attn, att, lay.qHeads, lay.kvHeads, hd, dt, ao) {
+			for _, a := range att {
+				be.Attention(r.v.attn, a.Out, a.Q, a.K, a.V, a.Start, a.N, lay.qHeads, lay.kvHeads, hd, dt, ao)
+			}
 		}
 		if err := emit(op(opSDPA), attn, qW); err != nil {
 			return nil, err

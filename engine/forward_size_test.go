@@ -267,6 +267,17 @@ func (t *timedBackend) Attention(p kernels.Profile, out, q, k, v Buf, start, n, 
 	})
 }
 
+func (t *timedBackend) AttentionBatch(p kernels.Profile, seqs []AttnSeq, heads, kvHeads, hd int, dt kernels.DType, o AttnOptions) (ok bool) {
+	n := 0
+	for _, a := range seqs {
+		n += a.N
+	}
+	t.op(fmt.Sprintf("AttentionBatch %d seqs, %d queries, %d/%d×%d", len(seqs), n, heads, kvHeads, hd), func() {
+		ok = t.CUDA.AttentionBatch(p, seqs, heads, kvHeads, hd, dt, o)
+	})
+	return ok
+}
+
 func (t *timedBackend) SwiGLU(out, gate, up Buf, n int, dt kernels.DType) {
 	t.op(fmt.Sprintf("SwiGLU %d", n), func() { t.CUDA.SwiGLU(out, gate, up, n, dt) })
 }

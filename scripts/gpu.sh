@@ -28,10 +28,10 @@
 #         bf16 output (-tc-bf16, MatmulTCBF16) at every shape, all in the same call.
 #         ptxas -v of each module (registers, spills) first. The step also runs the tc attention's part (below).
 #   tcattn the tensor-core attention alone (kernels/cuda/tc/tc_attention.cu; also part of tc): the same PTX, its
-#         GPU tests (bitwise against kernels.AttentionTC over the sweep, chunked prefill and decode equal
-#         to the full prefill, the float64 bound) and BenchmarkAttentionTC, printed by scripts/tc_bench.py beside
-#         torch's scaled_dot_product_attention with the flash backend at the same shapes (TCATT_BENCH=prefill or
-#         decode: one half). Not in the default list: `bash scripts/gpu.sh tcattn`.
+#         GPU tests (bitwise against kernels.AttentionTC over the sweep and in batched launches, chunked prefill
+#         and decode equal to the full prefill, the float64 bound) and BenchmarkAttentionTC, printed by
+#         scripts/tc_bench.py beside torch's scaled_dot_product_attention with the flash backend at the same shapes
+#         (TCATT_BENCH=prefill or decode: one half). Not in the default list: `bash scripts/gpu.sh tcattn`.
 #   load  generates a Qwen2-1.5B-shaped bf16 sharded checkpoint (3.1 GB, 28 layers) once in $LOAD_DIR and times
 #         loading it onto GPU 0 (engine.Load plus every weight's upload) against cat of the same files in the same
 #         run, and the peak RSS of such a load in a fresh process (BenchmarkLoadCheckpoint: load/cat, rss/ckpt);
@@ -222,7 +222,7 @@ if [[ " $steps " == *" tc "* || " $steps " == *" tcattn "* ]]; then
     echo "tc: no tc_attention.ptx: the tc attention tests and benchmark do not run"; rc=1
   else
     (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
-      -test.run '^(TestTCAttentionMatchesSource|TestAttentionTCBitwise|TestAttentionTCInvariance|TestAttentionTCAccuracy)$' \
+      -test.run '^(TestTCAttentionMatchesSource|TestAttentionTCBitwise|TestAttentionTCBatch|TestAttentionTCInvariance|TestAttentionTCAccuracy)$' \
       -test.v -test.count=1 -test.timeout 400s) 2>&1 |
       tee "$OUT/tc-attention-test.log" | grep -E "^(--- |ok|FAIL|PASS)|first difference|float64|control|seed|panic" | head -60
     [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1

@@ -77,18 +77,109 @@ func (k *Kernels) attentionTC(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos
 	return k.launch(c, l, out, q, kc, vc, pos, T, S, nh, nkv, scale, DTCode(dt))
 }
 
-// tcAttSmemOf is the dynamic shared memory a tc_attention entry needs (0: not one).
+// tcAttSmemOf is the dynamic shared memory a tc_attention entry needs (0: not one): the batched entries
+// (tc_attn[_dec]_batch_hd<HD>) need their one-sequence twin's.
 func tcAttSmemOf(name string) int {
 	var hd int
-	if rest, ok := strings.CutPrefix(name, "tc_attn_dec_hd"); ok {
-		if _, err := fmt.Sscanf(rest, "%d", &hd); err == nil {
-			return tcAttDecSmem(hd)
-		}
-	}
-	if rest, ok := strings.CutPrefix(name, "tc_attn_hd"); ok {
-		if _, err := fmt.Sscanf(rest, "%d", &hd); err == nil {
-			return tcAttSmem(hd)
+	for _, e := range []struct {
+		prefix string
+		smem   func(int) int
+	}{{"tc_attn_dec_hd", tcAttDecSmem}, {"tc_attn_dec_batch_hd", tcAttDecSmem}, {"tc_attn_hd", tcAttSmem},
+		{"tc_attn_batch_hd", tcAttSmem}} {
+		if rest, ok := strings.CutPrefix(name, e.prefix); ok {
+			if _, err := fmt.Sscanf(rest, "%d", &hd); err == nil {
+				return e.smem(hd)
+			}
 		}
 	}
 	return 0
+}
+
+// TCAttSeq is one sequence of AttentionTCBatch: the arguments of a one-sequence tc attention that differ between
+// sequences (out, q, the k and v caches, pos: device pointers; T queries, S cached positions). TCAttSeqWords
+// lays a table of them out as tc_attention.cu's TcAttSeq (48 bytes each) for the device.
+type TCAttSeq struct {
+	Out, Q, K, V, Pos cuda.Ptr
+	T, S              int
+}
+
+// TCAttSeqWords is the device table of seqs: six little-endian 64-bit words a sequence (five pointers, then T
+// and S as two int32).
+func TCAttSeqWords(seqs []TCAttSeq) []uint64 {
+	w := make([]uint64, 0, 6*len(seqs))
+	for _, s := range seqs {
+		w = append(w, uint64(s.Out), uint64(s.Q), uint64(s.K), uint64(s.V), uint64(s.Pos),
+			uint64(uint32(int32(s.T)))|uint64(uint32(int32(s.S)))<<32)
+	}
+	return w
+}
+
+// planTCAttentionBatch is the launch of tc attention over sequences of Ts queries (every T ≥ 1): grid z the
+// sequence, grid x the most blocks planTCAttention gives any of them, and tc_attn_dec_batch_hd<hd> when every
+// sequence would take tc_attn_dec_hd<hd> (decode), else tc_attn_batch_hd<hd> (the same bits: each sequence's
+// blocks do what they do in its own launch).
+func planTCAttentionBatch(Ts []int, nh, nkv, hd int, main bool) Launch {
+	dec, gx := true, 1
+	for _, T := range Ts {
+		dec = dec && strings.HasPrefix(planTCAttention(T, nh, nkv, hd, main).Kernel, "tc_attn_dec_hd")
+		gx = max(gx, planTCAttention(T, nh, nkv, hd, true).Grid.X) // tc_attn_hd<hd>'s blocks of the sequence
+	}
+	if dec {
+		return Launch{Kernel: fmt.Sprintf("tc_attn_dec_batch_hd%d", hd), Grid: cuda.Dim3{X: 1, Y: nkv, Z: len(Ts)},
+			Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttDecSmem(hd)}
+	}
+	return Launch{Kernel: fmt.Sprintf("tc_attn_batch_hd%d", hd), Grid: cuda.Dim3{X: gx, Y: nkv, Z: len(Ts)},
+		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttSmem(hd)}
+}
+
+// HasTCAttentionBatch returns nil when the loaded tc_attention PTX has the batched entries for head dim hd
+// (older PTX does not: the caller then launches one sequence at a time, with the same bits).
+func (k *Kernels) HasTCAttentionBatch(hd int) error {
+	if k.tcAttErr != nil {
+		return k.tcAttErr
+	}
+	names := []string{fmt.Sprintf("tc_attn_batch_hd%d", hd)}
+	if slices.Contains(tcAttDecHeadDims, hd) {
+		names = append(names, fmt.Sprintf("tc_attn_dec_batch_hd%d", hd))
+	}
+	for _, n := range names {
+		if k.fn[n] == nil {
+			return fmt.Errorf("cudakernels: the loaded tc_attention PTX has no %s (stale PTX? run make ptx)", n)
+		}
+	}
+	return nil
+}
+
+// AttentionTCBatch runs tc attention (AttentionForward with kernels.TC) over many sequences of one layer in one
+// launch: seqs as TCAttSeqWords laid them out at desc on the device (the caller stages the table, ordered
+// before the launch), seqs itself for the plan and the checks. The bits of each sequence are those of its own
+// AttentionForward call.
+func (k *Kernels) AttentionTCBatch(c *cuda.Ctx, dt kernels.DType, desc cuda.Ptr, seqs []TCAttSeq, nh, nkv, hd int, scale float32) error {
+	if nkv <= 0 || nh%nkv != 0 {
+		return fmt.Errorf("cudakernels: AttentionForward: %d query heads not a multiple of %d kv heads", nh, nkv)
+	}
+	if !slices.Contains(tcAttHeadDims, hd) {
+		return fmt.Errorf("cudakernels: AttentionForward: the tc profile's attention serves head dims %v, not %d", tcAttHeadDims, hd)
+	}
+	if err := k.HasTCAttentionBatch(hd); err != nil {
+		return err
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	if len(seqs) > 65535 {
+		return fmt.Errorf("cudakernels: AttentionTCBatch: %d sequences in one launch (at most 65535)", len(seqs))
+	}
+	Ts := make([]int, len(seqs))
+	for i, s := range seqs {
+		if s.T <= 0 || s.S < s.T {
+			return fmt.Errorf("cudakernels: AttentionTCBatch: sequence %d has %d queries over %d cached positions", i, s.T, s.S)
+		}
+		if (uint64(s.Q)|uint64(s.K)|uint64(s.V))%16 != 0 {
+			return fmt.Errorf("cudakernels: AttentionForward: tc attention needs 16-byte aligned q, k and v")
+		}
+		Ts[i] = s.T
+	}
+	l := planTCAttentionBatch(Ts, nh, nkv, hd, k.tcAttMain)
+	return k.launch(c, l, desc, nh, nkv, scale, DTCode(dt))
 }

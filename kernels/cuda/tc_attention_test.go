@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -224,6 +226,108 @@ func TestTCAttentionSimulated(t *testing.T) {
 	t.Logf("%d simulated launches (%d attentions) bitwise equal to kernels.AttentionTC", runs, len(cases))
 }
 
+// TestTCAttentionBatchSimulated runs tc_attention.cu's batched entries on the CPU (tc/sim) through
+// planTCAttentionBatch's launches: one launch over sequences of different lengths, positions and caches (a
+// prefill, a chunk at later positions, a decode step, one that needs more blocks than the others: those leave)
+// gives every sequence's kernels.AttentionTC bits, bitwise; decode batches (every sequence's rows ≤ 16) take
+// tc_attn_dec_batch_hd<hd>, and the same batch forced to the main kernel gives the same bits.
+func TestTCAttentionBatchSimulated(t *testing.T) {
+	sim := buildTCSim(t)
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(172, 173))
+	batches := [][]tcAttCase{
+		{{T: 5, S: 5, nh: 8, nkv: 2, hd: 64}, {T: 20, S: 150, p0: 130, nh: 8, nkv: 2, hd: 64, special: true},
+			{T: 1, S: 70, p0: 69, nh: 8, nkv: 2, hd: 64}, {T: 40, S: 40, nh: 8, nkv: 2, hd: 64}},
+		{{T: 1, S: 130, p0: 129, nh: 16, nkv: 2, hd: 128, special: true}, {T: 2, S: 200, p0: 198, nh: 16, nkv: 2, hd: 128},
+			{T: 1, S: 64, p0: 63, nh: 16, nkv: 2, hd: 128}},
+		{{T: 9, S: 80, p0: 71, nh: 4, nkv: 2, hd: 16, special: true}, {T: 3, S: 3, nh: 4, nkv: 2, hd: 16}},
+	}
+	runs := 0
+	for bi, b := range batches {
+		dt := kernels.BF16
+		if bi%2 == 1 {
+			dt = kernels.F32
+		}
+		c0 := b[0]
+		var args, outs []string
+		var wants [][]float32
+		var Ts []int
+		for i, c := range b {
+			q, kc, vc, pos := c.data(r)
+			wants = append(wants, tcAttWant(t, dt, c, q, kc, vc, pos))
+			poison := make([]float32, len(q))
+			for j := range poison {
+				poison[j] = math.Float32frombits(0x7FBADBAD)
+			}
+			f := func(name string, v any) string {
+				p := filepath.Join(dir, fmt.Sprintf("%d-%d-%s", bi, i, name))
+				fh, err := os.Create(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := binary.Write(fh, binary.LittleEndian, v); err != nil {
+					t.Fatal(err)
+				}
+				if err := fh.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			of := f("out.bin", poison)
+			outs = append(outs, of)
+			args = append(args, itoa(c.T), itoa(c.S), f("q.bin", q), f("k.bin", kc), f("v.bin", vc), f("pos.bin", pos), of)
+			Ts = append(Ts, c.T)
+		}
+		plans := []Launch{planTCAttentionBatch(Ts, c0.nh, c0.nkv, c0.hd, false)}
+		if p := planTCAttentionBatch(Ts, c0.nh, c0.nkv, c0.hd, true); p.Kernel != plans[0].Kernel {
+			plans = append(plans, p)
+		}
+		if bi == 1 && !strings.HasPrefix(plans[0].Kernel, "tc_attn_dec_batch_hd") {
+			t.Fatalf("a decode batch planned as %v", plans[0])
+		}
+		for _, l := range plans {
+			if l.Grid.Z != len(b) {
+				t.Fatalf("%v: grid z %d for %d sequences", l, l.Grid.Z, len(b))
+			}
+			simRun(t, sim, append([]string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Grid.Z), itoa(l.Block.X), itoa(l.Smem),
+				itoa(c0.nh), itoa(c0.nkv), strconv.FormatUint(uint64(math.Float32bits(kernels.AttentionScale(c0.hd))), 10),
+				itoa(DTCode(dt))}, args...))
+			for i, of := range outs {
+				raw, err := os.ReadFile(of)
+				if err != nil || len(raw) != 4*len(wants[i]) {
+					t.Fatalf("%v: %s: %v (%d bytes)", b[i], of, err, len(raw))
+				}
+				got := make([]float32, len(wants[i]))
+				for j := range got {
+					got[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
+				}
+				if !same(t, fmt.Sprintf("batch %d sequence %d %v dt=%v (%s, grid %v)", bi, i, b[i], dt, l.Kernel, l.Grid), got, wants[i]) {
+					t.FailNow()
+				}
+			}
+			runs++
+		}
+	}
+	t.Logf("%d simulated batched launches bitwise equal to kernels.AttentionTC per sequence", runs)
+}
+
+// TestTCAttSeqWords: the descriptor table's layout is tc_attention.cu's TcAttSeq (five pointers, then T and S as
+// int32: 48 bytes), which TestTCAttentionBatchSimulated's launcher builds from the same struct in C++.
+func TestTCAttSeqWords(t *testing.T) {
+	w := TCAttSeqWords([]TCAttSeq{{Out: 1, Q: 2, K: 3, V: 4, Pos: 5, T: 6, S: 7}, {Out: 8, T: 1, S: 1 << 20}})
+	want := []uint64{1, 2, 3, 4, 5, 6 | 7<<32, 8, 0, 0, 0, 0, 1 | (1<<20)<<32}
+	if !slices.Equal(w, want) {
+		t.Fatalf("TCAttSeqWords = %x, want %x", w, want)
+	}
+	src, err := os.ReadFile("tc/tc_attention.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(src), "struct TcAttSeq {\n    float* out;\n    const float* q;\n    const float* k;\n    const float* v;\n    const int* pos;\n    int T, S;\n};") {
+		t.Fatal("tc/tc_attention.cu's TcAttSeq is not the layout TCAttSeqWords writes (five pointers, then int T, S)")
+	}
+}
+
 // lastGroupNaN counts the NaN outputs of the heads that read the last kv head (where tcAttSpecials plants v's
 // NaNs), of how many.
 func (c tcAttCase) lastGroupNaN(out []float32) (n, of int) {
@@ -338,6 +442,75 @@ func TestAttentionTCBitwise(t *testing.T) {
 		d.free()
 	}
 	t.Logf("%d attentions compared with kernels.AttentionTC", len(jobs))
+}
+
+// TestAttentionTCBatch: on the GPU, AttentionTCBatch over sequences of different lengths, positions and caches
+// (prefill of the engine's 4 × 256 shape, chunks, decode batches of 8 and 64 with caches of different lengths,
+// hd 64 and 128, planted specials) gives every sequence kernels.AttentionTC's bits, through the batched main
+// kernel and (decode batches) the batched decode kernel and the main one forced.
+func TestAttentionTCBatch(t *testing.T) {
+	g := tcAttGPU(t)
+	if err := g.k.HasTCAttentionBatch(128); err != nil {
+		t.Fatal(err) // the committed PTX has the batched entries
+	}
+	r := newRand(t)
+	var batches [][]tcAttCase
+	pre := []tcAttCase{}
+	for i := 0; i < 4; i++ {
+		pre = append(pre, tcAttCase{T: 256, S: 256, nh: 12, nkv: 2, hd: 128, special: i == 3})
+	}
+	batches = append(batches, pre, []tcAttCase{{T: 300, S: 300, nh: 8, nkv: 2, hd: 64}, {T: 17, S: 217, p0: 200, nh: 8, nkv: 2, hd: 64, special: true},
+		{T: 1, S: 90, p0: 89, nh: 8, nkv: 2, hd: 64}})
+	for _, B := range []int{8, 64} {
+		var dec []tcAttCase
+		for i := 0; i < B; i++ {
+			S := 64 + 37*i
+			dec = append(dec, tcAttCase{T: 1, S: S, p0: S - 1, nh: 28, nkv: 4, hd: 128, special: i%5 == 1})
+		}
+		batches = append(batches, dec)
+	}
+	for bi, b := range batches {
+		dt := kernels.BF16
+		if bi%2 == 1 {
+			dt = kernels.F32
+		}
+		c0 := b[0]
+		d := &dev{g: g}
+		var seqs []TCAttSeq
+		var wants [][]float32
+		var Ts []int
+		for _, c := range b {
+			q, kc, vc, pos := c.data(r)
+			want := make([]float32, len(q))
+			if err := kernels.AttentionTC(dt, want, q, kc, vc, pos, c.T, c.S, c.nh, c.nkv, c.hd, kernels.AttentionScale(c.hd)); err != nil {
+				t.Fatal(err)
+			}
+			wants = append(wants, want)
+			seqs = append(seqs, TCAttSeq{Q: d.f32(t, q), K: d.f32(t, kc), V: d.f32(t, vc), Pos: d.i32(t, pos), T: c.T, S: c.S})
+			Ts = append(Ts, c.T)
+		}
+		for _, main := range []bool{false, true} {
+			l := planTCAttentionBatch(Ts, c0.nh, c0.nkv, c0.hd, main)
+			if main && l.Kernel == planTCAttentionBatch(Ts, c0.nh, c0.nkv, c0.hd, false).Kernel {
+				continue
+			}
+			for i := range seqs { // fresh poisoned outputs for each kernel: one that writes nothing fails
+				seqs[i].Out = d.poisoned(t, len(wants[i]))
+			}
+			desc := upload(t, d, TCAttSeqWords(seqs))
+			d.run(t, func(cx *cuda.Ctx, k *Kernels) error {
+				k.tcAttMain = main
+				defer func() { k.tcAttMain = false }()
+				return k.AttentionTCBatch(cx, dt, desc, seqs, c0.nh, c0.nkv, c0.hd, kernels.AttentionScale(c0.hd))
+			})
+			for i, sq := range seqs {
+				if !same(t, fmt.Sprintf("batch %d of %d, sequence %d %v dt=%v (%s)", bi, len(b), i, b[i], dt, l.Kernel), d.get(t, sq.Out, len(wants[i])), wants[i]) {
+					break
+				}
+			}
+		}
+		d.free()
+	}
 }
 
 // TestAttentionTCInvariance: on the GPU, a query's row is the same whether it is computed in a full prefill, in
@@ -470,8 +643,8 @@ func tcAttBenches() []tcAttBench {
 }
 
 // BenchmarkAttentionTC times tc attention (median of CUDA-event-timed runs after warm-up) at the prefill
-// (T = 512…8192, GQA 28/4 and 32/8, hd 128 and 64) and decode shapes (S = 512…32768, batch 1…64, one launch per
-// sequence), reporting µs, TFLOP/s (causal: 2·2·nh·hd·T·(T+1)/2 per sequence) and the cache bytes read per µs
+// (T = 512…8192, GQA 28/4 and 32/8, hd 128 and 64) and decode shapes (S = 512…32768, batch 1…64: the batch in
+// one launch, AttentionTCBatch as the engine runs it, or one launch a sequence with PTX that lacks it), reporting µs, TFLOP/s (causal: 2·2·nh·hd·T·(T+1)/2 per sequence) and the cache bytes read per µs
 // (float32 k and v once). scripts/tc_bench.py prints it beside torch's scaled_dot_product_attention with the
 // flash backend at the same shapes.
 func BenchmarkAttentionTC(b *testing.B) {
@@ -489,9 +662,20 @@ func BenchmarkAttentionTC(b *testing.B) {
 		dp := d.i32(b, pos)
 		out := d.poisoned(b, s.B*s.T*s.nh*s.hd)
 		scale := kernels.AttentionScale(s.hd)
+		row := int64(s.T * s.nh * s.hd * 4)
+		var seqs []TCAttSeq // B > 1: the sequences in one launch (the engine's AttentionBatch), when the PTX has it
+		if s.B > 1 && g.k.HasTCAttentionBatch(s.hd) == nil {
+			for i := 0; i < s.B; i++ {
+				seqs = append(seqs, TCAttSeq{Out: out.Add(int64(i) * row), Q: q.Add(int64(i) * row), K: kc.Add(int64(i * kv * 4)),
+					V: vc.Add(int64(i * kv * 4)), Pos: dp, T: s.T, S: s.S})
+			}
+		}
+		desc := upload(b, d, TCAttSeqWords(seqs))
 		b.Run(fmt.Sprintf("%s/nh=%d/nkv=%d/hd=%d/T=%d/S=%d/B=%d", s.kind, s.nh, s.nkv, s.hd, s.T, s.S, s.B), func(b *testing.B) {
 			ms := timeGPUMedian(b, g, max(b.N, 10), func(c *cuda.Ctx, _ int) error {
-				row := int64(s.T * s.nh * s.hd * 4)
+				if seqs != nil {
+					return g.k.AttentionTCBatch(c, kernels.BF16, desc, seqs, s.nh, s.nkv, s.hd, scale)
+				}
 				for i := 0; i < s.B; i++ {
 					if err := g.k.AttentionForward(c, kernels.TC, kernels.BF16, out.Add(int64(i)*row), q.Add(int64(i)*row),
 						kc.Add(int64(i*kv*4)), vc.Add(int64(i*kv*4)), dp, s.T, s.S, s.nh, s.nkv, s.hd, scale); err != nil {

@@ -27,7 +27,10 @@
 // Built by `make ptx` (committed beside it; scripts/gpu.sh tc); the Go launcher is kernels/cuda/tc_attention.go. Entries:
 // tc_attn_hd<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt), grid (ceil(T·grp / (16·TC_ATT_WARPS)), nkv),
 // TC_ATT_WARPS·32 threads, TC_ATT_SMEM(HD) bytes of dynamic shared memory, for HD = 16, 32, 64, 80, 96, 128;
-// tc_attn_dec_hd<HD> (HD = 64, 128) below for decode.
+// tc_attn_dec_hd<HD> (HD = 64, 128) below for decode. tc_attn_batch_hd<HD>(seqs, nh, nkv, scale, dt) and
+// tc_attn_dec_batch_hd<HD> run many sequences of one layer in one launch (grid z: the sequence, a TcAttSeq
+// each; grid x: the most blocks any sequence needs, the others' extra blocks leave at once): every block does
+// what it does in its sequence's own launch, so the bits are those of one launch a sequence.
 #include "tc_common.cuh"
 
 #define TC_ATT_WARPS 8
@@ -107,11 +110,13 @@ __device__ __forceinline__ int tc_att_convert(uint16_t* Ks, uint16_t* Vs, const 
     return special;
 }
 
+// tc_attn_body: block bx of the nbx that serve kv head blockIdx.y (tc_attn_hd<HD>: blockIdx.x of gridDim.x;
+// tc_attn_batch_hd<HD>: the same within the sequence blockIdx.z).
 template <int HD>
 __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const float* __restrict__ q,
                                              const float* __restrict__ k, const float* __restrict__ v,
                                              const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,
-                                             int dt) {
+                                             int dt, unsigned bx, unsigned nbx) {
     constexpr int LD = HD + 8;    // bf16 row stride of the K and V blocks: ldmatrix rows spread over the banks
     constexpr int KS = HD / 16;   // k-steps of a score
     constexpr int NO = HD / 8;    // output n-fragments (8 dims each)
@@ -127,7 +132,7 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
     const int grp = nh / nkv, gh = blockIdx.y;
     const long long rows = (long long)T * grp;
     // the last rows (the most keys under the causal mask) first, so that the long blocks do not form the tail
-    const long long row0 = (long long)(gridDim.x - 1 - blockIdx.x) * (16 * TC_ATT_WARPS);
+    const long long row0 = (long long)(nbx - 1 - bx) * (16 * TC_ATT_WARPS);
     const long long kvStride = (long long)nkv * HD;
 
     // position of row R of this kv head, -1 past the rows
@@ -344,7 +349,7 @@ template <int HD>
 __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const float* __restrict__ q,
                                                  const float* __restrict__ k, const float* __restrict__ v,
                                                  const int* __restrict__ pos, int T, int S, int nh, int nkv,
-                                                 float scale, int dt) {
+                                                 float scale, int dt, unsigned bx) {
     constexpr int LD = HD + 8;
     constexpr int KS = HD / 16;
     constexpr int PLD = TC_ATT_KB + 8;   // bf16 row stride of p
@@ -364,7 +369,7 @@ __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const 
     const int g = lane >> 2, qd = lane & 3;
     const int grp = nh / nkv, gh = blockIdx.y;
     const long long rows = (long long)T * grp;
-    const long long row0 = (long long)blockIdx.x * 16;
+    const long long row0 = (long long)bx * 16;
     const long long kvStride = (long long)nkv * HD;
     auto row_pos = [&](long long R) { return R < rows ? pos[R / grp] : -1; };
     const int P0 = row_pos(row0 + g), P1 = row_pos(row0 + g + 8);  // the fragments' rows
@@ -559,19 +564,43 @@ __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const 
     }
 }
 
+// TcAttSeq: one sequence of a batched launch (tc_attn_batch_hd<HD>, tc_attn_dec_batch_hd<HD>: blockIdx.z is the
+// sequence; the arguments of tc_attn_hd<HD> that differ between sequences). 48 bytes, the layout of Go's
+// cudakernels.TCAttSeq.
+struct TcAttSeq {
+    float* out;
+    const float* q;
+    const float* k;
+    const float* v;
+    const int* pos;
+    int T, S;
+};
+
 #define TC_ATT_ENTRY(HD)                                                                                          \
     extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_hd##HD(                               \
         float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,                        \
         const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
         int dt) {                                                                                                 \
-        tc_attn_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt);                                            \
+        tc_attn_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt, blockIdx.x, gridDim.x);                     \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32)                                               \
+        tc_attn_batch_hd##HD(const TcAttSeq* __restrict__ seqs, int nh, int nkv, float scale, int dt) {           \
+        const TcAttSeq s = seqs[blockIdx.z];                                                                      \
+        const unsigned nbx = (unsigned)(((long long)s.T * (nh / nkv) + 16 * TC_ATT_WARPS - 1) / (16 * TC_ATT_WARPS)); \
+        if (blockIdx.x >= nbx) return; /* a shorter sequence: the whole block leaves */                           \
+        tc_attn_body<HD>(s.out, s.q, s.k, s.v, s.pos, s.T, s.S, nh, nkv, scale, dt, blockIdx.x, nbx);             \
     }
 #define TC_ATT_DEC_ENTRY(HD)                                                                                      \
     extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_dec_hd##HD(                           \
         float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,                        \
         const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
         int dt) {                                                                                                 \
-        tc_attn_dec_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt);                                        \
+        tc_attn_dec_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt, blockIdx.x);                            \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32)                                               \
+        tc_attn_dec_batch_hd##HD(const TcAttSeq* __restrict__ seqs, int nh, int nkv, float scale, int dt) {       \
+        const TcAttSeq s = seqs[blockIdx.z];                                                                      \
+        tc_attn_dec_body<HD>(s.out, s.q, s.k, s.v, s.pos, s.T, s.S, nh, nkv, scale, dt, 0);                       \
     }
 TC_ATT_ENTRY(16)
 TC_ATT_ENTRY(32)

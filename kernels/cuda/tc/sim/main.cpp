@@ -6,6 +6,7 @@
 //   (OB: the persistent tc_tma.cu entries' ob; 1: OUT holds bf16 bits, else float32)
 //   tc_sim tc_finish         GX BX  M N PARTS DT  BIAS|- OUT PART
 //   tc_sim tc_attn[_dec]_hd<HD>  GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT
+//   tc_sim tc_attn[_dec]_batch_hd<HD>  GX GY GZ BX SMEM  NH NKV SCALE_BITS DT  (T S Q K V POS OUT) × GZ
 //
 // Build: g++ -std=c++20 -O1 -ffp-contract=off -DBITALIGN_TC_SIM -I kernels/cuda kernels/cuda/tc/sim/main.cpp
 #include <cstdio>
@@ -116,6 +117,36 @@ int main(int argc, char** argv) {
             tc_finish(out.data(), part.data(), bias.empty() ? nullptr : bias.data(), M, N, parts, dt);
         });
         spill(argv[9], out);
+        return 0;
+    }
+    if (name.find("_batch_hd") != std::string::npos) {  // many sequences, a TcAttSeq each (grid z)
+        using ATB = void (*)(const TcAttSeq*, int, int, float, int);
+        static const std::map<std::string, std::pair<ATB, int>> att = {
+            {"tc_attn_batch_hd16", {tc_attn_batch_hd16, TC_ATT_SMEM(16)}},
+            {"tc_attn_batch_hd32", {tc_attn_batch_hd32, TC_ATT_SMEM(32)}},
+            {"tc_attn_batch_hd64", {tc_attn_batch_hd64, TC_ATT_SMEM(64)}},
+            {"tc_attn_batch_hd80", {tc_attn_batch_hd80, TC_ATT_SMEM(80)}},
+            {"tc_attn_batch_hd96", {tc_attn_batch_hd96, TC_ATT_SMEM(96)}},
+            {"tc_attn_batch_hd128", {tc_attn_batch_hd128, TC_ATT_SMEM(128)}},
+            {"tc_attn_dec_batch_hd64", {tc_attn_dec_batch_hd64, TC_ATT_DEC_SMEM(64)}},
+            {"tc_attn_dec_batch_hd128", {tc_attn_dec_batch_hd128, TC_ATT_DEC_SMEM(128)}}};
+        auto at = att.find(name);
+        if (at == att.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
+        const int gz = I(4), nh = I(7), nkv = I(8), dt = I(10);
+        if (gz < 1 || argc != 11 + 7 * gz) return fprintf(stderr, "tc_sim: %s wants 9 + 7·GZ arguments\n", name.c_str()), 2;
+        if (I(6) < at->second.second) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(6), at->second.second), 2;
+        const float scale = __uint_as_float((uint32_t)strtoul(argv[9], nullptr, 10));
+        std::vector<std::vector<float>> q(gz), kc(gz), vc(gz), out(gz);
+        std::vector<std::vector<int>> pos(gz);
+        std::vector<TcAttSeq> seqs(gz);
+        for (int z = 0; z < gz; z++) {
+            const int a = 11 + 7 * z;
+            q[z] = slurp<float>(argv[a + 2]), kc[z] = slurp<float>(argv[a + 3]), vc[z] = slurp<float>(argv[a + 4]);
+            pos[z] = slurp<int>(argv[a + 5]), out[z] = slurp<float>(argv[a + 6]);
+            seqs[z] = {out[z].data(), q[z].data(), kc[z].data(), vc[z].data(), pos[z].data(), I(a), I(a + 1)};
+        }
+        run_grid(I(2), I(3), (unsigned)gz, I(5), (size_t)I(6), [&] { at->second.first(seqs.data(), nh, nkv, scale, dt); });
+        for (int z = 0; z < gz; z++) spill(argv[11 + 7 * z + 6], out[z]);
         return 0;
     }
     if (name.rfind("tc_attn_", 0) == 0) {
