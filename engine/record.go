@@ -170,14 +170,14 @@ func (rec *recorder) shardOf(lay layout, op string) (start, full int, write bool
 // rows, then the encoding, fingerprints and writes on the writer goroutine.
 func (rec *recorder) emit(r *rank, op string, b Buf, width int, segs []segment, offs []int) error {
 	if rec == nil || rec.skip(op) {
-		return r.be.Err()
+		return pendingErr(r.be)
 	}
 	dt := opDType(rec.cfg, op)
 	shard := capture.NoShard
 	if opLayout(op) == colShard && r.lay.tp > 1 {
 		start, full, write := rec.shardOf(r.lay, op)
 		if !write {
-			return r.be.Err()
+			return pendingErr(r.be)
 		}
 		shard = capture.Shard{Dim: 1, Start: int64(start)}
 		shard.FullShape = []int64{0, int64(full)}
@@ -350,7 +350,7 @@ func chunkRows(rows, width, size int, fingerprints bool, enc func(r0, r1 int) []
 // ints for I32, else floats (the MoE routing).
 func (rec *recorder) emitHost(r *rank, op string, dt capture.DType, width int, segs []segment, offs []int, floats []float32, ints []int32) error {
 	if rec == nil || rec.skip(op) {
-		return r.be.Err()
+		return pendingErr(r.be)
 	}
 	for i, s := range segs {
 		n := len(s.toks)
@@ -404,4 +404,14 @@ func (rec *recorder) writeF32(rank int, op string, seq int64, pos int, vals []fl
 	return rec.write(capture.Tensor{Step: rec.step, Seq: seq, Pos: int64(pos), NTok: int64(len(vals)), Op: op,
 		Index: rec.idx[op], Role: "out", DType: capture.F32, Shape: []int64{int64(len(vals))},
 		Rank: int32(rank), Shard: capture.NoShard, Data: encode(capture.F32, vals)})
+}
+
+// pendingErr is the backend's first error recorded so far, without Err's wait (a CUDA backend's Err waits
+// for the device thread to launch every queued op): the recorder's per-op check of a forward that records
+// nothing must not turn the launch queue back into a round trip per op. The forward's end calls Err.
+func pendingErr(be Backend) error {
+	if p, ok := be.(interface{ failure() error }); ok {
+		return p.failure()
+	}
+	return be.Err()
 }
