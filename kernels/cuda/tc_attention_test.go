@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -168,20 +167,7 @@ func TestTCAttentionSimulated(t *testing.T) {
 			tcAttCase{T: 130, S: 260, p0: 100, nh: 4, nkv: 1, hd: 128, special: true},
 			tcAttCase{T: 3, S: 700, p0: 640, nh: 32, nkv: 8, hd: 64, special: true})
 	}
-	write := func(name string, v any) string {
-		p := filepath.Join(dir, name)
-		f, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := binary.Write(f, binary.LittleEndian, v); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name string, v any) string { return simFile(t, dir, name, v) }
 	runs := 0
 	for i, c := range cases {
 		dt := kernels.BF16
@@ -259,20 +245,7 @@ func TestTCAttentionBatchSimulated(t *testing.T) {
 			for j := range poison {
 				poison[j] = math.Float32frombits(0x7FBADBAD)
 			}
-			f := func(name string, v any) string {
-				p := filepath.Join(dir, fmt.Sprintf("%d-%d-%s", bi, i, name))
-				fh, err := os.Create(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := binary.Write(fh, binary.LittleEndian, v); err != nil {
-					t.Fatal(err)
-				}
-				if err := fh.Close(); err != nil {
-					t.Fatal(err)
-				}
-				return p
-			}
+			f := func(name string, v any) string { return simFile(t, dir, fmt.Sprintf("%d-%d-%s", bi, i, name), v) }
 			of := f("out.bin", poison)
 			outs = append(outs, of)
 			args = append(args, itoa(c.T), itoa(c.S), f("q.bin", q), f("k.bin", kc), f("v.bin", vc), f("pos.bin", pos), of)

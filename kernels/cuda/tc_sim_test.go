@@ -45,20 +45,7 @@ func TestTCSimulated(t *testing.T) {
 	for _, c := range cases {
 		x, w := tcData(r, c.M*c.K, 1, c.specials), tcData(r, c.N*c.K, 0.05, c.specials)
 		bias := tcData(r, c.N, 0.1, false)
-		files := func(name string, v any) string {
-			p := filepath.Join(dir, name)
-			f, err := os.Create(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := binary.Write(f, binary.LittleEndian, v); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			return p
-		}
+		files := func(name string, v any) string { return simFile(t, dir, name, v) }
 		run := func(what string, b []int, vec bool, G, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
 			t.Helper()
 			for _, path := range tcPaths {
@@ -229,6 +216,23 @@ func buildTCSim(t *testing.T) string {
 }
 
 func itoa(v int) string { return strconv.Itoa(v) }
+
+// simFile writes v (binary.Write, little-endian) to dir/name for tc_sim and returns the path.
+func simFile(t *testing.T, dir, name string, v any) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := binary.Write(f, binary.LittleEndian, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 func simRun(t *testing.T, sim string, args []string) {
 	t.Helper()
