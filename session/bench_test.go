@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -182,5 +183,55 @@ func BenchmarkBlockSize(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkCompareDivergent: the comparator (acc, one worker) over a pair where about half the elements
+// differ by one ULP at random, as in a replay against another stack's forward (the size pair's "all"
+// variant), in rows of 1536 with the map on; ns/element is per element pair, the rowScale pass excluded.
+func BenchmarkCompareDivergent(b *testing.B) {
+	for _, dt := range []capture.DType{capture.BF16, capture.F32} {
+		f := formats[dt]
+		const n, rowLen = 1 << 20, 1536
+		r := rand.New(rand.NewPCG(3, 4))
+		x := make([]byte, n*f.size)
+		for i := 0; i < n; i++ {
+			v := math.Float32bits(float32(r.NormFloat64()))
+			if dt == capture.BF16 {
+				putElem(f, x, i, uint64(v>>16))
+			} else {
+				putElem(f, x, i, uint64(v))
+			}
+		}
+		y := bytes.Clone(x)
+		for i := 0; i < n; i++ {
+			if r.IntN(2) == 0 {
+				putElem(f, y, i, f.load(x, i)^1)
+			}
+		}
+		rows := int64(n / rowLen)
+		p := piece{rows: rows, rowLen: rowLen, a: x[:rows*rowLen*int64(f.size)], b: y[:rows*rowLen*int64(f.size)]}
+		b.Run(dt.String(), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				p.rowMism = nil
+				o := newOpWork(f, []piece{p}, 64, 64)
+				if _, err := o.run(context.Background(), []*acc{{}}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(rows*rowLen), "ns/element")
+		})
+		b.Run(dt.String()+"/rowScale", func(b *testing.B) {
+			o := newOpWork(f, []piece{p}, 64, 64)
+			var sink float64
+			for i := 0; i < b.N; i++ {
+				for r := int64(0); r < rows; r++ {
+					rms, m := o.rowScale(&o.pieces[0], r)
+					sink += rms + m
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(rows*rowLen), "ns/element")
+			_ = sink
+		})
 	}
 }

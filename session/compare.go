@@ -291,6 +291,15 @@ func (w *acc) group(o *opWork, pi int32, p *piece, e int64, a, b []byte) (sum fl
 			w.countWord(f, wa, wb)
 		} else if f.kind == kindFloat && recordFast {
 			// no NaN or Inf on either side: every differing lane is a finite numeric pair
+			if wa == wb {
+				e += int64(64 >> ls)
+				continue
+			}
+			if (f.dt == capture.BF16 || f.dt == capture.F32) && w.inRow(pi, p, e, int64(64>>ls)) {
+				sum += w.wordFinite(o, p, e, wa, wb)
+				e += int64(64 >> ls)
+				continue
+			}
 			for d := wa ^ wb; d != 0; {
 				lane := uint(bits.TrailingZeros64(d)) >> ls
 				sh := lane * nb
@@ -490,6 +499,98 @@ func (w *acc) recordFinite(o *opWork, pi int32, p *piece, e int64, x, y uint64) 
 		w.maxRel = ad / den
 	}
 	return ad
+}
+
+// inRow reports whether elements [e, e+n) of piece pi lie in the row of the last mismatch (whose row bit and
+// map row are set: wordFinite needs no row bookkeeping).
+func (w *acc) inRow(pi int32, p *piece, e, n int64) bool {
+	return pi == w.rowPiece && e >= w.rowLo && e+n <= w.rowLo+p.rowLen
+}
+
+// wordFinite is recordFinite over every lane of one eight-byte word of a bf16 or f32 op (four or two lanes,
+// elements e...) that holds no NaN or Inf on either side and lies in the row of the last mismatch (inRow).
+// It visits every lane in order, equal ones too, without a branch on whether a lane differs (half the lanes of
+// a replay against another stack's forward differ, at random, and the branch mispredicted at every other
+// lane): an equal lane has distance 0, so it adds 0 to the counts, bucket 0 to nothing, 0 to Σ|a−b|, and
+// cannot raise the maximum, the map or the relative error. Every update is recordFinite's, in the same
+// element order, so the OpStat is the same bit for bit (TestRecordFiniteMatchesRecord).
+func (w *acc) wordFinite(o *opWork, p *piece, e int64, wa, wb uint64) (sum float64) {
+	f := o.f
+	nb := uint(8 * f.size)
+	sign, mask := f.Format.Sign, f.Format.Mask
+	ss := uint(bits.TrailingZeros64(sign))
+	var cells []int32
+	row, row16 := w.gridRow, w.gridRow16
+	if len(w.grid) == 0 {
+		row, row16 = nil, nil
+	} else if o.colCell != nil {
+		cells = o.colCell[e-w.rowLo:]
+	}
+	bf16 := f.dt == capture.BF16
+	twin := o.lowMask != 0
+	for sh, k := uint(0), int64(0); sh < 64; sh, k = sh+nb, k+1 {
+		x, y := (wa>>sh)&f.width, (wb>>sh)&f.width
+		// the ordered images (Format.Ordered) without its branch on the sign, then |ox − oy| without one
+		mx, my := -((x&sign)>>ss), -((y&sign)>>ss) // all ones for a negative value
+		ox := (^x&mask)&mx | (x|sign)&^mx
+		oy := (^y&mask)&my | (y|sign)&^my
+		t := ox - oy
+		m := uint64(int64(t) >> 63)
+		d := (t ^ m) - m
+		ne := (d | -d) >> 63 // 1 when the lane differs
+		b := bits.Len64(d)   // bucket: 0 for an equal lane
+		w.mismatched += int64(ne)
+		w.hist[b] += ne
+		if !w.first.ok && ne != 0 {
+			w.first = hit{ok: true, piece: w.rowPiece, elem: e + k, a: x, b: y, ulp: d, class: ClassNumeric}
+		}
+		if d > w.max.ulp { // an empty max has ulp 0: any mismatch takes it; ties keep the earliest
+			w.max = hit{ok: true, piece: w.rowPiece, elem: e + k, a: x, b: y, ulp: d, class: ClassNumeric}
+		}
+		var gc int64
+		if row != nil {
+			if cells != nil {
+				gc = int64(cells[k])
+			} else {
+				gc = (e + k - w.rowLo) * int64(o.gridCols) / o.rowLen
+			}
+			if c := &row[gc]; *c < uint8(b) {
+				*c = uint8(b)
+			}
+		}
+		if twin { // f32 that may be bf16: the same in bf16 ULPs (bf16ULP; no NaN here)
+			d16 := (d + 0xffff) >> 16
+			b16 := bits.Len64(d16)
+			w.hist16[b16] += ne
+			if d16 > w.max16.ulp {
+				w.max16 = hit{ok: true, piece: w.rowPiece, elem: e + k, a: x, b: y, ulp: d16, class: ClassNumeric}
+			}
+			if len(row16) > 0 {
+				if c := &row16[gc]; *c < uint8(b16) {
+					*c = uint8(b16)
+				}
+			}
+		}
+		var va, vb float64
+		if bf16 {
+			va, vb = float64(math.Float32frombits(uint32(x)<<16)), float64(math.Float32frombits(uint32(y)<<16))
+		} else {
+			va, vb = float64(math.Float32frombits(uint32(x))), float64(math.Float32frombits(uint32(y)))
+		}
+		ad := math.Abs(va - vb)
+		if ad > w.maxAbs {
+			w.maxAbs = ad
+		}
+		// ad > maxRel·max(|va|, |vb|) as two compares (maxRel ≥ 0: the product of the larger is the larger
+		// product), so the larger magnitude is found only when the maximum moves
+		if A, B := math.Abs(va), math.Abs(vb); ad > w.maxRel*A && ad > w.maxRel*B {
+			if den := max(A, B); den > 0 {
+				w.maxRel = ad / den
+			}
+		}
+		sum += ad
+	}
+	return sum
 }
 
 // absDiff is |a − b| of two ordered images.

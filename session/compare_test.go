@@ -288,21 +288,24 @@ func TestRecordFiniteMatchesRecord(t *testing.T) {
 					}
 				}
 			}
-			fastSt, fastSums, fastRows := run(f, a, b, 7, true)
-			slowSt, slowSums, slowRows := run(f, a, b, 7, false)
-			if fastSt.Mismatched == 0 {
-				t.Fatalf("%s n=%d: nothing differs", name, tc.n)
-			}
-			if !reflect.DeepEqual(fastSt, slowSt) {
-				t.Errorf("%s n=%d rate %g: OpStat differs:\nfast %+v\nslow %+v", name, tc.n, tc.rate, fastSt, slowSt)
-			}
-			for i := range fastSums {
-				if math.Float64bits(fastSums[i]) != math.Float64bits(slowSums[i]) {
-					t.Fatalf("%s n=%d: job %d: Σ|a−b| %v, record alone %v", name, tc.n, i, fastSums[i], slowSums[i])
+			// rows of 7 (words straddle rows: the per-lane path) and of n/7 (long rows: wordFinite's path)
+			for _, rowLen := range []int64{7, int64(tc.n / 7)} {
+				fastSt, fastSums, fastRows := run(f, a, b, rowLen, true)
+				slowSt, slowSums, slowRows := run(f, a, b, rowLen, false)
+				if fastSt.Mismatched == 0 {
+					t.Fatalf("%s n=%d: nothing differs", name, tc.n)
 				}
-			}
-			if !slices.Equal(fastRows, slowRows) {
-				t.Errorf("%s n=%d: mismatched rows differ", name, tc.n)
+				if !reflect.DeepEqual(fastSt, slowSt) {
+					t.Errorf("%s n=%d rows of %d, rate %g: OpStat differs:\nfast %+v\nslow %+v", name, tc.n, rowLen, tc.rate, fastSt, slowSt)
+				}
+				for i := range fastSums {
+					if math.Float64bits(fastSums[i]) != math.Float64bits(slowSums[i]) {
+						t.Fatalf("%s n=%d rows of %d: job %d: Σ|a−b| %v, record alone %v", name, tc.n, rowLen, i, fastSums[i], slowSums[i])
+					}
+				}
+				if !slices.Equal(fastRows, slowRows) {
+					t.Errorf("%s n=%d rows of %d: mismatched rows differ", name, tc.n, rowLen)
+				}
 			}
 		}
 	}

@@ -90,20 +90,21 @@ func fastSquares(f *format, a, b []byte, i int) (int, fastSums) {
 				// the other sums, which leaves them as they are (every sum is +0 or positive).
 				wa, wb := binary.LittleEndian.Uint64(a8), binary.LittleEndian.Uint64(b8)
 				if d := wa ^ wb; d != 0 && (((wa&M)+L)|((wb&M)+L))&H == 0 {
-					h := uint(63-bits.LeadingZeros64(d)) >> 4
-					for sh := uint(0); sh <= 16*h; sh += 16 {
+					// all four lanes, those past h masked to +0 everywhere (they are the next pass's): a fixed
+					// trip count instead of h+1, which is random here and mispredicted
+					h := int64(63-bits.LeadingZeros64(d)) >> 4
+					for k := int64(0); k < 4; k++ {
+						sh := uint(16 * k)
+						live := uint64((k - h - 1) >> 63) // all ones for lanes 0..h
 						x, y := uint32(wa>>sh)<<16, uint32(wb>>sh)<<16
 						va, _ := normal32(x)
 						vb, _ := normal32(y)
-						eq := uint64(0)
-						if x == y {
-							eq = ^uint64(0)
-						}
-						qa, qb := math.Float64bits(float64(va*va)), math.Float64bits(float64(vb*vb))
+						eq := -((uint64(x^y) - 1) >> 63) // all ones when the lane's pair is equal
+						qa, qb := math.Float64bits(float64(va*va))&live, math.Float64bits(float64(vb*vb))&live
 						q4 += math.Float64frombits(qa & eq)
 						s.a += math.Float64frombits(qa &^ eq)
 						s.b += math.Float64frombits(qb &^ eq)
-						if d := math.Abs(va - vb); d > s.maxAbs {
+						if d := math.Float64frombits(math.Float64bits(math.Abs(va-vb)) & live); d > s.maxAbs {
 							s.maxAbs = d
 						}
 					}
@@ -119,18 +120,18 @@ func fastSquares(f *format, a, b []byte, i int) (int, fastSums) {
 			x, y = binary.LittleEndian.Uint32(a[4*i:]), binary.LittleEndian.Uint32(b[4*i:])
 		}
 		va, okA := normal32(x)
-		if x == y && okA {
-			q4 += float64(va * va)
-			i++
-			continue
-		}
 		vb, okB := normal32(y)
-		if !okA || !okB {
+		if !okA || !okB { // a NaN or an Inf on a side: specialScale's
 			break
 		}
-		s.a += float64(va * va)
-		s.b += float64(vb * vb)
-		if d := math.Abs(va - vb); d > s.maxAbs { // a compare, not max: no NaN or −0 reaches here
+		// an equal pair's square to q4, a differing pair's to s.a and s.b, +0 to the other sums: no branch on
+		// x == y (random in a replay against another stack)
+		eq := -((uint64(x^y) - 1) >> 63)
+		qa, qb := math.Float64bits(float64(va*va)), math.Float64bits(float64(vb*vb))
+		q4 += math.Float64frombits(qa & eq)
+		s.a += math.Float64frombits(qa &^ eq)
+		s.b += math.Float64frombits(qb &^ eq)
+		if d := math.Abs(va - vb); d > s.maxAbs { // a compare, not max: no NaN or −0 reaches here (0 when equal)
 			s.maxAbs = d
 		}
 		i++
