@@ -243,6 +243,34 @@ def test_a_position_written_twice_is_refused(tmp_path):
             w.write("weight", x, ntok=0, role="weight")
 
 
+def test_claims_are_kept_for_the_last_steps_only(tmp_path):
+    """A long recording's claims stay bounded: the writer keeps the coordinates of its last CLAIM_STEPS + 1
+    steps (a 28-layer fingerprint capture's grew by about 60 MB every 1000 steps before); a tensor written twice
+    within them is still refused, by both write and prepare_rows; a step older than them is refused with a
+    message naming it and the highest step, while steps within the window may come in any order."""
+    n = wmod.CLAIM_STEPS
+    k = [("embed", "fp.out", 0)]
+    x = np.zeros(2, dtype=np.float32)
+    with bc.Writer(tmp_path / "long.arrow", meta()) as w:
+        for step in range(10 * n):
+            w.write("embed", x, step=step, ntok=2)
+            w.emit(w.prepare_rows([(k, [0], [0], [2])], step=step), np.zeros(2, np.int64).view(np.uint8))
+            assert len(w._claims) <= n + 1
+        top = 10 * n - 1
+        assert sorted(w._claims) == list(range(top - n, top + 1))
+        with pytest.raises(ValueError, match=rf"embed \[out\] step {top - n} seq 0 pos 1 written twice"):
+            w.write("embed", x[:1], step=top - n, pos=1, ntok=1)
+        with pytest.raises(ValueError, match=rf"embed \[fp\.out\] step {top - n} seq 0 pos 0 written twice"):
+            w.prepare_rows([(k, [0], [0], [1])], step=top - n)
+        w.write("embed", x, step=top - n, seq=1, ntok=2)  # an older step of the window, another sequence: fine
+        old = rf"long\.arrow: step {top - n - 1} after step {top}: a writer keeps the coordinates of its last {n + 1} steps"
+        with pytest.raises(ValueError, match=old):
+            w.write("embed", x, step=top - n - 1, seq=1, ntok=2)
+        with pytest.raises(ValueError, match=old):
+            w.prepare_rows([(k, [1], [0], [1])], step=top - n - 1)
+    assert len(bc.read(tmp_path / "long.arrow")[1]) == 2 * 10 * n + 1
+
+
 def _rows_parts(rng):
     """Two parts of fingerprint-like tensors: three ops over four segments, one op over one."""
     seq, pos, ntok = np.array([0, 1, 2, 3]), np.array([0, 0, 5, 0]), np.array([3, 1, 4, 2])
