@@ -531,7 +531,7 @@ func (w *acc) wordFinite(o *opWork, p *piece, e int64, wa, wb uint64) (sum float
 	for sh, k := uint(0), int64(0); sh < 64; sh, k = sh+nb, k+1 {
 		x, y := (wa>>sh)&f.width, (wb>>sh)&f.width
 		// the ordered images (Format.Ordered) without its branch on the sign, then |ox − oy| without one
-		mx, my := -((x&sign)>>ss), -((y&sign)>>ss) // all ones for a negative value
+		mx, my := -((x & sign) >> ss), -((y & sign) >> ss) // all ones for a negative value
 		ox := (^x&mask)&mx | (x|sign)&^mx
 		oy := (^y&mask)&my | (y|sign)&^my
 		t := ox - oy
