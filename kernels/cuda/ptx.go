@@ -30,21 +30,14 @@ const (
 )
 
 // Modules returns the PTX module names (one per .cu source, e.g. "matmul"), sorted.
-func Modules() []string {
-	entries, _ := embedded.ReadDir(".")
-	var names []string
-	for _, e := range entries {
-		if n, ok := strings.CutSuffix(e.Name(), ".ptx"); ok {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	return names
-}
+func Modules() []string { return ptxNames(embedded, ".") }
 
 // tcModules returns the tc PTX module names (one per tc/*.cu source, e.g. "tc_matmul"), sorted.
-func tcModules() []string {
-	entries, _ := embeddedTC.ReadDir("tc")
+func tcModules() []string { return ptxNames(embeddedTC, "tc") }
+
+// ptxNames lists the .ptx files of dir in fsys without their suffix, sorted.
+func ptxNames(fsys embed.FS, dir string) []string {
+	entries, _ := fsys.ReadDir(dir)
 	var names []string
 	for _, e := range entries {
 		if n, ok := strings.CutSuffix(e.Name(), ".ptx"); ok {
