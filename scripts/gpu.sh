@@ -73,6 +73,12 @@
 #         a table and $OUT/replay-size/replay-size.json. Needs about 40 GB of disk (the 8B checkpoint is 16 GB,
 #         deleted at the end). Not in the default list: `bash scripts/gpu.sh replay`. REPLAYFLAGS: more flags
 #         (e.g. --models 1.5b; --profile tc: the tc engine's replay beside transformers' bf16 forward in the same run).
+#   ncu   Nsight Compute readings (--clock-control none: the clocks stay as they are) of the kernels issue 14's gaps
+#         are about, each beside its anchor's kernel at the same shape: tc attention prefill (hd 128, 28/4, T = 4096)
+#         and decode (S = 4096, B = 8) against SDPA's flash kernels, the tc matmul at Qwen2.5-7B's gate/up and o_proj
+#         shapes (M = 4096) against cuBLAS bf16 (torch.mm). Sections: speed of light, compute and memory workload,
+#         occupancy, launch, warp states, scheduler, instructions. One profiled launch of each, after warm-up
+#         launches; $OUT/ncu-*.txt. NCUKERNELS: a subset (attn-prefill attn-decode mm-gateup mm-o); NCUSIDE=tc or anchor: one side only. Not in the default list.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -367,6 +373,60 @@ if [[ " $steps " == *" replay "* ]]; then
   cp "${REPLAYDIR:-/tmp/bitalign-replay-size}"/replay-size.json "${REPLAYDIR:-/tmp/bitalign-replay-size}"/*/replay-*.json \
     "$OUT/replay-size/" 2>/dev/null
   free -g | head -2
+fi
+
+if [[ " $steps " == *" ncu "* ]]; then
+  echo "== ncu (Nsight Compute readings of the tc kernels and their anchors at the same shapes)"
+  tc_ptx
+  ncuflags=(--clock-control none --launch-skip 2 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats
+    --section SchedulerStats --section InstructionStats)
+  ncu_go() { # name kernel-regex bench-regex [test flags]: one profiled launch of the kernels-cuda benchmark
+    local name=$1 k=$2 bench=$3; shift 3
+    [[ "${NCUSIDE:-both}" == anchor ]] && return 0
+    (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 timeout 240 ncu "${ncuflags[@]}" -k "regex:$k" ../../.gpu/kernels-cuda.test \
+      -test.run '^$' -test.bench "$bench" -test.benchtime 1x "$@") >"$OUT/ncu-$name.txt" 2>&1 ||
+      { echo "ncu: $name FAILED"; tail -5 "$OUT/ncu-$name.txt"; rc=1; }
+  }
+  ncu_py() { # name kernel-regex python-code: one profiled launch of a torch anchor
+    local name=$1 k=$2 code=$3; shift 3
+    [[ "${NCUSIDE:-both}" == tc ]] && return 0
+    timeout 240 ncu "${ncuflags[@]}" -k "regex:$k" python3 -c "$code" "$@" >"$OUT/ncu-$name.txt" 2>&1 ||
+      { echo "ncu: $name FAILED"; tail -5 "$OUT/ncu-$name.txt"; rc=1; }
+  }
+  sdpa='import torch, torch.nn.functional as F, sys
+from torch.nn.attention import sdpa_kernel, SDPBackend
+nh, nkv, hd, T, S, B = map(int, sys.argv[1:])
+q = torch.randn(B, nh, T, hd, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(B, nkv, S, hd, device="cuda", dtype=torch.bfloat16); v = torch.randn_like(k)
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    for _ in range(4): F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=True)
+torch.cuda.synchronize()'
+  mm='import torch, sys
+M, K, N = map(int, sys.argv[1:])
+x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16); w = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+for _ in range(4): torch.mm(x, w)
+torch.cuda.synchronize()'
+  for n in ${NCUKERNELS:-attn-prefill attn-decode mm-gateup mm-o}; do
+    case $n in
+    attn-prefill)
+      ncu_go tc-attn-prefill 'tc_attn_(batch_)?hd128' '^BenchmarkAttentionTC$/prefill/nh=28/nkv=4/hd=128/T=4096/'
+      ncu_py flash-attn-prefill 'flash' "$sdpa" 28 4 128 4096 4096 1 ;;
+    attn-decode)
+      ncu_go tc-attn-decode 'tc_attn_dec' '^BenchmarkAttentionTC$/decode/nh=28/nkv=4/hd=128/T=1/S=4096/B=8$'
+      ncu_py flash-attn-decode 'flash' "$sdpa" 28 4 128 1 4096 8 ;;
+    mm-gateup)
+      ncu_go tc-mm-gateup 'tc_mm' '^BenchmarkMatmulTC$/qwen7b-gateup/.*/M=4096/'
+      ncu_py cublas-mm-gateup 'nvjet|gemm|xmma|cutlass' "$mm" 4096 3584 18944 ;;
+    mm-o)
+      ncu_go tc-mm-o 'tc_mm' '^BenchmarkMatmulTC$/qwen7b-o/.*/M=4096/'
+      ncu_py cublas-mm-o 'nvjet|gemm|xmma|cutlass' "$mm" 4096 3584 3584 ;;
+    esac
+  done
+  for f in "$OUT"/ncu-*.txt; do # the headline of each: duration, throughputs, IPC, occupancy, the top stall
+    echo "-- $(basename "$f" .txt)"
+    grep -E '^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Executed Ipc Active|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued' "$f" | head -16
+  done
 fi
 
 echo "gpu.sh: exit $rc"

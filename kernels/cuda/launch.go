@@ -57,6 +57,7 @@ type launchRules struct {
 		RowSegments  int `json:"row_segments"`
 		RowsPerBlock int `json:"rows_per_block"`
 		Block        int `json:"block"`
+		WarpMaxC     int `json:"warp_max_c"` // canonical rows up to this C run rmsnorm (a warp a row): same bits
 	} `json:"rmsnorm"`
 	Attention struct {
 		KB           int `json:"kb"`
@@ -98,7 +99,7 @@ func parseRules(b []byte) (launchRules, error) {
 	m := r.Matmul
 	for _, v := range []int{m.DecMaxM, m.SmallMaxM, m.DecCols, m.DecBlock, m.SmallCols, m.SmallThreadsPerCol, m.TileN,
 		m.TileM, m.TileMSmall, m.TileBlock, m.BlocksPerSM, m.FullWaveNum, m.FullWaveDen, m.ManyWaves, m.ReduceBlock, r.RMSNorm.RowBlock,
-		r.RMSNorm.RowSegments, r.RMSNorm.RowsPerBlock, r.RMSNorm.Block, r.Attention.KB, r.Attention.Warps,
+		r.RMSNorm.RowSegments, r.RMSNorm.RowsPerBlock, r.RMSNorm.Block, r.RMSNorm.WarpMaxC, r.Attention.KB, r.Attention.Warps,
 		r.Attention.Tasks, r.Attention.MaxHeadDim, r.Attention.RowsPerBlock, r.Attention.Block, r.Elementwise.Block,
 		r.LogSoftmax.Chunk, r.LogSoftmax.Block, r.LogSoftmax.MaxFinRowsPerBlock, r.LogSoftmax.TreeBlock,
 		r.LogSoftmax.FinishBlock, r.LogProbs.Block, r.Sample.Block} {
@@ -258,13 +259,17 @@ func waveFits(blocks, slots int) bool {
 	return blocks >= m.ManyWaves*slots || blocks*m.FullWaveDen >= m.FullWaveNum*waves*slots
 }
 
-// planRMSNorm: canonical rows that fit the per-row kernel's shared memory (its row_segments segments' strides)
-// run rmsnorm_row, one block a row; the standard profile, and general (tests), run rmsnorm.
+// planRMSNorm: canonical rows longer than warp_max_c that fit the per-row kernel's shared memory (its
+// row_segments segments' strides) run rmsnorm_row, one block a row; shorter rows, the standard profile, and
+// general (tests), run rmsnorm.
 func planRMSNorm(l Limits, p kernels.Profile, general bool, rows, C int) Launch {
 	r := &rules.RMSNorm
 	seg := r.RowSegments
 	stride := ((C+seg-1)/seg+31)/32*32 + 1 // rmsnorm_row's per-segment stride in shared memory
-	if smem := 4 * seg * stride; p == kernels.Canonical && smem <= l.rowSmem() && !general {
+	// Short rows (a head's q/k norm: C = 128, 131072 rows at 8 × 512 tokens of Qwen3-8B) run a warp a row: a block
+	// a row spends its time in block scheduling and two barriers for 16 FMAs a chain (308 µs a launch measured there;
+	// the bytes need ~20). Both kernels run the same canonical chains and tree (docs/arithmetic.md §5).
+	if smem := 4 * seg * stride; p == kernels.Canonical && smem <= l.rowSmem() && !general && C > r.WarpMaxC {
 		return Launch{Kernel: "rmsnorm_row", Grid: cuda.Dim3{X: rows}, Block: cuda.Dim3{X: r.RowBlock}, Smem: smem}
 	}
 	return flat("rmsnorm", int64(rows), r.RowsPerBlock, r.Block)
