@@ -204,7 +204,8 @@ class Planner:
         seg = r["row_segments"]
         stride = ((C + seg - 1) // seg + 31) // 32 * 32 + 1
         smem = 4 * seg * stride
-        if profile == "canonical" and smem <= self._row_smem() and not general:
+        # rows of C <= warp_max_c run a warp a row (the same bits; launch.go's planRMSNorm says why)
+        if profile == "canonical" and smem <= self._row_smem() and not general and C > r["warp_max_c"]:
             return Launch("rmsnorm_row", (rows, 1, 1), r["row_block"], smem)
         return _flat("rmsnorm", rows, r["rows_per_block"], r["block"])
 
