@@ -1,6 +1,7 @@
 // rmsnorm.cu: twin of kernels.RMSNormForward (docs/arithmetic.md §5, §13).
-// x is (rows, C), w is (C), out is (rows, C); out may alias x. Canonical rows that fit in shared memory:
-// rmsnorm_row (a block per row); else, and for the standard profile, rmsnorm (one warp per row, 8 per block).
+// x is (rows, C), w is (C), out is (rows, C); out may alias x. Canonical rows longer than launch.json's
+// rmsnorm.warp_max_c that fit in shared memory: rmsnorm_row (a block per row); else, and for the standard profile,
+// rmsnorm (one warp per row, 8 per block).
 // Each kernel has a twin per 16-bit weight dtype (_bf16w, _f16w: w holds the checkpoint's bits, widened exactly
 // as they are loaded, wld1/wld4): the same plan, the same bits.
 #include "weights.cuh"
