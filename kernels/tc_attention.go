@@ -5,10 +5,15 @@ import (
 	"math"
 )
 
+// AttentionTCChunk is tc.3's chunk: the keys [256c, 256c+256) of chunk c are one online-softmax state from
+// scratch, and a query's chunk states are folded in chunk order (docs/arithmetic.md tc.3). The bounds depend on
+// key positions only, so a decode step may give each chunk its own block.
+const AttentionTCChunk = 4 * AttentionBlock
+
 // AttentionTC is causal grouped-query attention with tensor-core products (docs/arithmetic.md tc.3): §7's
-// 64-key blocks from position 0 and online-softmax update, the scores q·k as a chain of k-steps over hd, the
-// probabilities rounded to bf16 and p·V as four k-steps of 16 keys per block (keys past the block's end +0 in
-// both operands). q is (T, nh*hd), kCache and vCache are (S, nkv*hd), qPos is (T) (each < S), out is
+// 64-key blocks from position 0 and online-softmax update within each AttentionTCChunk of keys, the chunks'
+// states folded in order, the scores q·k as a chain of k-steps over hd, the probabilities rounded to bf16 and
+// p·V as four k-steps of 16 keys per block (keys past the block's end +0 in both operands). q is (T, nh*hd), kCache and vCache are (S, nkv*hd), qPos is (T) (each < S), out is
 // (T, nh*hd); hd must be a multiple of 16 and q, k, v must hold bf16 values. A query's bits depend only on its
 // position and the cache: prefill, chunked prefill and decode agree.
 func AttentionTC(dt DType, out, q, kCache, vCache []float32, qPos []int32, T, S, nh, nkv, hd int, scale float32) error {
@@ -59,14 +64,14 @@ func AttentionTC(dt DType, out, q, kCache, vCache []float32, qPos []int32, T, S,
 		}
 	}
 	group := nh / nkv
-	acc := make([]float32, hd)
+	acc, part := make([]float32, hd), make([]float32, hd)
 	var sc [AttentionBlock]float32
 	p := newTCOperand(1, AttentionBlock)
 	for t := 0; t < T; t++ {
 		P := int(qPos[t])
 		for h := 0; h < nh; h++ {
 			g := h / group
-			attendTC(acc, &sc, &p, &qs, t*nh+h, &ks, &vt, vSpecial, g, nkv, hd, P, scale)
+			attendTC(acc, part, &sc, &p, &qs, t*nh+h, &ks, &vt, vSpecial, g, nkv, hd, P, scale)
 			o := out[(t*nh+h)*hd : (t*nh+h+1)*hd]
 			for i, a := range acc {
 				o[i] = dt.Round(a)
@@ -76,13 +81,49 @@ func AttentionTC(dt DType, out, q, kCache, vCache []float32, qPos []int32, T, S,
 	return nil
 }
 
-// attendTC is tc.3 for query row qr of qs (kv head g, position P): acc = (Σ p_j·v_j)/l.
-func attendTC(acc []float32, sc *[AttentionBlock]float32, p *tcOperand, qs *tcOperand, qr int, ks, vt *tcOperand,
+// attendTC is tc.3 for query row qr of qs (kv head g, position P): each chunk's state (m_c, l_c, acc_c) from
+// scratch, folded in chunk order into (M, L, A); acc = A/L. part is the chunk's acc (hd floats).
+func attendTC(acc, part []float32, sc *[AttentionBlock]float32, p *tcOperand, qs *tcOperand, qr int, ks, vt *tcOperand,
 	vSpecial []bool, g, nkv, hd, P int, scale float32) {
+	var M, L float32
+	for c0 := 0; c0 <= P; c0 += AttentionTCChunk {
+		mc, lc := attendTCChunk(part, sc, p, qs, qr, ks, vt, vSpecial, g, nkv, hd, c0, min(P, c0+AttentionTCChunk-1), scale)
+		if c0 == 0 { // the first chunk as it is
+			M, L = mc, lc
+			copy(acc, part)
+			continue
+		}
+		M, L = FoldTCChunk(acc, part, M, L, mc, lc)
+	}
+	for i := range acc {
+		acc[i] = acc[i] / L
+	}
+}
+
+// FoldTCChunk folds a chunk's state (mc, lc, part) into the running one (M, L, acc) as tc.3 does: both
+// rescaled to the larger maximum, each product and the sum rounded (no FMA). It returns the new M and L. The
+// GPU's kernels run the same operations (tc_attention.cu's tc_att_fold).
+func FoldTCChunk(acc, part []float32, M, L, mc, lc float32) (float32, float32) {
+	mn := M
+	if mc > M {
+		mn = mc
+	}
+	a, b := Exp(float32(M-mn)), Exp(float32(mc-mn))
+	L = float32(float32(L*a) + float32(lc*b))
+	for i, x := range part {
+		acc[i] = float32(float32(acc[i]*a) + float32(x*b))
+	}
+	return mn, L
+}
+
+// attendTCChunk is one chunk's online softmax (tc.3's block step over the 64-key blocks from c0 to last, the
+// row's last key in the chunk): acc_c into acc, and the chunk's m and l.
+func attendTCChunk(acc []float32, sc *[AttentionBlock]float32, p *tcOperand, qs *tcOperand, qr int, ks, vt *tcOperand,
+	vSpecial []bool, g, nkv, hd, c0, P int, scale float32) (float32, float32) {
 	m := float32(math.Inf(-1))
 	l := float32(0)
 	clear(acc)
-	for blk := 0; blk <= P; blk += AttentionBlock { // fixed 64-key blocks from position 0
+	for blk := c0; blk <= P; blk += AttentionBlock { // fixed 64-key blocks from the chunk's start
 		end := min(blk+AttentionBlock, P+1)
 		n := end - blk
 		for j := blk; j < end; j++ {
@@ -138,7 +179,5 @@ func attendTC(acc []float32, sc *[AttentionBlock]float32, p *tcOperand, qs *tcOp
 		}
 		m = mn
 	}
-	for i := range acc {
-		acc[i] = acc[i] / l
-	}
+	return m, l
 }

@@ -389,8 +389,13 @@ func TestMatmulTCBatchInvariance(t *testing.T) {
 	}
 }
 
-// attentionTCRef is tc.3 written plainly through MMABF16Dot16 (one query row at a time).
+// attentionTCRef is tc.3 written plainly through MMABF16Dot16 (one query row at a time), with chunks of 256 keys;
+// attentionTCRefChunk with another chunk (a control: 1<<30 is one unchunked chain).
 func attentionTCRef(dt DType, q, kc, vc []float32, qPos []int32, T, nh, nkv, hd int, scale float32) []float32 {
+	return attentionTCRefChunk(dt, q, kc, vc, qPos, T, nh, nkv, hd, scale, 256)
+}
+
+func attentionTCRefChunk(dt DType, q, kc, vc []float32, qPos []int32, T, nh, nkv, hd int, scale float32, chunk int) []float32 {
 	out := make([]float32, T*nh*hd)
 	bf := ToBF16Bits
 	for t := 0; t < T; t++ {
@@ -400,56 +405,75 @@ func attentionTCRef(dt DType, q, kc, vc []float32, qPos []int32, T, nh, nkv, hd 
 			qv := q[(t*nh+h)*hd:]
 			kv := func(j, i int) float32 { return kc[j*nkv*hd+g*hd+i] }
 			vv := func(j, i int) float32 { return vc[j*nkv*hd+g*hd+i] }
-			m, l := float32(math.Inf(-1)), float32(0)
-			acc := make([]float32, hd)
-			for blk := 0; blk <= P; blk += 64 {
-				end := min(blk+64, P+1)
-				s := make([]float32, end-blk)
-				for j := blk; j < end; j++ {
-					d := float32(0)
-					for i0 := 0; i0 < hd; i0 += 16 {
-						var a, b [16]uint16
-						for i := 0; i < 16; i++ {
-							a[i], b[i] = bf(qv[i0+i]), bf(kv(j, i0+i))
+			var M, L float32
+			A := make([]float32, hd)
+			for c0 := 0; c0 <= P; c0 += chunk { // chunks of keys, each from scratch, folded in order
+				m, l := float32(math.Inf(-1)), float32(0)
+				acc := make([]float32, hd)
+				for blk := c0; blk <= min(P, c0+chunk-1); blk += 64 {
+					end := min(blk+64, P+1)
+					s := make([]float32, end-blk)
+					for j := blk; j < end; j++ {
+						d := float32(0)
+						for i0 := 0; i0 < hd; i0 += 16 {
+							var a, b [16]uint16
+							for i := 0; i < 16; i++ {
+								a[i], b[i] = bf(qv[i0+i]), bf(kv(j, i0+i))
+							}
+							d = MMABF16Dot16(&a, &b, d)
 						}
-						d = MMABF16Dot16(&a, &b, d)
+						s[j-blk] = float32(d * scale)
 					}
-					s[j-blk] = float32(d * scale)
-				}
-				bm := s[0]
-				for _, v := range s[1:] {
-					if v > bm {
-						bm = v
-					}
-				}
-				mn := m
-				if bm > m {
-					mn = bm
-				}
-				alpha := Exp(float32(m - mn))
-				l = float32(l * alpha)
-				for i := range acc {
-					acc[i] = float32(acc[i] * alpha)
-				}
-				var p [64]uint16
-				for j := blk; j < end; j++ {
-					e := Exp(float32(s[j-blk] - mn))
-					l = float32(l + e)
-					p[j-blk] = bf(RoundBF16(e))
-				}
-				for i := 0; i < hd; i++ {
-					for j0 := blk; j0 < blk+64; j0 += 16 {
-						var a, b [16]uint16
-						for jj := 0; jj < 16 && j0+jj < end; jj++ {
-							a[jj], b[jj] = p[j0+jj-blk], bf(vv(j0+jj, i))
+					bm := s[0]
+					for _, v := range s[1:] {
+						if v > bm {
+							bm = v
 						}
-						acc[i] = MMABF16Dot16(&a, &b, acc[i])
 					}
+					mn := m
+					if bm > m {
+						mn = bm
+					}
+					alpha := Exp(float32(m - mn))
+					l = float32(l * alpha)
+					for i := range acc {
+						acc[i] = float32(acc[i] * alpha)
+					}
+					var p [64]uint16
+					for j := blk; j < end; j++ {
+						e := Exp(float32(s[j-blk] - mn))
+						l = float32(l + e)
+						p[j-blk] = bf(RoundBF16(e))
+					}
+					for i := 0; i < hd; i++ {
+						for j0 := blk; j0 < blk+64; j0 += 16 {
+							var a, b [16]uint16
+							for jj := 0; jj < 16 && j0+jj < end; jj++ {
+								a[jj], b[jj] = p[j0+jj-blk], bf(vv(j0+jj, i))
+							}
+							acc[i] = MMABF16Dot16(&a, &b, acc[i])
+						}
+					}
+					m = mn
 				}
-				m = mn
+				if c0 == 0 {
+					M, L = m, l
+					copy(A, acc)
+					continue
+				}
+				mn := M
+				if m > M {
+					mn = m
+				}
+				a, b := Exp(float32(M-mn)), Exp(float32(m-mn))
+				L = float32(float32(L*a) + float32(l*b))
+				for i := range A {
+					A[i] = float32(float32(A[i]*a) + float32(acc[i]*b))
+				}
+				M = mn
 			}
-			for i := range acc {
-				out[(t*nh+h)*hd+i] = dt.Round(acc[i] / l)
+			for i := range A {
+				out[(t*nh+h)*hd+i] = dt.Round(A[i] / L)
 			}
 		}
 	}
@@ -461,7 +485,8 @@ func attentionTCRef(dt DType, q, kc, vc []float32, qPos []int32, T, nh, nkv, hd 
 // query's position) changes nothing while one inside poisons the row, and bad input is an error.
 func TestAttentionTC(t *testing.T) {
 	r := rand.New(rand.NewPCG(148, 149))
-	for _, c := range []struct{ T, nh, nkv, hd int }{{5, 2, 1, 16}, {70, 4, 2, 32}, {130, 2, 2, 64}, {3, 8, 2, 128}} {
+	for _, c := range []struct{ T, nh, nkv, hd int }{{5, 2, 1, 16}, {70, 4, 2, 32}, {130, 2, 2, 64}, {3, 8, 2, 128},
+		{600, 2, 1, 16}} { // the last: three chunks of 256 keys, partial and whole, folded
 		S := c.T
 		q := randBF16(r, c.T*c.nh*c.hd, 1)
 		kc := randBF16(r, S*c.nkv*c.hd, 1)
@@ -477,6 +502,9 @@ func TestAttentionTC(t *testing.T) {
 		}
 		what := fmt.Sprintf("T=%d nh=%d nkv=%d hd=%d", c.T, c.nh, c.nkv, c.hd)
 		assertSame(t, what+" vs the tc.3 reference", out, attentionTCRef(BF16, q, kc, vc, pos, c.T, c.nh, c.nkv, c.hd, scale))
+		if c.T > AttentionTCChunk { // the fold is there: one unchunked chain gives other bits past the first chunk
+			assertDiffers(t, what+": chunked vs one chain", out, attentionTCRefChunk(BF16, q, kc, vc, pos, c.T, c.nh, c.nkv, c.hd, scale, 1<<30))
+		}
 		row := c.nh * c.hd
 		for tq := 0; tq < c.T; tq++ { // decode: one query row against the cache up to its position
 			one := make([]float32, row)

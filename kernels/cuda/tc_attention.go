@@ -40,18 +40,49 @@ func tcAttDecSmem(hd int) int {
 	return 2*2*kb*hd*4 + 2*kb*(hd+8)*2 + 16*kb*4 + 16*tcAttELD*4 + 16*(kb+8)*2 + 2*16*4
 }
 
-// planTCAttention is the launch of tc attention for T queries: one block per 16·tcAttWarps consecutive (query,
-// head) rows of a kv head (grid y), so a block's rows share each K and V block it stages (tc_attn_hd<hd>); when
-// all of a kv head's rows fit in 16 (T·grp ≤ 16: decode), tc_attn_dec_hd<hd>, which spreads each key block's
-// work over the block's warps (the same bits: main forces tc_attn_hd<hd>, for the tests).
-func planTCAttention(T, nh, nkv, hd int, main bool) Launch {
+// tcAttPlan is a tc attention's launches: the attention kernel, and for a decode kernel whose rows may have more
+// than one chunk of keys (tc.3) the merge that folds the chunk states it left in scratch (PartFloats floats).
+type tcAttPlan struct {
+	Launch            // tc_attn[_batch]_hd<hd> or tc_attn_dec[_batch]_hd<hd>
+	Merge      Launch // tc_attn_merge[_batch] (Kernel "": none)
+	PartFloats int64  // the chunk states' scratch (tc_attention.cu's TC_ATT_PART_AT)
+	Dec        bool   // the decode kernel (its last argument: the scratch)
+}
+
+// tcAttChunks is the decode kernel's grid x for a cache of S positions: a block per chunk of keys (tc.3).
+func tcAttChunks(S int) int { return ceilDiv(int64(max(S, 1)), kernels.AttentionTCChunk) }
+
+// tcAttDecode is the decode kernel's launch for z sequences whose longest cache holds S positions and whose
+// most queries are T: ⌈S/256⌉ chunks × nkv × z blocks, and the merge over ⌈T·nh·hd/256⌉ × z blocks when there
+// is more than one chunk (a row with one chunk is written by the decode kernel itself).
+func tcAttDecode(kernel, merge string, T, S, nh, nkv, hd, z int) tcAttPlan {
+	nch := tcAttChunks(S)
+	p := tcAttPlan{Launch: Launch{Kernel: kernel, Grid: cuda.Dim3{X: nch, Y: nkv, Z: z},
+		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttDecSmem(hd)}, Dec: true}
+	// always a scratch, also for one chunk: a position past the cache (bad input) must not write through null
+	p.PartFloats = int64(z) * int64(nch) * int64(nkv) * 16 * int64(hd+2)
+	if nch > 1 {
+		p.Merge = Launch{Kernel: merge, Grid: cuda.Dim3{X: ceilDiv(int64(T)*int64(nh)*int64(hd), tcAttMergeThreads), Y: 1, Z: z},
+			Block: cuda.Dim3{X: tcAttMergeThreads}}
+	}
+	return p
+}
+
+// tcAttMergeThreads is tc_attn_merge's block (__launch_bounds__(256)).
+const tcAttMergeThreads = 256
+
+// planTCAttention is the launch of tc attention for T queries over S cached positions: one block per
+// 16·tcAttWarps consecutive (query, head) rows of a kv head (grid y), so a block's rows share each K and V block
+// it stages (tc_attn_hd<hd>, which folds tc.3's chunks as it walks them); when all of a kv head's rows fit in 16
+// (T·grp ≤ 16: decode), tc_attn_dec_hd<hd>, a block per chunk of keys whose 8 warps share each key block's work,
+// and tc_attn_merge (the same bits: main forces tc_attn_hd<hd>, for the tests).
+func planTCAttention(T, S, nh, nkv, hd int, main bool) tcAttPlan {
 	rows := int64(T) * int64(nh/nkv)
 	if rows <= 16 && !main && slices.Contains(tcAttDecHeadDims, hd) {
-		return Launch{Kernel: fmt.Sprintf("tc_attn_dec_hd%d", hd), Grid: cuda.Dim3{X: 1, Y: nkv},
-			Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttDecSmem(hd)}
+		return tcAttDecode(fmt.Sprintf("tc_attn_dec_hd%d", hd), "tc_attn_merge", T, S, nh, nkv, hd, 1)
 	}
-	return Launch{Kernel: fmt.Sprintf("tc_attn_hd%d", hd), Grid: cuda.Dim3{X: ceilDiv(rows, 16*tcAttWarps), Y: nkv},
-		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttSmem(hd)}
+	return tcAttPlan{Launch: Launch{Kernel: fmt.Sprintf("tc_attn_hd%d", hd), Grid: cuda.Dim3{X: ceilDiv(rows, 16*tcAttWarps), Y: nkv},
+		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttSmem(hd)}}
 }
 
 // HasTCAttention returns nil when tc_attention's kernels are loaded, else why not.
@@ -63,18 +94,36 @@ func (k *Kernels) attentionTC(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos
 	if k.tcAttErr != nil {
 		return k.tcAttErr
 	}
-	ok := false
-	for _, d := range tcAttHeadDims {
-		ok = ok || d == hd
-	}
-	if !ok {
+	if !slices.Contains(tcAttHeadDims, hd) {
 		return fmt.Errorf("cudakernels: AttentionForward: the tc profile's attention serves head dims %v, not %d", tcAttHeadDims, hd)
 	}
 	if (uint64(q)|uint64(kc)|uint64(vc))%16 != 0 {
 		return fmt.Errorf("cudakernels: AttentionForward: tc attention needs 16-byte aligned q, k and v")
 	}
-	l := planTCAttention(T, nh, nkv, hd, k.tcAttMain)
-	return k.launch(c, l, out, q, kc, vc, pos, T, S, nh, nkv, scale, DTCode(dt))
+	pl := planTCAttention(T, S, nh, nkv, hd, k.tcAttMain)
+	if !pl.Dec {
+		return k.launch(c, pl.Launch, out, q, kc, vc, pos, T, S, nh, nkv, scale, DTCode(dt))
+	}
+	part, err := k.tcAttPart(c, pl)
+	if err != nil {
+		return err
+	}
+	if err := k.launch(c, pl.Launch, out, q, kc, vc, pos, T, S, nh, nkv, scale, DTCode(dt), part); err != nil {
+		return err
+	}
+	if pl.Merge.Kernel == "" {
+		return nil
+	}
+	return k.launch(c, pl.Merge, out, pos, part, T, nh, nkv, hd, DTCode(dt), pl.Grid.X)
+}
+
+// tcAttPart is the decode plan's chunk-state scratch (Scratch: the merge that reads it is the next launch), and
+// an error naming the stale PTX where the loaded tc_attention has no merge (its decode kernels take no scratch).
+func (k *Kernels) tcAttPart(c *cuda.Ctx, pl tcAttPlan) (cuda.Ptr, error) {
+	if k.fn["tc_attn_merge"] == nil || k.fn["tc_attn_merge_batch"] == nil {
+		return 0, fmt.Errorf("cudakernels: the loaded tc_attention PTX has no tc_attn_merge (stale PTX? run make ptx)")
+	}
+	return k.Scratch(c, 4*pl.PartFloats)
 }
 
 // tcAttSmemOf is the dynamic shared memory a tc_attention entry needs (0: not one): the batched entries
@@ -114,22 +163,23 @@ func TCAttSeqWords(seqs []TCAttSeq) []uint64 {
 	return w
 }
 
-// planTCAttentionBatch is the launch of tc attention over sequences of Ts queries (every T ≥ 1): grid z the
-// sequence, grid x the most blocks planTCAttention gives any of them, and tc_attn_dec_batch_hd<hd> when every
-// sequence would take tc_attn_dec_hd<hd> (decode), else tc_attn_batch_hd<hd> (the same bits: each sequence's
-// blocks do what they do in its own launch).
-func planTCAttentionBatch(Ts []int, nh, nkv, hd int, main bool) Launch {
-	dec, gx := true, 1
-	for _, T := range Ts {
-		dec = dec && strings.HasPrefix(planTCAttention(T, nh, nkv, hd, main).Kernel, "tc_attn_dec_hd")
-		gx = max(gx, planTCAttention(T, nh, nkv, hd, true).Grid.X) // tc_attn_hd<hd>'s blocks of the sequence
+// planTCAttentionBatch is the launch of tc attention over sequences of Ts queries over Ss cached positions
+// (every T ≥ 1): grid z the sequence, and tc_attn_dec_batch_hd<hd> (grid x the chunks of the longest cache, then
+// tc_attn_merge_batch) when every sequence would take tc_attn_dec_hd<hd> (decode), else tc_attn_batch_hd<hd>
+// (grid x the most blocks planTCAttention gives any sequence). The same bits: each sequence's blocks do what
+// they do in its own launch.
+func planTCAttentionBatch(Ts, Ss []int, nh, nkv, hd int, main bool) tcAttPlan {
+	dec, gx, smax, tmax := true, 1, 1, 1
+	for i, T := range Ts {
+		dec = dec && strings.HasPrefix(planTCAttention(T, Ss[i], nh, nkv, hd, main).Kernel, "tc_attn_dec_hd")
+		gx = max(gx, planTCAttention(T, Ss[i], nh, nkv, hd, true).Grid.X) // tc_attn_hd<hd>'s blocks of the sequence
+		smax, tmax = max(smax, Ss[i]), max(tmax, T)
 	}
 	if dec {
-		return Launch{Kernel: fmt.Sprintf("tc_attn_dec_batch_hd%d", hd), Grid: cuda.Dim3{X: 1, Y: nkv, Z: len(Ts)},
-			Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttDecSmem(hd)}
+		return tcAttDecode(fmt.Sprintf("tc_attn_dec_batch_hd%d", hd), "tc_attn_merge_batch", tmax, smax, nh, nkv, hd, len(Ts))
 	}
-	return Launch{Kernel: fmt.Sprintf("tc_attn_batch_hd%d", hd), Grid: cuda.Dim3{X: gx, Y: nkv, Z: len(Ts)},
-		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttSmem(hd)}
+	return tcAttPlan{Launch: Launch{Kernel: fmt.Sprintf("tc_attn_batch_hd%d", hd), Grid: cuda.Dim3{X: gx, Y: nkv, Z: len(Ts)},
+		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttSmem(hd)}}
 }
 
 // HasTCAttentionBatch returns nil when the loaded tc_attention PTX has the batched entries for head dim hd
@@ -170,7 +220,7 @@ func (k *Kernels) AttentionTCBatch(c *cuda.Ctx, dt kernels.DType, desc cuda.Ptr,
 	if len(seqs) > 65535 {
 		return fmt.Errorf("cudakernels: AttentionTCBatch: %d sequences in one launch (at most 65535)", len(seqs))
 	}
-	Ts := make([]int, len(seqs))
+	Ts, Ss := make([]int, len(seqs)), make([]int, len(seqs))
 	for i, s := range seqs {
 		if s.T <= 0 || s.S < s.T {
 			return fmt.Errorf("cudakernels: AttentionTCBatch: sequence %d has %d queries over %d cached positions", i, s.T, s.S)
@@ -178,8 +228,21 @@ func (k *Kernels) AttentionTCBatch(c *cuda.Ctx, dt kernels.DType, desc cuda.Ptr,
 		if (uint64(s.Q)|uint64(s.K)|uint64(s.V))%16 != 0 {
 			return fmt.Errorf("cudakernels: AttentionForward: tc attention needs 16-byte aligned q, k and v")
 		}
-		Ts[i] = s.T
+		Ts[i], Ss[i] = s.T, s.S
 	}
-	l := planTCAttentionBatch(Ts, nh, nkv, hd, k.tcAttMain)
-	return k.launch(c, l, desc, nh, nkv, scale, DTCode(dt))
+	pl := planTCAttentionBatch(Ts, Ss, nh, nkv, hd, k.tcAttMain)
+	if !pl.Dec {
+		return k.launch(c, pl.Launch, desc, nh, nkv, scale, DTCode(dt))
+	}
+	part, err := k.tcAttPart(c, pl)
+	if err != nil {
+		return err
+	}
+	if err := k.launch(c, pl.Launch, desc, nh, nkv, scale, DTCode(dt), part); err != nil {
+		return err
+	}
+	if pl.Merge.Kernel == "" {
+		return nil
+	}
+	return k.launch(c, pl.Merge, desc, part, nh, nkv, hd, DTCode(dt), pl.Grid.X)
 }

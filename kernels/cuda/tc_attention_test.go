@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -110,7 +111,8 @@ func TestTCAttentionMatchesSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]int{"TC_ATT_WARPS": tcAttWarps, "TC_ATT_ELD": tcAttELD, "TC_ATT_KB": kernels.AttentionBlock} {
+	for name, want := range map[string]int{"TC_ATT_WARPS": tcAttWarps, "TC_ATT_ELD": tcAttELD, "TC_ATT_KB": kernels.AttentionBlock,
+		"TC_ATT_CH": kernels.AttentionTCChunk} {
 		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)`).FindSubmatch(src)
 		if m == nil {
 			t.Errorf("tc_attention.cu defines no %s", name)
@@ -129,6 +131,9 @@ func TestTCAttentionMatchesSource(t *testing.T) {
 		if fmt.Sprint(dims) != fmt.Sprint(want) {
 			t.Errorf("tc_attention.cu's %s instantiates head dims %v, tc_attention.go says %v", macro, dims, want)
 		}
+	}
+	if m := regexp.MustCompile(`__launch_bounds__\((\d+)\) tc_attn_merge\(`).FindSubmatch(src); m == nil || string(m[1]) != strconv.Itoa(tcAttMergeThreads) {
+		t.Errorf("tc_attention.cu's tc_attn_merge is not launched with tcAttMergeThreads = %d threads", tcAttMergeThreads)
 	}
 	for _, hd := range tcAttHeadDims {
 		if b := tcAttSmem(hd); b > 232448-1024 {
@@ -159,6 +164,8 @@ func TestTCAttentionSimulated(t *testing.T) {
 		{T: 2, S: 130, p0: 127, nh: 16, nkv: 2, hd: 128, special: true}, // 16 rows, positions 127 and 128
 		{T: 9, S: 80, p0: 60, nh: 4, nkv: 2, hd: 16, special: true},     // the engine's test models' head dims
 		{T: 7, S: 70, p0: 60, nh: 6, nkv: 3, hd: 32, special: true},
+		{T: 2, S: 600, p0: 598, nh: 8, nkv: 2, hd: 64, special: true},   // decode over three chunks: tc_attn_merge
+		{T: 20, S: 290, p0: 250, nh: 4, nkv: 1, hd: 128, special: true}, // a warp's rows on both sides of chunk 1's start
 	}
 	if os.Getenv("BITALIGN_TC_SIM") == "full" {
 		cases = append(cases, tcAttCase{T: 70, S: 70, nh: 7, nkv: 1, hd: 64, special: true},
@@ -168,7 +175,7 @@ func TestTCAttentionSimulated(t *testing.T) {
 			tcAttCase{T: 3, S: 700, p0: 640, nh: 32, nkv: 8, hd: 64, special: true})
 	}
 	write := func(name string, v any) string { return simFile(t, dir, name, v) }
-	runs := 0
+	runs, merges := 0, 0
 	for i, c := range cases {
 		dt := kernels.BF16
 		if i%2 == 1 {
@@ -180,16 +187,21 @@ func TestTCAttentionSimulated(t *testing.T) {
 		for i := range poison {
 			poison[i] = math.Float32frombits(0x7FBADBAD)
 		}
-		plans := []Launch{planTCAttention(c.T, c.nh, c.nkv, c.hd, false)}
-		if p := planTCAttention(c.T, c.nh, c.nkv, c.hd, true); p.Kernel != plans[0].Kernel {
-			plans = append(plans, p) // decode: tc_attn_dec_hd<hd>, and tc_attn_hd<hd> on the same rows
+		plans := []tcAttPlan{planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, false)}
+		if p := planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, true); p.Kernel != plans[0].Kernel {
+			plans = append(plans, p) // decode: tc_attn_dec_hd<hd> (and its merge), and tc_attn_hd<hd> on the same rows
 		}
 		qf, kf, vf, pf := write("q.bin", q), write("k.bin", kc), write("v.bin", vc), write("pos.bin", pos)
 		for _, l := range plans {
 			of := write("out.bin", poison)
-			simRun(t, sim, []string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Block.X), itoa(l.Smem),
+			args := []string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Block.X), itoa(l.Smem),
 				itoa(c.T), itoa(c.S), itoa(c.nh), itoa(c.nkv), strconv.FormatUint(uint64(math.Float32bits(kernels.AttentionScale(c.hd))), 10),
-				itoa(DTCode(dt)), qf, kf, vf, pf, of})
+				itoa(DTCode(dt)), qf, kf, vf, pf, of}
+			if l.Merge.Kernel != "" {
+				args = append(args, itoa(l.Merge.Grid.X), itoa(l.Merge.Block.X))
+				merges++
+			}
+			simRun(t, sim, args)
 			raw, err := os.ReadFile(of)
 			if err != nil || len(raw) != 4*len(q) {
 				t.Fatalf("%v: out.bin: %v (%d bytes)", c, err, len(raw))
@@ -209,7 +221,10 @@ func TestTCAttentionSimulated(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d simulated launches (%d attentions) bitwise equal to kernels.AttentionTC", runs, len(cases))
+	if merges == 0 {
+		t.Error("no case split its keys over chunks (tc_attn_merge never ran)")
+	}
+	t.Logf("%d simulated launches (%d attentions, %d with tc_attn_merge) bitwise equal to kernels.AttentionTC", runs, len(cases), merges)
 }
 
 // TestTCAttentionBatchSimulated runs tc_attention.cu's batched entries on the CPU (tc/sim) through
@@ -221,11 +236,12 @@ func TestTCAttentionBatchSimulated(t *testing.T) {
 	sim := buildTCSim(t)
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(172, 173))
+	merges := 0
 	batches := [][]tcAttCase{
 		{{T: 5, S: 5, nh: 8, nkv: 2, hd: 64}, {T: 20, S: 150, p0: 130, nh: 8, nkv: 2, hd: 64, special: true},
 			{T: 1, S: 70, p0: 69, nh: 8, nkv: 2, hd: 64}, {T: 40, S: 40, nh: 8, nkv: 2, hd: 64}},
 		{{T: 1, S: 130, p0: 129, nh: 16, nkv: 2, hd: 128, special: true}, {T: 2, S: 200, p0: 198, nh: 16, nkv: 2, hd: 128},
-			{T: 1, S: 64, p0: 63, nh: 16, nkv: 2, hd: 128}},
+			{T: 1, S: 64, p0: 63, nh: 16, nkv: 2, hd: 128}, {T: 1, S: 530, p0: 529, nh: 16, nkv: 2, hd: 128, special: true}},
 		{{T: 9, S: 80, p0: 71, nh: 4, nkv: 2, hd: 16, special: true}, {T: 3, S: 3, nh: 4, nkv: 2, hd: 16}},
 	}
 	runs := 0
@@ -237,7 +253,7 @@ func TestTCAttentionBatchSimulated(t *testing.T) {
 		c0 := b[0]
 		var args, outs []string
 		var wants [][]float32
-		var Ts []int
+		var Ts, Ss []int
 		for i, c := range b {
 			q, kc, vc, pos := c.data(r)
 			wants = append(wants, tcAttWant(t, dt, c, q, kc, vc, pos))
@@ -249,10 +265,10 @@ func TestTCAttentionBatchSimulated(t *testing.T) {
 			of := f("out.bin", poison)
 			outs = append(outs, of)
 			args = append(args, itoa(c.T), itoa(c.S), f("q.bin", q), f("k.bin", kc), f("v.bin", vc), f("pos.bin", pos), of)
-			Ts = append(Ts, c.T)
+			Ts, Ss = append(Ts, c.T), append(Ss, c.S)
 		}
-		plans := []Launch{planTCAttentionBatch(Ts, c0.nh, c0.nkv, c0.hd, false)}
-		if p := planTCAttentionBatch(Ts, c0.nh, c0.nkv, c0.hd, true); p.Kernel != plans[0].Kernel {
+		plans := []tcAttPlan{planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, false)}
+		if p := planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, true); p.Kernel != plans[0].Kernel {
 			plans = append(plans, p)
 		}
 		if bi == 1 && !strings.HasPrefix(plans[0].Kernel, "tc_attn_dec_batch_hd") {
@@ -262,9 +278,22 @@ func TestTCAttentionBatchSimulated(t *testing.T) {
 			if l.Grid.Z != len(b) {
 				t.Fatalf("%v: grid z %d for %d sequences", l, l.Grid.Z, len(b))
 			}
-			simRun(t, sim, append([]string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Grid.Z), itoa(l.Block.X), itoa(l.Smem),
+			// fresh poisoned outputs for each plan: one that writes nothing fails
+			for i, of := range outs {
+				poison := make([]float32, len(wants[i]))
+				for j := range poison {
+					poison[j] = math.Float32frombits(0x7FBADBAD)
+				}
+				simFile(t, dir, filepath.Base(of), poison)
+			}
+			sargs := append([]string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Grid.Z), itoa(l.Block.X), itoa(l.Smem),
 				itoa(c0.nh), itoa(c0.nkv), strconv.FormatUint(uint64(math.Float32bits(kernels.AttentionScale(c0.hd))), 10),
-				itoa(DTCode(dt))}, args...))
+				itoa(DTCode(dt))}, args...)
+			if l.Merge.Kernel != "" {
+				sargs = append(sargs, itoa(l.Merge.Grid.X), itoa(l.Merge.Block.X))
+				merges++
+			}
+			simRun(t, sim, sargs)
 			for i, of := range outs {
 				raw, err := os.ReadFile(of)
 				if err != nil || len(raw) != 4*len(wants[i]) {
@@ -281,7 +310,10 @@ func TestTCAttentionBatchSimulated(t *testing.T) {
 			runs++
 		}
 	}
-	t.Logf("%d simulated batched launches bitwise equal to kernels.AttentionTC per sequence", runs)
+	if merges == 0 {
+		t.Error("no decode batch split its keys over chunks (tc_attn_merge_batch never ran)")
+	}
+	t.Logf("%d simulated batched launches (%d with tc_attn_merge_batch) bitwise equal to kernels.AttentionTC per sequence", runs, merges)
 }
 
 // TestTCAttSeqWords: the descriptor table's layout is tc_attention.cu's TcAttSeq (five pointers, then T and S as
@@ -400,8 +432,8 @@ func TestAttentionTCBitwise(t *testing.T) {
 		d := &dev{g: g}
 		dq, dk, dv, dp := d.f32(t, j.q), d.f32(t, j.kc), d.f32(t, j.vc), d.i32(t, j.pos)
 		for _, main := range []bool{false, true} {
-			l := planTCAttention(c.T, c.nh, c.nkv, c.hd, main)
-			if main && l.Kernel == planTCAttention(c.T, c.nh, c.nkv, c.hd, false).Kernel {
+			l := planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, main)
+			if main && l.Kernel == planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, false).Kernel {
 				continue
 			}
 			out := d.poisoned(t, len(j.q))
@@ -451,7 +483,7 @@ func TestAttentionTCBatch(t *testing.T) {
 		d := &dev{g: g}
 		var seqs []TCAttSeq
 		var wants [][]float32
-		var Ts []int
+		var Ts, Ss []int
 		for _, c := range b {
 			q, kc, vc, pos := c.data(r)
 			want := make([]float32, len(q))
@@ -460,11 +492,11 @@ func TestAttentionTCBatch(t *testing.T) {
 			}
 			wants = append(wants, want)
 			seqs = append(seqs, TCAttSeq{Q: d.f32(t, q), K: d.f32(t, kc), V: d.f32(t, vc), Pos: d.i32(t, pos), T: c.T, S: c.S})
-			Ts = append(Ts, c.T)
+			Ts, Ss = append(Ts, c.T), append(Ss, c.S)
 		}
 		for _, main := range []bool{false, true} {
-			l := planTCAttentionBatch(Ts, c0.nh, c0.nkv, c0.hd, main)
-			if main && l.Kernel == planTCAttentionBatch(Ts, c0.nh, c0.nkv, c0.hd, false).Kernel {
+			l := planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, main)
+			if main && l.Kernel == planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, false).Kernel {
 				continue
 			}
 			for i := range seqs { // fresh poisoned outputs for each kernel: one that writes nothing fails

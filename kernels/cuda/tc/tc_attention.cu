@@ -16,6 +16,11 @@
 //       runs the chain over the e_j the row's quad wrote to shared memory);
 //   p_j = round_bf16(e_j), +0 past the row's end, and acc = step(p[j0…j0+15], v[j0…j0+15], acc) for the four
 //       16-key steps j0 = blk, blk+16, blk+32, blk+48, all four always run.
+// The keys fall into tc.3's chunks of TC_ATT_CH (four key blocks): each chunk's state starts from scratch and
+// the states are folded in chunk order (tc_att_factors, tc_att_fold). tc_attn_hd<HD> folds at the end of each
+// chunk as it walks the keys, keeping the folded A in the row's out (float32; only the lane that wrote it
+// reads it back) and M, L in registers; tc_attn_dec_hd<HD> gives each chunk its own block and tc_attn_merge
+// folds the states it leaves in scratch.
 // A row whose position is before the block takes no part in it (its acc is kept as it was). Keys past a row's
 // end must be +0 in v too (0·NaN is NaN): v is zeroed in registers past the last key any row of the warp takes in
 // that step; where rows of the warp end at different keys of the block and its v holds a NaN or an Inf, each
@@ -27,15 +32,19 @@
 // Built by `make ptx` (committed beside it; scripts/gpu.sh tc); the Go launcher is kernels/cuda/tc_attention.go. Entries:
 // tc_attn_hd<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt), grid (ceil(T·grp / (16·TC_ATT_WARPS)), nkv),
 // TC_ATT_WARPS·32 threads, TC_ATT_SMEM(HD) bytes of dynamic shared memory, for HD = 16, 32, 64, 80, 96, 128;
-// tc_attn_dec_hd<HD> (HD = 64, 128) below for decode. tc_attn_batch_hd<HD>(seqs, nh, nkv, scale, dt) and
-// tc_attn_dec_batch_hd<HD> run many sequences of one layer in one launch (grid z: the sequence, a TcAttSeq
-// each; grid x: the most blocks any sequence needs, the others' extra blocks leave at once): every block does
-// what it does in its sequence's own launch, so the bits are those of one launch a sequence.
+// tc_attn_dec_hd<HD>(…, dt, part) (HD = 64, 128) below for decode, grid (⌈S/TC_ATT_CH⌉, nkv), then
+// tc_attn_merge when that is more than one chunk. tc_attn_batch_hd<HD>(seqs, nh, nkv, scale, dt) and
+// tc_attn_dec_batch_hd<HD>(…, part) with tc_attn_merge_batch run many sequences of one layer in one launch
+// (grid z: the sequence, a TcAttSeq each; grid x: the most blocks or chunks any sequence needs, the others'
+// extra blocks leave at once): every block does what it does in its sequence's own launch, so the bits are
+// those of one launch a sequence.
 #include "tc_common.cuh"
 
 #define TC_ATT_WARPS 8
 #define TC_ATT_KB 64       // keys per block (§7's fixed block)
 #define TC_ATT_ELD 72      // the e scratch's row stride (floats)
+#define TC_ATT_CH 256      // tc.3's chunk of keys (kernels.AttentionTCChunk): a state from scratch, folded in order
+#define TC_ATT_MG 16       // tc_attn_merge: chunk states loaded ahead of their folds
 #define TC_NEG_INF __uint_as_float(0xFF800000u)
 
 #ifndef BITALIGN_TC_SIM
@@ -63,6 +72,18 @@ __device__ __forceinline__ uint32_t mask_keys(uint32_t v, int k0, int E) {
 // better: (v, i) replaces (bv, bi) in the first-maximum reduction (bi < 0: no candidate yet; i < 0: none).
 __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
     return i >= 0 && (bi < 0 || v > bv || (!(bv > v) && i < bi));
+}
+
+// tc_att_factors: tc.3's fold of a chunk whose maximum is m into the running state whose maximum is M: the new
+// maximum mn and the two scales a (of the running state) and b (of the chunk's), as kernels.FoldTCChunk.
+__device__ __forceinline__ void tc_att_factors(float M, float m, float& mn, float& a, float& b) {
+    mn = m > M ? m : M;
+    a = bt_exp(__fsub_rn(M, mn));
+    b = bt_exp(__fsub_rn(m, mn));
+}
+// tc_att_fold: (A ⊗ a) ⊕ (x ⊗ b), each product and the sum rounded (tc.3: no FMA).
+__device__ __forceinline__ float tc_att_fold(float A, float a, float x, float b) {
+    return __fadd_rn(__fmul_rn(A, a), __fmul_rn(x, b));
 }
 
 // The dynamic shared memory of tc_attn_hd<HD>: two stages of the raw K and V blocks (64 keys × HD float32, as
@@ -163,8 +184,9 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
     float acc[NO][4];
 #pragma unroll
     for (int f = 0; f < NO; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
-    float m0 = TC_NEG_INF, m1 = TC_NEG_INF;  // the running max of rows g, g+8 (every lane of the quad alike)
-    float l = 0.0f;                          // lane r < 16: row r's running sum
+    float m0 = TC_NEG_INF, m1 = TC_NEG_INF;  // the chunk's running max of rows g, g+8 (every lane of the quad alike)
+    float l = 0.0f;                          // lane r < 16: row r's running sum in the chunk
+    float M0 = 0.0f, M1 = 0.0f, LM = 0.0f;   // the folded chunks' max (rows g, g+8) and sum (lane r: row r)
     float* const ew = es + warp * 16 * TC_ATT_ELD;
     float* const aw = al + warp * 16;
 
@@ -314,9 +336,54 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
                 }
             }
         }
+        // the end of a chunk (or of the warp's keys): every row that took part in the chunk folds its state into
+        // (M, L, A) (the first chunk as it is); a row with keys past the chunk keeps A in its out row (float32,
+        // read back by the same lane at the next fold) and starts the next chunk from scratch, the others keep
+        // the folded state in acc and l for the output
+        if ((blk + TC_ATT_KB) % TC_ATT_CH == 0 || blk + TC_ATT_KB > pw) {  // warp-uniform
+            const int cs = blk - blk % TC_ATT_CH;
+            float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int P = h ? P1 : P0;
+                if (P < cs) continue;  // no part in this chunk
+                float& M = h ? M1 : M0;
+                float& m = h ? m1 : m0;
+                const long long R = wr0 + g + 8 * h;
+                float* o = out + ((R / grp) * nh + gh * grp + R % grp) * HD + 2 * qd;
+                if (cs > 0) {
+                    float mn;
+                    tc_att_factors(M, m, mn, fa[h], fb[h]);
+#pragma unroll
+                    for (int f = 0; f < NO; f++) {
+                        const float2 A = *reinterpret_cast<const float2*>(o + 8 * f);
+                        acc[f][2 * h] = tc_att_fold(A.x, fa[h], acc[f][2 * h], fb[h]);
+                        acc[f][2 * h + 1] = tc_att_fold(A.y, fa[h], acc[f][2 * h + 1], fb[h]);
+                    }
+                    M = mn;
+                } else {
+                    M = m;
+                }
+                if (P >= cs + TC_ATT_CH) {  // more chunks: A to the out row, the next chunk from scratch
+#pragma unroll
+                    for (int f = 0; f < NO; f++) {
+                        *reinterpret_cast<float2*>(o + 8 * f) = make_float2(acc[f][2 * h], acc[f][2 * h + 1]);
+                        acc[f][2 * h] = acc[f][2 * h + 1] = 0.0f;
+                    }
+                    m = TC_NEG_INF;
+                }
+            }
+            // L: lane r < 16 (row r) with its row's scales, from the quad that computed them (lane 4·(r mod 8))
+            const float a0 = __shfl_sync(0xffffffffu, fa[0], 4 * (lane & 7)), a1 = __shfl_sync(0xffffffffu, fa[1], 4 * (lane & 7));
+            const float b0 = __shfl_sync(0xffffffffu, fb[0], 4 * (lane & 7)), b1 = __shfl_sync(0xffffffffu, fb[1], 4 * (lane & 7));
+            if (lane < 16 && PL >= cs) {
+                LM = cs > 0 ? tc_att_fold(LM, lane < 8 ? a0 : a1, l, lane < 8 ? b0 : b1) : l;
+                l = PL >= cs + TC_ATT_CH ? 0.0f : LM;
+            }
+        }
     }
     cp_async_wait<0>();
-    // out = round_dt(acc ⊘ l), l from the lane that kept it
+    // out = round_dt(acc ⊘ l), l from the lane that kept it (the folded state)
     const float l0 = __shfl_sync(0xffffffffu, l, g), l1 = __shfl_sync(0xffffffffu, l, g + 8);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -341,6 +408,14 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
 // the first maximum by the same reduction; lane 0 of the half runs the row's l chain), and p·V for its output
 // dims HD/8·w … (the four steps, the same masking). Scores, e, p and alpha pass through shared memory. Every
 // element sees the operations of tc_attn_hd<HD> in the same order, so the bits are the same.
+// A block serves one chunk of keys (tc.3: blockIdx.x = c, keys [256c, 256c+256)) of its kv head: the chunk's
+// state from scratch. A row with one chunk (position < 256) is done in block 0, which writes its output; every
+// other row's block writes the chunk's state (m, l, acc: HD+2 floats, TC_ATT_PART) to part, and tc_attn_merge
+// folds the states in chunk order. So a decode step of S keys is ⌈S/256⌉ blocks per kv head and sequence.
+// TC_ATT_PART_AT: the float offset in part of the state of chunk c (of nch) of row R (of the 16 of a decode
+// block) of kv head gh (of nkv), sequence z: [z][c][gh][R][m, l, acc[HD]] (Go's tcAttPartFloats sizes it).
+#define TC_ATT_PART_AT(z, c, nch, gh, nkv, R, HD) \
+    (((((long long)(z) * (nch) + (c)) * (nkv) + (gh)) * 16 + (R)) * ((HD) + 2))
 #define TC_ATT_DEC_SMEM(HD)                                                                            \
     (2 * 2 * TC_ATT_KB * (HD) * 4 + 2 * TC_ATT_KB * ((HD) + 8) * 2 + 16 * TC_ATT_KB * 4 + 16 * TC_ATT_ELD * 4 + \
      16 * (TC_ATT_KB + 8) * 2 + 2 * 16 * 4)
@@ -349,7 +424,7 @@ template <int HD>
 __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const float* __restrict__ q,
                                                  const float* __restrict__ k, const float* __restrict__ v,
                                                  const int* __restrict__ pos, int T, int S, int nh, int nkv,
-                                                 float scale, int dt, unsigned bx) {
+                                                 float scale, int dt, float* __restrict__ part, unsigned z) {
     constexpr int LD = HD + 8;
     constexpr int KS = HD / 16;
     constexpr int PLD = TC_ATT_KB + 8;   // bf16 row stride of p
@@ -369,8 +444,9 @@ __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const 
     const int g = lane >> 2, qd = lane & 3;
     const int grp = nh / nkv, gh = blockIdx.y;
     const long long rows = (long long)T * grp;
-    const long long row0 = (long long)bx * 16;
+    const long long row0 = 0;
     const long long kvStride = (long long)nkv * HD;
+    const int cs = blockIdx.x * TC_ATT_CH;  // the chunk's first key
     auto row_pos = [&](long long R) { return R < rows ? pos[R / grp] : -1; };
     const int P0 = row_pos(row0 + g), P1 = row_pos(row0 + g + 8);  // the fragments' rows
     const int sr = 2 * warp + (lane >> 4), sl = lane & 15;          // the softmax's row and lane
@@ -378,6 +454,8 @@ __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const 
     int pmax = -1;
     for (int i = 0; i < 16; i++) pmax = max(pmax, row_pos(row0 + i));
     pmax = min(pmax, S - 1);
+    if (pmax < cs) return;  // no row reaches the chunk (block-uniform)
+    const int cend = min(pmax, cs + TC_ATT_CH - 1);  // the chunk's last key any row reads
 
     uint32_t qa[KS][4];
     {
@@ -398,10 +476,10 @@ __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const 
     float m = TC_NEG_INF, l = 0.0f;  // row sr's running max (its 16 lanes alike) and sum (lane sl = 0)
     const int d0 = warp * DW;         // the warp's first output dim
 
-    if (pmax >= 0) tc_att_issue<HD>(raw, k, v, 0, 0, pmax, kvStride, gh);
-    for (int blk = 0, st = 0; blk <= pmax; blk += TC_ATT_KB, st ^= 1) {  // fixed 64-key blocks from position 0
-        if (blk + TC_ATT_KB <= pmax) {
-            tc_att_issue<HD>(raw, k, v, blk + TC_ATT_KB, st ^ 1, pmax, kvStride, gh);
+    tc_att_issue<HD>(raw, k, v, cs, 0, cend, kvStride, gh);
+    for (int blk = cs, st = 0; blk <= cend; blk += TC_ATT_KB, st ^= 1) {  // the chunk's 64-key blocks in order
+        if (blk + TC_ATT_KB <= cend) {
+            tc_att_issue<HD>(raw, k, v, blk + TC_ATT_KB, st ^ 1, cend, kvStride, gh);
         } else {
             cp_async_commit();
         }
@@ -547,21 +625,69 @@ __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const 
         }
     }
     cp_async_wait<0>();
-    if (sl == 0) ls[sr] = l;
+    __syncthreads();  // every warp's p·V has read alpha
+    if (sl == 0) ls[sr] = l, as[sr] = m;
     __syncthreads();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const long long R = row0 + g + 8 * h;
-        if ((h ? P1 : P0) < 0) continue;
+        const int P = h ? P1 : P0;
+        if (P < cs) continue;  // no part in this chunk (or past the rows)
         const float lr = ls[g + 8 * h];
-        float* o = out + ((R / grp) * nh + gh * grp + R % grp) * HD + d0;
+        if (P < TC_ATT_CH) {  // one chunk: the row's output
+            float* o = out + ((R / grp) * nh + gh * grp + R % grp) * HD + d0;
 #pragma unroll
-        for (int f = 0; f < DW / 8; f++) {
-            const int c = 8 * f + 2 * qd;
-            o[c] = round_dt(__fdiv_rn(acc[f][2 * h], lr), dt);
-            o[c + 1] = round_dt(__fdiv_rn(acc[f][2 * h + 1], lr), dt);
+            for (int f = 0; f < DW / 8; f++) {
+                const int c = 8 * f + 2 * qd;
+                o[c] = round_dt(__fdiv_rn(acc[f][2 * h], lr), dt);
+                o[c + 1] = round_dt(__fdiv_rn(acc[f][2 * h + 1], lr), dt);
+            }
+            continue;
+        }
+        float* e = part + TC_ATT_PART_AT(z, blockIdx.x, gridDim.x, gh, nkv, R, HD);  // the chunk's state
+        if (warp == 0 && qd == 0) e[0] = as[g + 8 * h], e[1] = lr;
+#pragma unroll
+        for (int f = 0; f < DW / 8; f++)
+            *reinterpret_cast<float2*>(e + 2 + d0 + 8 * f + 2 * qd) = make_float2(acc[f][2 * h], acc[f][2 * h + 1]);
+    }
+}
+
+// tc_attn_merge_body: tc.3's fold of the chunk states tc_attn_dec_body wrote to part, one thread per output
+// element of the rows with more than one chunk (the decode kernel wrote the others), in chunk order; out =
+// round_dt(A ⊘ L). nch is the decode launch's grid x (the chunks of its longest sequence).
+__device__ __forceinline__ void tc_attn_merge_body(float* __restrict__ out, const int* __restrict__ pos,
+                                                   const float* __restrict__ part, int T, int nh, int nkv, int hd,
+                                                   int dt, unsigned nch, unsigned z) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)T * nh * hd) return;
+    const int i = (int)(idx % hd), th = (int)(idx / hd), t = th / nh, h = th % nh;
+    const int grp = nh / nkv, gh = h / grp;
+    const long long R = (long long)t * grp + h % grp;
+    const int n = min(pos[t] / TC_ATT_CH + 1, (int)nch);  // the row's chunks (a bad position reads no more)
+    if (n <= 1) return;
+    const float* e = part + TC_ATT_PART_AT(z, 0, nch, gh, nkv, R, hd);
+    const long long cstride = TC_ATT_PART_AT(0, 1, nch, 0, nkv, 0, hd);  // one chunk further
+    float M = e[0], L = e[1], A = e[2 + i];
+    // the states' loads in groups of TC_ATT_MG, all issued before the group's folds (the fold is a chain; the
+    // loads are not: one at a time, a long cache's 128 chunks were 128 memory latencies in a row)
+    for (int c0 = 1; c0 < n; c0 += TC_ATT_MG) {
+        float xm[TC_ATT_MG], xl[TC_ATT_MG], xv[TC_ATT_MG];
+#pragma unroll
+        for (int j = 0; j < TC_ATT_MG; j++) {
+            const float* ej = e + (c0 + j < n ? (long long)(c0 + j) * cstride : 0);
+            xm[j] = ej[0], xl[j] = ej[1], xv[j] = ej[2 + i];
+        }
+#pragma unroll
+        for (int j = 0; j < TC_ATT_MG; j++) {
+            if (c0 + j >= n) break;
+            float mn, a, b;
+            tc_att_factors(M, xm[j], mn, a, b);
+            L = tc_att_fold(L, a, xl[j], b);
+            A = tc_att_fold(A, a, xv[j], b);
+            M = mn;
         }
     }
+    out[idx] = round_dt(__fdiv_rn(A, L), dt);
 }
 
 // TcAttSeq: one sequence of a batched launch (tc_attn_batch_hd<HD>, tc_attn_dec_batch_hd<HD>: blockIdx.z is the
@@ -594,13 +720,14 @@ struct TcAttSeq {
     extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_dec_hd##HD(                           \
         float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,                        \
         const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
-        int dt) {                                                                                                 \
-        tc_attn_dec_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt, blockIdx.x);                            \
+        int dt, float* __restrict__ part) {                                                                       \
+        tc_attn_dec_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt, part, 0);                               \
     }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32)                                               \
-        tc_attn_dec_batch_hd##HD(const TcAttSeq* __restrict__ seqs, int nh, int nkv, float scale, int dt) {       \
+    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_dec_batch_hd##HD(                     \
+        const TcAttSeq* __restrict__ seqs, int nh, int nkv, float scale, int dt, float* __restrict__ part) {       \
         const TcAttSeq s = seqs[blockIdx.z];                                                                      \
-        tc_attn_dec_body<HD>(s.out, s.q, s.k, s.v, s.pos, s.T, s.S, nh, nkv, scale, dt, 0);                       \
+        if ((int)blockIdx.x * TC_ATT_CH >= s.S) return; /* a shorter sequence's spare chunks */                   \
+        tc_attn_dec_body<HD>(s.out, s.q, s.k, s.v, s.pos, s.T, s.S, nh, nkv, scale, dt, part, blockIdx.z);        \
     }
 TC_ATT_ENTRY(16)
 TC_ATT_ENTRY(32)
@@ -610,3 +737,18 @@ TC_ATT_ENTRY(96)
 TC_ATT_ENTRY(128)
 TC_ATT_DEC_ENTRY(64)
 TC_ATT_DEC_ENTRY(128)
+
+// tc_attn_merge(out, pos, part, T, nh, nkv, hd, dt, nch): after tc_attn_dec_hd<hd> with grid x nch > 1, grid
+// ⌈T·nh·hd / 256⌉, 256 threads; tc_attn_merge_batch(seqs, part, nh, nkv, hd, dt, nch) after
+// tc_attn_dec_batch_hd<hd>, grid (⌈max T·nh·hd / 256⌉, 1, sequences).
+extern "C" __global__ void __launch_bounds__(256) tc_attn_merge(float* __restrict__ out, const int* __restrict__ pos,
+                                                               const float* __restrict__ part, int T, int nh, int nkv,
+                                                               int hd, int dt, int nch) {
+    tc_attn_merge_body(out, pos, part, T, nh, nkv, hd, dt, (unsigned)nch, 0);
+}
+extern "C" __global__ void __launch_bounds__(256) tc_attn_merge_batch(const TcAttSeq* __restrict__ seqs,
+                                                                     const float* __restrict__ part, int nh, int nkv,
+                                                                     int hd, int dt, int nch) {
+    const TcAttSeq s = seqs[blockIdx.z];
+    tc_attn_merge_body(s.out, s.pos, part, s.T, nh, nkv, hd, dt, (unsigned)nch, blockIdx.z);
+}

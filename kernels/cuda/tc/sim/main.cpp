@@ -5,8 +5,10 @@
 //   tc_sim tc_mm_<variant>   GX GY GZ BX SMEM  M K N G DT  NSEG B0..BNSEG  X W BIAS|- OUT PART|- [OB]
 //   (OB: the persistent tc_tma.cu entries' ob; 1: OUT holds bf16 bits, else float32)
 //   tc_sim tc_finish         GX BX  M N PARTS DT  BIAS|- OUT PART
-//   tc_sim tc_attn[_dec]_hd<HD>  GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT
-//   tc_sim tc_attn[_dec]_batch_hd<HD>  GX GY GZ BX SMEM  NH NKV SCALE_BITS DT  (T S Q K V POS OUT) × GZ
+//   tc_sim tc_attn[_dec]_hd<HD>  GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT  [MGX MBX]
+//   tc_sim tc_attn[_dec]_batch_hd<HD>  GX GY GZ BX SMEM  NH NKV SCALE_BITS DT  (T S Q K V POS OUT) × GZ  [MGX MBX]
+//   (the decode entries: their chunk states go to a scratch of GZ·GX·GY·16·(HD+2) floats, poisoned, and
+//   MGX MBX, when given, run tc_attn_merge[_batch] on it after them: grid MGX (× GZ), MBX threads)
 //
 // Build: g++ -std=c++20 -O1 -ffp-contract=off -DBITALIGN_TC_SIM -I kernels/cuda kernels/cuda/tc/sim/main.cpp
 #include <cstdio>
@@ -127,14 +129,19 @@ int main(int argc, char** argv) {
             {"tc_attn_batch_hd64", {tc_attn_batch_hd64, TC_ATT_SMEM(64)}},
             {"tc_attn_batch_hd80", {tc_attn_batch_hd80, TC_ATT_SMEM(80)}},
             {"tc_attn_batch_hd96", {tc_attn_batch_hd96, TC_ATT_SMEM(96)}},
-            {"tc_attn_batch_hd128", {tc_attn_batch_hd128, TC_ATT_SMEM(128)}},
+            {"tc_attn_batch_hd128", {tc_attn_batch_hd128, TC_ATT_SMEM(128)}}};
+        using ATBD = void (*)(const TcAttSeq*, int, int, float, int, float*);
+        static const std::map<std::string, std::pair<ATBD, int>> dec = {
             {"tc_attn_dec_batch_hd64", {tc_attn_dec_batch_hd64, TC_ATT_DEC_SMEM(64)}},
             {"tc_attn_dec_batch_hd128", {tc_attn_dec_batch_hd128, TC_ATT_DEC_SMEM(128)}}};
         auto at = att.find(name);
-        if (at == att.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
+        auto dit = dec.find(name);
+        if (at == att.end() && dit == dec.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
         const int gz = I(4), nh = I(7), nkv = I(8), dt = I(10);
-        if (gz < 1 || argc != 11 + 7 * gz) return fprintf(stderr, "tc_sim: %s wants 9 + 7·GZ arguments\n", name.c_str()), 2;
-        if (I(6) < at->second.second) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(6), at->second.second), 2;
+        const int need = dit != dec.end() ? dit->second.second : at->second.second;
+        const bool merge = dit != dec.end() && argc == 11 + 7 * gz + 2;
+        if (gz < 1 || (argc != 11 + 7 * gz && !merge)) return fprintf(stderr, "tc_sim: %s wants 9 + 7·GZ arguments\n", name.c_str()), 2;
+        if (I(6) < need) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(6), need), 2;
         const float scale = __uint_as_float((uint32_t)strtoul(argv[9], nullptr, 10));
         std::vector<std::vector<float>> q(gz), kc(gz), vc(gz), out(gz);
         std::vector<std::vector<int>> pos(gz);
@@ -145,7 +152,16 @@ int main(int argc, char** argv) {
             pos[z] = slurp<int>(argv[a + 5]), out[z] = slurp<float>(argv[a + 6]);
             seqs[z] = {out[z].data(), q[z].data(), kc[z].data(), vc[z].data(), pos[z].data(), I(a), I(a + 1)};
         }
-        run_grid(I(2), I(3), (unsigned)gz, I(5), (size_t)I(6), [&] { at->second.first(seqs.data(), nh, nkv, scale, dt); });
+        if (dit == dec.end()) {
+            run_grid(I(2), I(3), (unsigned)gz, I(5), (size_t)I(6), [&] { at->second.first(seqs.data(), nh, nkv, scale, dt); });
+        } else {
+            const int hd = name.find("hd128") != std::string::npos ? 128 : 64;
+            std::vector<float> part((size_t)gz * I(2) * I(3) * 16 * (hd + 2), __uint_as_float(0x7FBADBADu));
+            run_grid(I(2), I(3), (unsigned)gz, I(5), (size_t)I(6), [&] { dit->second.first(seqs.data(), nh, nkv, scale, dt, part.data()); });
+            if (merge)
+                run_grid(I(argc - 2), 1, (unsigned)gz, I(argc - 1), 0,
+                         [&] { tc_attn_merge_batch(seqs.data(), part.data(), nh, nkv, hd, dt, I(2)); });
+        }
         for (int z = 0; z < gz; z++) spill(argv[11 + 7 * z + 6], out[z]);
         return 0;
     }
@@ -157,14 +173,18 @@ int main(int argc, char** argv) {
             {"tc_attn_hd64", {tc_attn_hd64, TC_ATT_SMEM(64)}},
             {"tc_attn_hd80", {tc_attn_hd80, TC_ATT_SMEM(80)}},
             {"tc_attn_hd96", {tc_attn_hd96, TC_ATT_SMEM(96)}},
-            {"tc_attn_hd128", {tc_attn_hd128, TC_ATT_SMEM(128)}},
+            {"tc_attn_hd128", {tc_attn_hd128, TC_ATT_SMEM(128)}}};
+        using ATD = void (*)(float*, const float*, const float*, const float*, const int*, int, int, int, int, float, int, float*);
+        static const std::map<std::string, std::pair<ATD, int>> dec = {
             {"tc_attn_dec_hd64", {tc_attn_dec_hd64, TC_ATT_DEC_SMEM(64)}},
             {"tc_attn_dec_hd128", {tc_attn_dec_hd128, TC_ATT_DEC_SMEM(128)}}};
         auto at = att.find(name);
-        if (at == att.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
-        if (argc != 17) return fprintf(stderr, "tc_sim: %s wants 15 arguments\n", name.c_str()), 2;
+        auto dit = dec.find(name);
+        if (at == att.end() && dit == dec.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
+        const bool merge = dit != dec.end() && argc == 19;
+        if (argc != 17 && !merge) return fprintf(stderr, "tc_sim: %s wants 15 arguments\n", name.c_str()), 2;
         const int T = I(6), S = I(7), nh = I(8), nkv = I(9), dt = I(11);
-        const int need = at->second.second;
+        const int need = dit != dec.end() ? dit->second.second : at->second.second;
         if (I(5) < need) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(5), need), 2;
         const float scale = __uint_as_float((uint32_t)strtoul(argv[10], nullptr, 10));
         auto q = slurp<float>(argv[12]);
@@ -172,9 +192,20 @@ int main(int argc, char** argv) {
         auto vc = slurp<float>(argv[14]);
         auto pos = slurp<int>(argv[15]);
         auto out = slurp<float>(argv[16]);
-        run_grid(I(2), I(3), 1, I(4), (size_t)I(5), [&] {
-            at->second.first(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt);
-        });
+        if (dit == dec.end()) {
+            run_grid(I(2), I(3), 1, I(4), (size_t)I(5), [&] {
+                at->second.first(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt);
+            });
+        } else {
+            const int hd = name.find("hd128") != std::string::npos ? 128 : 64;
+            std::vector<float> part((size_t)I(2) * I(3) * 16 * (hd + 2), __uint_as_float(0x7FBADBADu));
+            run_grid(I(2), I(3), 1, I(4), (size_t)I(5), [&] {
+                dit->second.first(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt, part.data());
+            });
+            if (merge)
+                run_grid(I(17), 1, 1, I(18), 0,
+                         [&] { tc_attn_merge(out.data(), pos.data(), part.data(), T, nh, nkv, hd, dt, I(2)); });
+        }
         spill(argv[16], out);
         return 0;
     }
