@@ -59,7 +59,7 @@ def attention_table(rows):
         q = torch.randn(B, nh, T, hd, device=dev, generator=g).to(torch.bfloat16)
         k = torch.randn(B, nkv, S, hd, device=dev, generator=g).to(torch.bfloat16)
         v = torch.randn(B, nkv, S, hd, device=dev, generator=g).to(torch.bfloat16)
-        causal = r["kind"] == "prefill"
+        causal = r["kind"].startswith("prefill")  # prefill16, decode16: tc over bf16 caches
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             try:
                 ms = median_ms(lambda i: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True), 20)

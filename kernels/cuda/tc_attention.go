@@ -33,6 +33,23 @@ func tcAttSmem(hd int) int {
 	return 2*2*kb*hd*4 + 2*kb*(hd+8)*2 + tcAttWarps*16*(tcAttELD+1)*4
 }
 
+// tcAttSmem16 and tcAttDecSmem16 are the kv16 entries' (TC_ATT_SMEM16, TC_ATT_DEC_SMEM16): two stages of the
+// bf16 K and V tiles in place of the float32 stages and their one converted pair.
+func tcAttSmem16(hd int) int {
+	return tcAttSmem(hd) - 2*2*kernels.AttentionBlock*hd*4 + 2*kernels.AttentionBlock*(hd+8)*2
+}
+func tcAttDecSmem16(hd int) int {
+	return tcAttDecSmem(hd) - 2*2*kernels.AttentionBlock*hd*4 + 2*kernels.AttentionBlock*(hd+8)*2
+}
+
+// tcAttKV is the infix of the entries for a cache of bf16 values in bf16 (kv16) or in float32 ("").
+func tcAttKV(kv16 bool) string {
+	if kv16 {
+		return "kv16_"
+	}
+	return ""
+}
+
 // tcAttDecSmem is tc_attn_dec_hd<hd>'s (TC_ATT_DEC_SMEM): the same K/V stages and blocks, then the scores
 // (16 × 64 floats), e (16 × TC_ATT_ELD), p (16 × 72 bf16), alpha and l (16 floats each).
 func tcAttDecSmem(hd int) int {
@@ -55,10 +72,14 @@ func tcAttChunks(S int) int { return ceilDiv(int64(max(S, 1)), kernels.Attention
 // tcAttDecode is the decode kernel's launch for z sequences whose longest cache holds S positions and whose
 // most queries are T: ⌈S/256⌉ chunks × nkv × z blocks, and the merge over ⌈T·nh·hd/256⌉ × z blocks when there
 // is more than one chunk (a row with one chunk is written by the decode kernel itself).
-func tcAttDecode(kernel, merge string, T, S, nh, nkv, hd, z int) tcAttPlan {
+func tcAttDecode(kernel, merge string, T, S, nh, nkv, hd, z int, kv16 bool) tcAttPlan {
 	nch := tcAttChunks(S)
+	smem := tcAttDecSmem(hd)
+	if kv16 {
+		smem = tcAttDecSmem16(hd)
+	}
 	p := tcAttPlan{Launch: Launch{Kernel: kernel, Grid: cuda.Dim3{X: nch, Y: nkv, Z: z},
-		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttDecSmem(hd)}, Dec: true}
+		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: smem}, Dec: true}
 	// always a scratch, also for one chunk: a position past the cache (bad input) must not write through null
 	p.PartFloats = int64(z) * int64(nch) * int64(nkv) * 16 * int64(hd+2)
 	if nch > 1 {
@@ -75,14 +96,20 @@ const tcAttMergeThreads = 256
 // 16·tcAttWarps consecutive (query, head) rows of a kv head (grid y), so a block's rows share each K and V block
 // it stages (tc_attn_hd<hd>, which folds tc.3's chunks as it walks them); when all of a kv head's rows fit in 16
 // (T·grp ≤ 16: decode), tc_attn_dec_hd<hd>, a block per chunk of keys whose 8 warps share each key block's work,
-// and tc_attn_merge (the same bits: main forces tc_attn_hd<hd>, for the tests).
-func planTCAttention(T, S, nh, nkv, hd int, main bool) tcAttPlan {
+// and tc_attn_merge (the same bits: main forces tc_attn_hd<hd>, for the tests). kv16: the entries that read bf16
+// caches (tc_attn_kv16_*: the same bits from the same values).
+func planTCAttention(T, S, nh, nkv, hd int, main, kv16 bool) tcAttPlan {
 	rows := int64(T) * int64(nh/nkv)
+	kv := tcAttKV(kv16)
 	if rows <= 16 && !main && slices.Contains(tcAttDecHeadDims, hd) {
-		return tcAttDecode(fmt.Sprintf("tc_attn_dec_hd%d", hd), "tc_attn_merge", T, S, nh, nkv, hd, 1)
+		return tcAttDecode(fmt.Sprintf("tc_attn_%sdec_hd%d", kv, hd), "tc_attn_merge", T, S, nh, nkv, hd, 1, kv16)
 	}
-	return tcAttPlan{Launch: Launch{Kernel: fmt.Sprintf("tc_attn_hd%d", hd), Grid: cuda.Dim3{X: ceilDiv(rows, 16*tcAttWarps), Y: nkv},
-		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttSmem(hd)}}
+	smem := tcAttSmem(hd)
+	if kv16 {
+		smem = tcAttSmem16(hd)
+	}
+	return tcAttPlan{Launch: Launch{Kernel: fmt.Sprintf("tc_attn_%shd%d", kv, hd), Grid: cuda.Dim3{X: ceilDiv(rows, 16*tcAttWarps), Y: nkv},
+		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: smem}}
 }
 
 // HasTCAttention returns nil when tc_attention's kernels are loaded, else why not.
@@ -91,6 +118,20 @@ func (k *Kernels) HasTCAttention() error { return k.tcAttErr }
 // attentionTC runs tc.3 (kernels.AttentionTC's bits): q, kc, vc float32 holding bf16 values (the caller's
 // rounding; a value's bf16 is the high half of its bits), the argument list of AttentionForward.
 func (k *Kernels) attentionTC(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos cuda.Ptr, T, S, nh, nkv, hd int, scale float32) error {
+	return k.attentionTCKV(c, dt, out, q, kc, vc, pos, T, S, nh, nkv, hd, scale, false)
+}
+
+// AttentionTCKV16 is tc attention (AttentionForward with kernels.TC) over bf16 caches: kc and vc hold the bf16
+// bits (S × nkv·hd uint16 each, 16-byte aligned) of the values a float32 cache would hold, q and out are as
+// AttentionForward's. The bits are those of the float32 cache's; it reads half the bytes.
+func (k *Kernels) AttentionTCKV16(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos cuda.Ptr, T, S, nh, nkv, hd int, scale float32) error {
+	if nkv <= 0 || nh%nkv != 0 {
+		return fmt.Errorf("cudakernels: AttentionTCKV16: %d query heads not a multiple of %d kv heads", nh, nkv)
+	}
+	return k.attentionTCKV(c, dt, out, q, kc, vc, pos, T, S, nh, nkv, hd, scale, true)
+}
+
+func (k *Kernels) attentionTCKV(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos cuda.Ptr, T, S, nh, nkv, hd int, scale float32, kv16 bool) error {
 	if k.tcAttErr != nil {
 		return k.tcAttErr
 	}
@@ -100,7 +141,7 @@ func (k *Kernels) attentionTC(c *cuda.Ctx, dt kernels.DType, out, q, kc, vc, pos
 	if (uint64(q)|uint64(kc)|uint64(vc))%16 != 0 {
 		return fmt.Errorf("cudakernels: AttentionForward: tc attention needs 16-byte aligned q, k and v")
 	}
-	pl := planTCAttention(T, S, nh, nkv, hd, k.tcAttMain)
+	pl := planTCAttention(T, S, nh, nkv, hd, k.tcAttMain, kv16)
 	if !pl.Dec {
 		return k.launch(c, pl.Launch, out, q, kc, vc, pos, T, S, nh, nkv, scale, DTCode(dt))
 	}
@@ -134,7 +175,8 @@ func tcAttSmemOf(name string) int {
 		prefix string
 		smem   func(int) int
 	}{{"tc_attn_dec_hd", tcAttDecSmem}, {"tc_attn_dec_batch_hd", tcAttDecSmem}, {"tc_attn_hd", tcAttSmem},
-		{"tc_attn_batch_hd", tcAttSmem}} {
+		{"tc_attn_batch_hd", tcAttSmem}, {"tc_attn_kv16_dec_hd", tcAttDecSmem16}, {"tc_attn_kv16_dec_batch_hd", tcAttDecSmem16},
+		{"tc_attn_kv16_hd", tcAttSmem16}, {"tc_attn_kv16_batch_hd", tcAttSmem16}} {
 		if rest, ok := strings.CutPrefix(name, e.prefix); ok {
 			if _, err := fmt.Sscanf(rest, "%d", &hd); err == nil {
 				return e.smem(hd)
@@ -168,18 +210,23 @@ func TCAttSeqWords(seqs []TCAttSeq) []uint64 {
 // tc_attn_merge_batch) when every sequence would take tc_attn_dec_hd<hd> (decode), else tc_attn_batch_hd<hd>
 // (grid x the most blocks planTCAttention gives any sequence). The same bits: each sequence's blocks do what
 // they do in its own launch.
-func planTCAttentionBatch(Ts, Ss []int, nh, nkv, hd int, main bool) tcAttPlan {
+func planTCAttentionBatch(Ts, Ss []int, nh, nkv, hd int, main, kv16 bool) tcAttPlan {
 	dec, gx, smax, tmax := true, 1, 1, 1
 	for i, T := range Ts {
-		dec = dec && strings.HasPrefix(planTCAttention(T, Ss[i], nh, nkv, hd, main).Kernel, "tc_attn_dec_hd")
-		gx = max(gx, planTCAttention(T, Ss[i], nh, nkv, hd, true).Grid.X) // tc_attn_hd<hd>'s blocks of the sequence
+		dec = dec && planTCAttention(T, Ss[i], nh, nkv, hd, main, kv16).Dec
+		gx = max(gx, planTCAttention(T, Ss[i], nh, nkv, hd, true, kv16).Grid.X) // tc_attn_hd<hd>'s blocks of the sequence
 		smax, tmax = max(smax, Ss[i]), max(tmax, T)
 	}
+	kv := tcAttKV(kv16)
 	if dec {
-		return tcAttDecode(fmt.Sprintf("tc_attn_dec_batch_hd%d", hd), "tc_attn_merge_batch", tmax, smax, nh, nkv, hd, len(Ts))
+		return tcAttDecode(fmt.Sprintf("tc_attn_%sdec_batch_hd%d", kv, hd), "tc_attn_merge_batch", tmax, smax, nh, nkv, hd, len(Ts), kv16)
 	}
-	return tcAttPlan{Launch: Launch{Kernel: fmt.Sprintf("tc_attn_batch_hd%d", hd), Grid: cuda.Dim3{X: gx, Y: nkv, Z: len(Ts)},
-		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: tcAttSmem(hd)}}
+	smem := tcAttSmem(hd)
+	if kv16 {
+		smem = tcAttSmem16(hd)
+	}
+	return tcAttPlan{Launch: Launch{Kernel: fmt.Sprintf("tc_attn_%sbatch_hd%d", kv, hd), Grid: cuda.Dim3{X: gx, Y: nkv, Z: len(Ts)},
+		Block: cuda.Dim3{X: 32 * tcAttWarps}, Smem: smem}}
 }
 
 // HasTCAttentionBatch returns nil when the loaded tc_attention PTX has the batched entries for head dim hd
@@ -205,6 +252,16 @@ func (k *Kernels) HasTCAttentionBatch(hd int) error {
 // before the launch), seqs itself for the plan and the checks. The bits of each sequence are those of its own
 // AttentionForward call.
 func (k *Kernels) AttentionTCBatch(c *cuda.Ctx, dt kernels.DType, desc cuda.Ptr, seqs []TCAttSeq, nh, nkv, hd int, scale float32) error {
+	return k.attentionTCBatch(c, dt, desc, seqs, nh, nkv, hd, scale, false)
+}
+
+// AttentionTCBatchKV16 is AttentionTCBatch over bf16 caches (every sequence's K and V hold bf16 bits, as
+// AttentionTCKV16's).
+func (k *Kernels) AttentionTCBatchKV16(c *cuda.Ctx, dt kernels.DType, desc cuda.Ptr, seqs []TCAttSeq, nh, nkv, hd int, scale float32) error {
+	return k.attentionTCBatch(c, dt, desc, seqs, nh, nkv, hd, scale, true)
+}
+
+func (k *Kernels) attentionTCBatch(c *cuda.Ctx, dt kernels.DType, desc cuda.Ptr, seqs []TCAttSeq, nh, nkv, hd int, scale float32, kv16 bool) error {
 	if nkv <= 0 || nh%nkv != 0 {
 		return fmt.Errorf("cudakernels: AttentionForward: %d query heads not a multiple of %d kv heads", nh, nkv)
 	}
@@ -230,7 +287,7 @@ func (k *Kernels) AttentionTCBatch(c *cuda.Ctx, dt kernels.DType, desc cuda.Ptr,
 		}
 		Ts[i], Ss[i] = s.T, s.S
 	}
-	pl := planTCAttentionBatch(Ts, Ss, nh, nkv, hd, k.tcAttMain)
+	pl := planTCAttentionBatch(Ts, Ss, nh, nkv, hd, k.tcAttMain, kv16)
 	if !pl.Dec {
 		return k.launch(c, pl.Launch, desc, nh, nkv, scale, DTCode(dt))
 	}

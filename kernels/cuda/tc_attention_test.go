@@ -187,16 +187,29 @@ func TestTCAttentionSimulated(t *testing.T) {
 		for i := range poison {
 			poison[i] = math.Float32frombits(0x7FBADBAD)
 		}
-		plans := []tcAttPlan{planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, false)}
-		if p := planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, true); p.Kernel != plans[0].Kernel {
-			plans = append(plans, p) // decode: tc_attn_dec_hd<hd> (and its merge), and tc_attn_hd<hd> on the same rows
+		// decode: tc_attn_dec_hd<hd> (and its merge), and tc_attn_hd<hd> on the same rows; each also over a bf16
+		// cache (kv16, on alternate cases: every simulated launch costs seconds)
+		var plans []tcAttPlan
+		for _, kv16 := range []bool{false, true} {
+			if kv16 && i%2 == 0 && c.S <= 512 {
+				continue
+			}
+			plans = append(plans, planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, false, kv16))
+			if p := planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, true, kv16); p.Kernel != plans[len(plans)-1].Kernel {
+				plans = append(plans, p)
+			}
 		}
 		qf, kf, vf, pf := write("q.bin", q), write("k.bin", kc), write("v.bin", vc), write("pos.bin", pos)
+		kf16, vf16 := write("k16.bin", bf16Bits(kc)), write("v16.bin", bf16Bits(vc))
 		for _, l := range plans {
 			of := write("out.bin", poison)
+			kfl, vfl := kf, vf
+			if strings.Contains(l.Kernel, "_kv16_") {
+				kfl, vfl = kf16, vf16
+			}
 			args := []string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Block.X), itoa(l.Smem),
 				itoa(c.T), itoa(c.S), itoa(c.nh), itoa(c.nkv), strconv.FormatUint(uint64(math.Float32bits(kernels.AttentionScale(c.hd))), 10),
-				itoa(DTCode(dt)), qf, kf, vf, pf, of}
+				itoa(DTCode(dt)), qf, kfl, vfl, pf, of}
 			if l.Merge.Kernel != "" {
 				args = append(args, itoa(l.Merge.Grid.X), itoa(l.Merge.Block.X))
 				merges++
@@ -251,7 +264,7 @@ func TestTCAttentionBatchSimulated(t *testing.T) {
 			dt = kernels.F32
 		}
 		c0 := b[0]
-		var args, outs []string
+		var args, args16, outs []string
 		var wants [][]float32
 		var Ts, Ss []int
 		for i, c := range b {
@@ -265,12 +278,14 @@ func TestTCAttentionBatchSimulated(t *testing.T) {
 			of := f("out.bin", poison)
 			outs = append(outs, of)
 			args = append(args, itoa(c.T), itoa(c.S), f("q.bin", q), f("k.bin", kc), f("v.bin", vc), f("pos.bin", pos), of)
+			args16 = append(args16, itoa(c.T), itoa(c.S), f("q.bin", q), f("k16.bin", bf16Bits(kc)), f("v16.bin", bf16Bits(vc)), f("pos.bin", pos), of)
 			Ts, Ss = append(Ts, c.T), append(Ss, c.S)
 		}
-		plans := []tcAttPlan{planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, false)}
-		if p := planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, true); p.Kernel != plans[0].Kernel {
+		plans := []tcAttPlan{planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, false, false)}
+		if p := planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, true, false); p.Kernel != plans[0].Kernel {
 			plans = append(plans, p)
 		}
+		plans = append(plans, planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, false, true)) // over bf16 caches
 		if bi == 1 && !strings.HasPrefix(plans[0].Kernel, "tc_attn_dec_batch_hd") {
 			t.Fatalf("a decode batch planned as %v", plans[0])
 		}
@@ -289,6 +304,9 @@ func TestTCAttentionBatchSimulated(t *testing.T) {
 			sargs := append([]string{l.Kernel, itoa(l.Grid.X), itoa(l.Grid.Y), itoa(l.Grid.Z), itoa(l.Block.X), itoa(l.Smem),
 				itoa(c0.nh), itoa(c0.nkv), strconv.FormatUint(uint64(math.Float32bits(kernels.AttentionScale(c0.hd))), 10),
 				itoa(DTCode(dt))}, args...)
+			if strings.Contains(l.Kernel, "_kv16_") {
+				sargs = append(sargs[:10], args16...)
+			}
 			if l.Merge.Kernel != "" {
 				sargs = append(sargs, itoa(l.Merge.Grid.X), itoa(l.Merge.Block.X))
 				merges++
@@ -431,18 +449,24 @@ func TestAttentionTCBitwise(t *testing.T) {
 		c := j.c
 		d := &dev{g: g}
 		dq, dk, dv, dp := d.f32(t, j.q), d.f32(t, j.kc), d.f32(t, j.vc), d.i32(t, j.pos)
-		for _, main := range []bool{false, true} {
-			l := planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, main)
-			if main && l.Kernel == planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, false).Kernel {
-				continue
+		dk16, dv16 := upload(t, d, bf16Bits(j.kc)), upload(t, d, bf16Bits(j.vc))
+		for _, kv16 := range []bool{false, true} {
+			for _, main := range []bool{false, true} {
+				l := planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, main, kv16)
+				if main && l.Kernel == planTCAttention(c.T, c.S, c.nh, c.nkv, c.hd, false, kv16).Kernel {
+					continue
+				}
+				out := d.poisoned(t, len(j.q))
+				d.run(t, func(cx *cuda.Ctx, k *Kernels) error {
+					k.tcAttMain = main
+					defer func() { k.tcAttMain = false }()
+					if kv16 {
+						return k.AttentionTCKV16(cx, j.dt, out, dq, dk16, dv16, dp, c.T, c.S, c.nh, c.nkv, c.hd, kernels.AttentionScale(c.hd))
+					}
+					return k.AttentionForward(cx, kernels.TC, j.dt, out, dq, dk, dv, dp, c.T, c.S, c.nh, c.nkv, c.hd, kernels.AttentionScale(c.hd))
+				})
+				same(t, fmt.Sprintf("%v dt=%v (%s)", c, j.dt, l.Kernel), d.get(t, out, len(j.q)), j.want)
 			}
-			out := d.poisoned(t, len(j.q))
-			d.run(t, func(cx *cuda.Ctx, k *Kernels) error {
-				k.tcAttMain = main
-				defer func() { k.tcAttMain = false }()
-				return k.AttentionForward(cx, kernels.TC, j.dt, out, dq, dk, dv, dp, c.T, c.S, c.nh, c.nkv, c.hd, kernels.AttentionScale(c.hd))
-			})
-			same(t, fmt.Sprintf("%v dt=%v (%s)", c, j.dt, l.Kernel), d.get(t, out, len(j.q)), j.want)
 		}
 		d.free()
 	}
@@ -481,7 +505,7 @@ func TestAttentionTCBatch(t *testing.T) {
 		}
 		c0 := b[0]
 		d := &dev{g: g}
-		var seqs []TCAttSeq
+		var seqs, seqs16 []TCAttSeq
 		var wants [][]float32
 		var Ts, Ss []int
 		for _, c := range b {
@@ -492,12 +516,20 @@ func TestAttentionTCBatch(t *testing.T) {
 			}
 			wants = append(wants, want)
 			seqs = append(seqs, TCAttSeq{Q: d.f32(t, q), K: d.f32(t, kc), V: d.f32(t, vc), Pos: d.i32(t, pos), T: c.T, S: c.S})
+			s16 := seqs[len(seqs)-1]
+			s16.K, s16.V = upload(t, d, bf16Bits(kc)), upload(t, d, bf16Bits(vc))
+			seqs16 = append(seqs16, s16)
 			Ts, Ss = append(Ts, c.T), append(Ss, c.S)
 		}
-		for _, main := range []bool{false, true} {
-			l := planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, main)
-			if main && l.Kernel == planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, false).Kernel {
+		for _, run := range []struct{ main, kv16 bool }{{false, false}, {true, false}, {false, true}} {
+			main := run.main
+			l := planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, main, run.kv16)
+			if main && l.Kernel == planTCAttentionBatch(Ts, Ss, c0.nh, c0.nkv, c0.hd, false, false).Kernel {
 				continue
+			}
+			seqs := seqs
+			if run.kv16 {
+				seqs = seqs16
 			}
 			for i := range seqs { // fresh poisoned outputs for each kernel: one that writes nothing fails
 				seqs[i].Out = d.poisoned(t, len(wants[i]))
@@ -506,6 +538,9 @@ func TestAttentionTCBatch(t *testing.T) {
 			d.run(t, func(cx *cuda.Ctx, k *Kernels) error {
 				k.tcAttMain = main
 				defer func() { k.tcAttMain = false }()
+				if run.kv16 {
+					return k.AttentionTCBatchKV16(cx, dt, desc, seqs, c0.nh, c0.nkv, c0.hd, kernels.AttentionScale(c0.hd))
+				}
 				return k.AttentionTCBatch(cx, dt, desc, seqs, c0.nh, c0.nkv, c0.hd, kernels.AttentionScale(c0.hd))
 			})
 			for i, sq := range seqs {
@@ -650,8 +685,8 @@ func tcAttBenches() []tcAttBench {
 // BenchmarkAttentionTC times tc attention (median of CUDA-event-timed runs after warm-up) at the prefill
 // (T = 512…8192, GQA 28/4 and 32/8, hd 128 and 64) and decode shapes (S = 512…32768, batch 1…64: the batch in
 // one launch, AttentionTCBatch as the engine runs it, or one launch a sequence with PTX that lacks it), reporting µs, TFLOP/s (causal: 2·2·nh·hd·T·(T+1)/2 per sequence) and the cache bytes read per µs
-// (float32 k and v once). scripts/tc_bench.py prints it beside torch's scaled_dot_product_attention with the
-// flash backend at the same shapes.
+// (k and v once), over float32 caches and (kind prefill16, decode16) bf16 ones. scripts/tc_bench.py prints it
+// beside torch's scaled_dot_product_attention with the flash backend at the same shapes.
 func BenchmarkAttentionTC(b *testing.B) {
 	g := tcAttGPU(b)
 	r := rand.New(rand.NewPCG(7, 8))
@@ -676,28 +711,52 @@ func BenchmarkAttentionTC(b *testing.B) {
 			}
 		}
 		desc := upload(b, d, TCAttSeqWords(seqs))
-		b.Run(fmt.Sprintf("%s/nh=%d/nkv=%d/hd=%d/T=%d/S=%d/B=%d", s.kind, s.nh, s.nkv, s.hd, s.T, s.S, s.B), func(b *testing.B) {
-			ms := timeGPUMedian(b, g, max(b.N, 10), func(c *cuda.Ctx, _ int) error {
-				if seqs != nil {
-					return g.k.AttentionTCBatch(c, kernels.BF16, desc, seqs, s.nh, s.nkv, s.hd, scale)
-				}
-				for i := 0; i < s.B; i++ {
-					if err := g.k.AttentionForward(c, kernels.TC, kernels.BF16, out.Add(int64(i)*row), q.Add(int64(i)*row),
-						kc.Add(int64(i*kv*4)), vc.Add(int64(i*kv*4)), dp, s.T, s.S, s.nh, s.nkv, s.hd, scale); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			flops := float64(s.B) * 4 * float64(s.nh) * float64(s.hd) * float64(s.T) * float64(s.T+1) / 2
-			if s.kind == "decode" {
-				flops = float64(s.B) * 4 * float64(s.nh) * float64(s.hd) * float64(s.S)
+		// the same over bf16 caches (AttentionTCKV16: the same bits, half the bytes): kind "prefill16", "decode16"
+		kc16, vc16 := tcAttCache(b, d, r, s.B*kv/2), tcAttCache(b, d, r, s.B*kv/2)
+		var seqs16 []TCAttSeq
+		for i, sq := range seqs {
+			sq.K, sq.V = kc16.Add(int64(i*kv*2)), vc16.Add(int64(i*kv*2))
+			seqs16 = append(seqs16, sq)
+		}
+		desc16 := upload(b, d, TCAttSeqWords(seqs16))
+		for _, kv16 := range []bool{false, true} {
+			kind, esz := s.kind, 4
+			if kv16 {
+				kind, esz = s.kind+"16", 2
 			}
-			bytes := float64(s.B) * 2 * 4 * float64(kv)
-			b.ReportMetric(ms*1e3, "gpu-us/op")
-			b.ReportMetric(flops/(ms*1e-3)/1e12, "TFLOP/s")
-			b.ReportMetric(bytes/(ms*1e-3)/1e9, "GB/s")
-		})
+			b.Run(fmt.Sprintf("%s/nh=%d/nkv=%d/hd=%d/T=%d/S=%d/B=%d", kind, s.nh, s.nkv, s.hd, s.T, s.S, s.B), func(b *testing.B) {
+				ms := timeGPUMedian(b, g, max(b.N, 10), func(c *cuda.Ctx, _ int) error {
+					switch {
+					case seqs != nil && kv16:
+						return g.k.AttentionTCBatchKV16(c, kernels.BF16, desc16, seqs16, s.nh, s.nkv, s.hd, scale)
+					case seqs != nil:
+						return g.k.AttentionTCBatch(c, kernels.BF16, desc, seqs, s.nh, s.nkv, s.hd, scale)
+					}
+					for i := 0; i < s.B; i++ {
+						var err error
+						if kv16 {
+							err = g.k.AttentionTCKV16(c, kernels.BF16, out.Add(int64(i)*row), q.Add(int64(i)*row),
+								kc16.Add(int64(i*kv*2)), vc16.Add(int64(i*kv*2)), dp, s.T, s.S, s.nh, s.nkv, s.hd, scale)
+						} else {
+							err = g.k.AttentionForward(c, kernels.TC, kernels.BF16, out.Add(int64(i)*row), q.Add(int64(i)*row),
+								kc.Add(int64(i*kv*4)), vc.Add(int64(i*kv*4)), dp, s.T, s.S, s.nh, s.nkv, s.hd, scale)
+						}
+						if err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				flops := float64(s.B) * 4 * float64(s.nh) * float64(s.hd) * float64(s.T) * float64(s.T+1) / 2
+				if s.kind == "decode" {
+					flops = float64(s.B) * 4 * float64(s.nh) * float64(s.hd) * float64(s.S)
+				}
+				bytes := float64(s.B) * 2 * float64(esz) * float64(kv)
+				b.ReportMetric(ms*1e3, "gpu-us/op")
+				b.ReportMetric(flops/(ms*1e-3)/1e12, "TFLOP/s")
+				b.ReportMetric(bytes/(ms*1e-3)/1e9, "GB/s")
+			})
+		}
 		d.free()
 	}
 }

@@ -131,21 +131,77 @@ __device__ __forceinline__ int tc_att_convert(uint16_t* Ks, uint16_t* Vs, const 
     return special;
 }
 
+// The kv16 entries (tc_attn_kv16_*) read bf16 caches (the bits of the same bf16 values): cp.async copies each
+// 64-key block straight into one of two stages of the bf16 tiles, so there is no float32 staging and no
+// conversion, and the block needs a bf16 stage's bytes, half of them. The operands, so the bits, are the same.
+#define TC_ATT_SMEM16(HD) (2 * 2 * TC_ATT_KB * ((HD) + 8) * 2 + TC_ATT_WARPS * 16 * (TC_ATT_ELD + 1) * 4)
+
+// TcAttKV: the shared-memory layout of the K/V staging for cache element KV (float: two float32 stages, then
+// one pair of bf16 tiles converted from them; uint16_t: two stages of bf16 tiles), in uint16 units: END is where
+// the kernel's other shared memory starts.
+template <int HD, typename KV>
+struct TcAttKV {
+    static constexpr bool BF16 = sizeof(KV) == 2;
+    static constexpr int RAW = BF16 ? 0 : 2 * 2 * TC_ATT_KB * HD * 2;
+    static constexpr int STAGE = 2 * TC_ATT_KB * (HD + 8);  // a K and a V tile
+    static constexpr int END = RAW + (BF16 ? 2 : 1) * STAGE;
+};
+
+// tc_att_issue_kv: the block of keys blk … blk+63 on its way into stage st (tc_att_issue for a float32 cache;
+// straight into the bf16 tiles of stage st for a bf16 one), zeros past pmax, one commit group.
+template <int HD, typename KV>
+__device__ __forceinline__ void tc_att_issue_kv(uint16_t* smem, const KV* __restrict__ k, const KV* __restrict__ v,
+                                                int blk, int st, int pmax, long long kvStride, int gh) {
+    if constexpr (!TcAttKV<HD, KV>::BF16) {
+        tc_att_issue<HD>(reinterpret_cast<float*>(smem), k, v, blk, st, pmax, kvStride, gh);
+    } else {
+        uint16_t* const kt = smem + st * TcAttKV<HD, KV>::STAGE;
+        uint16_t* const vt = kt + TC_ATT_KB * (HD + 8);
+        for (int e = threadIdx.x; e < TC_ATT_KB * HD / 8; e += TC_ATT_WARPS * 32) {
+            const int j = e / (HD / 8), i = 8 * (e % (HD / 8));
+            const bool ok = blk + j <= pmax;
+            const long long off = ok ? (long long)(blk + j) * kvStride + (long long)gh * HD + i : 0;
+            cp_async16(kt + j * (HD + 8) + i, k + off, ok ? 16 : 0);
+            cp_async16(vt + j * (HD + 8) + i, v + off, ok ? 16 : 0);
+        }
+        cp_async_commit();
+    }
+}
+
+// tc_att_ready: after stage st's copies are visible, the bf16 K and V tiles of the block (Ks, Vs): converted from
+// the float32 stage, or the bf16 stage itself; returns whether this thread saw a NaN or an Inf in v (its own
+// copies: cp.async's writes are visible to the thread that issued them once it waited).
+template <int HD, typename KV>
+__device__ __forceinline__ int tc_att_ready(uint16_t* smem, int st, uint16_t*& Ks, uint16_t*& Vs) {
+    if constexpr (!TcAttKV<HD, KV>::BF16) {
+        Ks = smem + TcAttKV<HD, KV>::RAW, Vs = Ks + TC_ATT_KB * (HD + 8);
+        return tc_att_convert<HD>(Ks, Vs, reinterpret_cast<const float*>(smem), st);
+    } else {
+        Ks = smem + st * TcAttKV<HD, KV>::STAGE, Vs = Ks + TC_ATT_KB * (HD + 8);
+        uint32_t special = 0;
+        for (int e = threadIdx.x; e < TC_ATT_KB * HD / 8; e += TC_ATT_WARPS * 32) {
+            const int j = e / (HD / 8), i = 8 * (e % (HD / 8));
+            const uint4 w = *reinterpret_cast<const uint4*>(Vs + j * (HD + 8) + i);
+            const uint32_t x[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int c = 0; c < 4; c++) special |= ((x[c] & 0x7F80u) == 0x7F80u) | ((x[c] & 0x7F800000u) == 0x7F800000u);
+        }
+        return (int)special;
+    }
+}
+
 // tc_attn_body: block bx of the nbx that serve kv head blockIdx.y (tc_attn_hd<HD>: blockIdx.x of gridDim.x;
 // tc_attn_batch_hd<HD>: the same within the sequence blockIdx.z).
-template <int HD>
+template <int HD, typename KV>
 __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const float* __restrict__ q,
-                                             const float* __restrict__ k, const float* __restrict__ v,
+                                             const KV* __restrict__ k, const KV* __restrict__ v,
                                              const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,
                                              int dt, unsigned bx, unsigned nbx) {
     constexpr int LD = HD + 8;    // bf16 row stride of the K and V blocks: ldmatrix rows spread over the banks
     constexpr int KS = HD / 16;   // k-steps of a score
     constexpr int NO = HD / 8;    // output n-fragments (8 dims each)
-    TC_SMEM(smem);
-    float* const raw = reinterpret_cast<float*>(smem);  // [2 stages][K, V][64][HD] float32
-    uint16_t* const Ks = smem + 2 * 2 * TC_ATT_KB * HD * 2;  // [64][LD]
-    uint16_t* const Vs = Ks + TC_ATT_KB * LD;                // [64][LD]
-    float* const es = reinterpret_cast<float*>(Vs + TC_ATT_KB * LD);  // [warps][16][ELD]
+    TC_SMEM(smem);  // the K/V staging (TcAttKV), then:
+    float* const es = reinterpret_cast<float*>(smem + TcAttKV<HD, KV>::END);  // [warps][16][ELD]
     float* const al = es + TC_ATT_WARPS * 16 * TC_ATT_ELD;            // [warps][16]
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -190,16 +246,18 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
     float* const ew = es + warp * 16 * TC_ATT_ELD;
     float* const aw = al + warp * 16;
 
-    if (pmax >= 0) tc_att_issue<HD>(raw, k, v, 0, 0, pmax, kvStride, gh);
+    if (pmax >= 0) tc_att_issue_kv<HD>(smem, k, v, 0, 0, pmax, kvStride, gh);
     for (int blk = 0, st = 0; blk <= pmax; blk += TC_ATT_KB, st ^= 1) {  // fixed 64-key blocks from position 0
+        if constexpr (TcAttKV<HD, KV>::BF16) __syncthreads();  // every warp is done with the tiles of stage st^1
         if (blk + TC_ATT_KB <= pmax) {
-            tc_att_issue<HD>(raw, k, v, blk + TC_ATT_KB, st ^ 1, pmax, kvStride, gh);  // under this block's work
+            tc_att_issue_kv<HD>(smem, k, v, blk + TC_ATT_KB, st ^ 1, pmax, kvStride, gh);  // under this block's work
         } else {
             cp_async_commit();  // an empty group, so that wait_group 1 always means "this block's copy"
         }
         cp_async_wait<1>();
         __syncthreads();  // this block's copies are visible; the previous block's bf16 K and V are no longer read
-        const int special = tc_att_convert<HD>(Ks, Vs, raw, st);
+        uint16_t *Ks, *Vs;
+        const int special = tc_att_ready<HD, KV>(smem, st, Ks, Vs);
         const bool vspecial = __syncthreads_or(special) != 0;
         if (pw < blk) continue;  // none of the warp's rows reaches this block (warp-uniform)
 
@@ -419,10 +477,13 @@ __device__ __forceinline__ void tc_attn_body(float* __restrict__ out, const floa
 #define TC_ATT_DEC_SMEM(HD)                                                                            \
     (2 * 2 * TC_ATT_KB * (HD) * 4 + 2 * TC_ATT_KB * ((HD) + 8) * 2 + 16 * TC_ATT_KB * 4 + 16 * TC_ATT_ELD * 4 + \
      16 * (TC_ATT_KB + 8) * 2 + 2 * 16 * 4)
+#define TC_ATT_DEC_SMEM16(HD)                                                                                   \
+    (2 * 2 * TC_ATT_KB * ((HD) + 8) * 2 + 16 * TC_ATT_KB * 4 + 16 * TC_ATT_ELD * 4 + 16 * (TC_ATT_KB + 8) * 2 + \
+     2 * 16 * 4)
 
-template <int HD>
+template <int HD, typename KV>
 __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const float* __restrict__ q,
-                                                 const float* __restrict__ k, const float* __restrict__ v,
+                                                 const KV* __restrict__ k, const KV* __restrict__ v,
                                                  const int* __restrict__ pos, int T, int S, int nh, int nkv,
                                                  float scale, int dt, float* __restrict__ part, unsigned z) {
     constexpr int LD = HD + 8;
@@ -430,11 +491,8 @@ __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const 
     constexpr int PLD = TC_ATT_KB + 8;   // bf16 row stride of p
     constexpr int DW = HD / TC_ATT_WARPS;  // output dims of a warp: 16 (hd 128) or 8 (hd 64)
     static_assert(DW == 16 || DW == 8, "tc_attn_dec: HD / 8 warps must be 8 or 16 dims");
-    TC_SMEM(smem);
-    float* const raw = reinterpret_cast<float*>(smem);
-    uint16_t* const Ks = smem + 2 * 2 * TC_ATT_KB * HD * 2;
-    uint16_t* const Vs = Ks + TC_ATT_KB * LD;
-    float* const ss = reinterpret_cast<float*>(Vs + TC_ATT_KB * LD);  // [16][64] scaled scores
+    TC_SMEM(smem);  // the K/V staging (TcAttKV), then:
+    float* const ss = reinterpret_cast<float*>(smem + TcAttKV<HD, KV>::END);  // [16][64] scaled scores
     float* const es = ss + 16 * TC_ATT_KB;                             // [16][ELD] e
     uint16_t* const ps = reinterpret_cast<uint16_t*>(es + 16 * TC_ATT_ELD);  // [16][PLD] p (bf16)
     float* const as = reinterpret_cast<float*>(ps + 16 * PLD);         // [16] alpha
@@ -476,16 +534,18 @@ __device__ __forceinline__ void tc_attn_dec_body(float* __restrict__ out, const 
     float m = TC_NEG_INF, l = 0.0f;  // row sr's running max (its 16 lanes alike) and sum (lane sl = 0)
     const int d0 = warp * DW;         // the warp's first output dim
 
-    tc_att_issue<HD>(raw, k, v, cs, 0, cend, kvStride, gh);
+    tc_att_issue_kv<HD>(smem, k, v, cs, 0, cend, kvStride, gh);
     for (int blk = cs, st = 0; blk <= cend; blk += TC_ATT_KB, st ^= 1) {  // the chunk's 64-key blocks in order
+        if constexpr (TcAttKV<HD, KV>::BF16) __syncthreads();  // every warp is done with the tiles of stage st^1
         if (blk + TC_ATT_KB <= cend) {
-            tc_att_issue<HD>(raw, k, v, blk + TC_ATT_KB, st ^ 1, cend, kvStride, gh);
+            tc_att_issue_kv<HD>(smem, k, v, blk + TC_ATT_KB, st ^ 1, cend, kvStride, gh);
         } else {
             cp_async_commit();
         }
         cp_async_wait<1>();
         __syncthreads();  // this block's copies are visible; the previous block's p·V no longer reads Ks, Vs, ps
-        const int special = tc_att_convert<HD>(Ks, Vs, raw, st);
+        uint16_t *Ks, *Vs;
+        const int special = tc_att_ready<HD, KV>(smem, st, Ks, Vs);
         const bool vspecial = __syncthreads_or(special) != 0;
 
         // scores of keys blk+8w … blk+8w+7 (warp w), chains over the dims from +0, then ⊗ scale
@@ -702,33 +762,40 @@ struct TcAttSeq {
     int T, S;
 };
 
-#define TC_ATT_ENTRY(HD)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_hd##HD(                               \
-        float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,                        \
-        const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
-        int dt) {                                                                                                 \
-        tc_attn_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt, blockIdx.x, gridDim.x);                     \
+// The entries of head dim HD for cache element KV (float: tc_attn_*, uint16_t (bf16 bits): tc_attn_kv16_*).
+#define TC_ATT_ENTRY_KV(HD, KV, NAME, BNAME)                                                                      \
+    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) NAME(                                         \
+        float* __restrict__ out, const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v, \
+        const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale, int dt) {                        \
+        tc_attn_body<HD, KV>(out, q, k, v, pos, T, S, nh, nkv, scale, dt, blockIdx.x, gridDim.x);                 \
     }                                                                                                             \
     extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32)                                               \
-        tc_attn_batch_hd##HD(const TcAttSeq* __restrict__ seqs, int nh, int nkv, float scale, int dt) {           \
+        BNAME(const TcAttSeq* __restrict__ seqs, int nh, int nkv, float scale, int dt) {                          \
         const TcAttSeq s = seqs[blockIdx.z];                                                                      \
         const unsigned nbx = (unsigned)(((long long)s.T * (nh / nkv) + 16 * TC_ATT_WARPS - 1) / (16 * TC_ATT_WARPS)); \
         if (blockIdx.x >= nbx) return; /* a shorter sequence: the whole block leaves */                           \
-        tc_attn_body<HD>(s.out, s.q, s.k, s.v, s.pos, s.T, s.S, nh, nkv, scale, dt, blockIdx.x, nbx);             \
+        tc_attn_body<HD, KV>(s.out, s.q, (const KV*)s.k, (const KV*)s.v, s.pos, s.T, s.S, nh, nkv, scale, dt,     \
+                             blockIdx.x, nbx);                                                                    \
     }
-#define TC_ATT_DEC_ENTRY(HD)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_dec_hd##HD(                           \
-        float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,                        \
-        const float* __restrict__ v, const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale,     \
-        int dt, float* __restrict__ part) {                                                                       \
-        tc_attn_dec_body<HD>(out, q, k, v, pos, T, S, nh, nkv, scale, dt, part, 0);                               \
+#define TC_ATT_ENTRY(HD)                                                                        \
+    TC_ATT_ENTRY_KV(HD, float, tc_attn_hd##HD, tc_attn_batch_hd##HD)                            \
+    TC_ATT_ENTRY_KV(HD, uint16_t, tc_attn_kv16_hd##HD, tc_attn_kv16_batch_hd##HD)
+#define TC_ATT_DEC_ENTRY_KV(HD, KV, NAME, BNAME)                                                                  \
+    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) NAME(                                         \
+        float* __restrict__ out, const float* __restrict__ q, const KV* __restrict__ k, const KV* __restrict__ v, \
+        const int* __restrict__ pos, int T, int S, int nh, int nkv, float scale, int dt, float* __restrict__ part) { \
+        tc_attn_dec_body<HD, KV>(out, q, k, v, pos, T, S, nh, nkv, scale, dt, part, 0);                           \
     }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) tc_attn_dec_batch_hd##HD(                     \
+    extern "C" __global__ void __launch_bounds__(TC_ATT_WARPS * 32) BNAME(                                        \
         const TcAttSeq* __restrict__ seqs, int nh, int nkv, float scale, int dt, float* __restrict__ part) {       \
         const TcAttSeq s = seqs[blockIdx.z];                                                                      \
         if ((int)blockIdx.x * TC_ATT_CH >= s.S) return; /* a shorter sequence's spare chunks */                   \
-        tc_attn_dec_body<HD>(s.out, s.q, s.k, s.v, s.pos, s.T, s.S, nh, nkv, scale, dt, part, blockIdx.z);        \
+        tc_attn_dec_body<HD, KV>(s.out, s.q, (const KV*)s.k, (const KV*)s.v, s.pos, s.T, s.S, nh, nkv, scale, dt, \
+                                 part, blockIdx.z);                                                               \
     }
+#define TC_ATT_DEC_ENTRY(HD)                                                                    \
+    TC_ATT_DEC_ENTRY_KV(HD, float, tc_attn_dec_hd##HD, tc_attn_dec_batch_hd##HD)                \
+    TC_ATT_DEC_ENTRY_KV(HD, uint16_t, tc_attn_kv16_dec_hd##HD, tc_attn_kv16_dec_batch_hd##HD)
 TC_ATT_ENTRY(16)
 TC_ATT_ENTRY(32)
 TC_ATT_ENTRY(64)

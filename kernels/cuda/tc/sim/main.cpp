@@ -5,10 +5,11 @@
 //   tc_sim tc_mm_<variant>   GX GY GZ BX SMEM  M K N G DT  NSEG B0..BNSEG  X W BIAS|- OUT PART|- [OB]
 //   (OB: the persistent tc_tma.cu entries' ob; 1: OUT holds bf16 bits, else float32)
 //   tc_sim tc_finish         GX BX  M N PARTS DT  BIAS|- OUT PART
-//   tc_sim tc_attn[_dec]_hd<HD>  GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT  [MGX MBX]
-//   tc_sim tc_attn[_dec]_batch_hd<HD>  GX GY GZ BX SMEM  NH NKV SCALE_BITS DT  (T S Q K V POS OUT) × GZ  [MGX MBX]
+//   tc_sim tc_attn[_kv16][_dec]_hd<HD>  GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT  [MGX MBX]
+//   tc_sim tc_attn[_kv16][_dec]_batch_hd<HD>  GX GY GZ BX SMEM  NH NKV SCALE_BITS DT  (T S Q K V POS OUT) × GZ  [MGX MBX]
 //   (the decode entries: their chunk states go to a scratch of GZ·GX·GY·16·(HD+2) floats, poisoned, and
-//   MGX MBX, when given, run tc_attn_merge[_batch] on it after them: grid MGX (× GZ), MBX threads)
+//   MGX MBX, when given, run tc_attn_merge[_batch] on it after them: grid MGX (× GZ), MBX threads; the kv16
+//   entries' K and V files hold bf16 bits, 2 bytes a value)
 //
 // Build: g++ -std=c++20 -O1 -ffp-contract=off -DBITALIGN_TC_SIM -I kernels/cuda kernels/cuda/tc/sim/main.cpp
 #include <cstdio>
@@ -102,6 +103,108 @@ static void run_grid(unsigned gx, unsigned gy, unsigned gz, unsigned bx, size_t 
             }
 }
 
+// The tc_attention.cu entries of cache element KV (float, or uint16_t: the kv16 entries' bf16 bits), by name.
+template <typename KV>
+struct AttEntries {
+    using One = void (*)(float*, const float*, const KV*, const KV*, const int*, int, int, int, int, float, int);
+    using Dec = void (*)(float*, const float*, const KV*, const KV*, const int*, int, int, int, int, float, int, float*);
+    using Batch = void (*)(const TcAttSeq*, int, int, float, int);
+    using DecBatch = void (*)(const TcAttSeq*, int, int, float, int, float*);
+    std::map<std::string, std::pair<One, int>> one;
+    std::map<std::string, std::pair<Dec, int>> dec;
+    std::map<std::string, std::pair<Batch, int>> batch;
+    std::map<std::string, std::pair<DecBatch, int>> decBatch;
+};
+#define ATT_MAIN(P, HD, SM) {#P "hd" #HD, {P##hd##HD, SM(HD)}}
+static const AttEntries<float> att32 = {
+    {ATT_MAIN(tc_attn_, 16, TC_ATT_SMEM), ATT_MAIN(tc_attn_, 32, TC_ATT_SMEM), ATT_MAIN(tc_attn_, 64, TC_ATT_SMEM),
+     ATT_MAIN(tc_attn_, 80, TC_ATT_SMEM), ATT_MAIN(tc_attn_, 96, TC_ATT_SMEM), ATT_MAIN(tc_attn_, 128, TC_ATT_SMEM)},
+    {ATT_MAIN(tc_attn_dec_, 64, TC_ATT_DEC_SMEM), ATT_MAIN(tc_attn_dec_, 128, TC_ATT_DEC_SMEM)},
+    {ATT_MAIN(tc_attn_batch_, 16, TC_ATT_SMEM), ATT_MAIN(tc_attn_batch_, 32, TC_ATT_SMEM),
+     ATT_MAIN(tc_attn_batch_, 64, TC_ATT_SMEM), ATT_MAIN(tc_attn_batch_, 80, TC_ATT_SMEM),
+     ATT_MAIN(tc_attn_batch_, 96, TC_ATT_SMEM), ATT_MAIN(tc_attn_batch_, 128, TC_ATT_SMEM)},
+    {ATT_MAIN(tc_attn_dec_batch_, 64, TC_ATT_DEC_SMEM), ATT_MAIN(tc_attn_dec_batch_, 128, TC_ATT_DEC_SMEM)}};
+static const AttEntries<uint16_t> att16 = {
+    {ATT_MAIN(tc_attn_kv16_, 16, TC_ATT_SMEM16), ATT_MAIN(tc_attn_kv16_, 32, TC_ATT_SMEM16),
+     ATT_MAIN(tc_attn_kv16_, 64, TC_ATT_SMEM16), ATT_MAIN(tc_attn_kv16_, 80, TC_ATT_SMEM16),
+     ATT_MAIN(tc_attn_kv16_, 96, TC_ATT_SMEM16), ATT_MAIN(tc_attn_kv16_, 128, TC_ATT_SMEM16)},
+    {ATT_MAIN(tc_attn_kv16_dec_, 64, TC_ATT_DEC_SMEM16), ATT_MAIN(tc_attn_kv16_dec_, 128, TC_ATT_DEC_SMEM16)},
+    {ATT_MAIN(tc_attn_kv16_batch_, 16, TC_ATT_SMEM16), ATT_MAIN(tc_attn_kv16_batch_, 32, TC_ATT_SMEM16),
+     ATT_MAIN(tc_attn_kv16_batch_, 64, TC_ATT_SMEM16), ATT_MAIN(tc_attn_kv16_batch_, 80, TC_ATT_SMEM16),
+     ATT_MAIN(tc_attn_kv16_batch_, 96, TC_ATT_SMEM16), ATT_MAIN(tc_attn_kv16_batch_, 128, TC_ATT_SMEM16)},
+    {ATT_MAIN(tc_attn_kv16_dec_batch_, 64, TC_ATT_DEC_SMEM16), ATT_MAIN(tc_attn_kv16_dec_batch_, 128, TC_ATT_DEC_SMEM16)}};
+
+// run_attention: one tc attention launch (and the decode entries' merge) as the usage above says.
+template <typename KV>
+static int run_attention(const std::string& name, int argc, char** argv) {
+    const AttEntries<KV>& E = [] {
+        if constexpr (sizeof(KV) == 2) return att16;
+        else return att32;
+    }();
+    auto I = [&](int i) { return atoi(argv[i]); };
+    const int hd = atoi(name.substr(name.rfind("hd") + 2).c_str());
+    if (name.find("_batch_hd") != std::string::npos) {  // many sequences, a TcAttSeq each (grid z)
+        auto at = E.batch.find(name);
+        auto dit = E.decBatch.find(name);
+        if (at == E.batch.end() && dit == E.decBatch.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
+        const int gz = I(4), nh = I(7), nkv = I(8), dt = I(10);
+        const int need = dit != E.decBatch.end() ? dit->second.second : at->second.second;
+        const bool merge = dit != E.decBatch.end() && argc == 11 + 7 * gz + 2;
+        if (gz < 1 || (argc != 11 + 7 * gz && !merge)) return fprintf(stderr, "tc_sim: %s wants 9 + 7·GZ arguments\n", name.c_str()), 2;
+        if (I(6) < need) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(6), need), 2;
+        const float scale = __uint_as_float((uint32_t)strtoul(argv[9], nullptr, 10));
+        std::vector<std::vector<float>> q(gz), out(gz);
+        std::vector<std::vector<KV>> kc(gz), vc(gz);
+        std::vector<std::vector<int>> pos(gz);
+        std::vector<TcAttSeq> seqs(gz);
+        for (int z = 0; z < gz; z++) {
+            const int a = 11 + 7 * z;
+            q[z] = slurp<float>(argv[a + 2]), kc[z] = slurp<KV>(argv[a + 3]), vc[z] = slurp<KV>(argv[a + 4]);
+            pos[z] = slurp<int>(argv[a + 5]), out[z] = slurp<float>(argv[a + 6]);
+            seqs[z] = {out[z].data(), q[z].data(), (const float*)kc[z].data(), (const float*)vc[z].data(), pos[z].data(), I(a), I(a + 1)};
+        }
+        if (dit == E.decBatch.end()) {
+            run_grid(I(2), I(3), (unsigned)gz, I(5), (size_t)I(6), [&] { at->second.first(seqs.data(), nh, nkv, scale, dt); });
+        } else {
+            std::vector<float> part((size_t)gz * I(2) * I(3) * 16 * (hd + 2), __uint_as_float(0x7FBADBADu));
+            run_grid(I(2), I(3), (unsigned)gz, I(5), (size_t)I(6), [&] { dit->second.first(seqs.data(), nh, nkv, scale, dt, part.data()); });
+            if (merge)
+                run_grid(I(argc - 2), 1, (unsigned)gz, I(argc - 1), 0,
+                         [&] { tc_attn_merge_batch(seqs.data(), part.data(), nh, nkv, hd, dt, I(2)); });
+        }
+        for (int z = 0; z < gz; z++) spill(argv[11 + 7 * z + 6], out[z]);
+        return 0;
+    }
+    auto at = E.one.find(name);
+    auto dit = E.dec.find(name);
+    if (at == E.one.end() && dit == E.dec.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
+    const bool merge = dit != E.dec.end() && argc == 19;
+    if (argc != 17 && !merge) return fprintf(stderr, "tc_sim: %s wants 15 arguments\n", name.c_str()), 2;
+    const int T = I(6), S = I(7), nh = I(8), nkv = I(9), dt = I(11);
+    const int need = dit != E.dec.end() ? dit->second.second : at->second.second;
+    if (I(5) < need) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(5), need), 2;
+    const float scale = __uint_as_float((uint32_t)strtoul(argv[10], nullptr, 10));
+    auto q = slurp<float>(argv[12]);
+    auto kc = slurp<KV>(argv[13]);
+    auto vc = slurp<KV>(argv[14]);
+    auto pos = slurp<int>(argv[15]);
+    auto out = slurp<float>(argv[16]);
+    if (dit == E.dec.end()) {
+        run_grid(I(2), I(3), 1, I(4), (size_t)I(5), [&] {
+            at->second.first(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt);
+        });
+    } else {
+        std::vector<float> part((size_t)I(2) * I(3) * 16 * (hd + 2), __uint_as_float(0x7FBADBADu));
+        run_grid(I(2), I(3), 1, I(4), (size_t)I(5), [&] {
+            dit->second.first(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt, part.data());
+        });
+        if (merge)
+            run_grid(I(17), 1, 1, I(18), 0, [&] { tc_attn_merge(out.data(), pos.data(), part.data(), T, nh, nkv, hd, dt, I(2)); });
+    }
+    spill(argv[16], out);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: see main.cpp\n");
@@ -121,94 +224,9 @@ int main(int argc, char** argv) {
         spill(argv[9], out);
         return 0;
     }
-    if (name.find("_batch_hd") != std::string::npos) {  // many sequences, a TcAttSeq each (grid z)
-        using ATB = void (*)(const TcAttSeq*, int, int, float, int);
-        static const std::map<std::string, std::pair<ATB, int>> att = {
-            {"tc_attn_batch_hd16", {tc_attn_batch_hd16, TC_ATT_SMEM(16)}},
-            {"tc_attn_batch_hd32", {tc_attn_batch_hd32, TC_ATT_SMEM(32)}},
-            {"tc_attn_batch_hd64", {tc_attn_batch_hd64, TC_ATT_SMEM(64)}},
-            {"tc_attn_batch_hd80", {tc_attn_batch_hd80, TC_ATT_SMEM(80)}},
-            {"tc_attn_batch_hd96", {tc_attn_batch_hd96, TC_ATT_SMEM(96)}},
-            {"tc_attn_batch_hd128", {tc_attn_batch_hd128, TC_ATT_SMEM(128)}}};
-        using ATBD = void (*)(const TcAttSeq*, int, int, float, int, float*);
-        static const std::map<std::string, std::pair<ATBD, int>> dec = {
-            {"tc_attn_dec_batch_hd64", {tc_attn_dec_batch_hd64, TC_ATT_DEC_SMEM(64)}},
-            {"tc_attn_dec_batch_hd128", {tc_attn_dec_batch_hd128, TC_ATT_DEC_SMEM(128)}}};
-        auto at = att.find(name);
-        auto dit = dec.find(name);
-        if (at == att.end() && dit == dec.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
-        const int gz = I(4), nh = I(7), nkv = I(8), dt = I(10);
-        const int need = dit != dec.end() ? dit->second.second : at->second.second;
-        const bool merge = dit != dec.end() && argc == 11 + 7 * gz + 2;
-        if (gz < 1 || (argc != 11 + 7 * gz && !merge)) return fprintf(stderr, "tc_sim: %s wants 9 + 7·GZ arguments\n", name.c_str()), 2;
-        if (I(6) < need) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(6), need), 2;
-        const float scale = __uint_as_float((uint32_t)strtoul(argv[9], nullptr, 10));
-        std::vector<std::vector<float>> q(gz), kc(gz), vc(gz), out(gz);
-        std::vector<std::vector<int>> pos(gz);
-        std::vector<TcAttSeq> seqs(gz);
-        for (int z = 0; z < gz; z++) {
-            const int a = 11 + 7 * z;
-            q[z] = slurp<float>(argv[a + 2]), kc[z] = slurp<float>(argv[a + 3]), vc[z] = slurp<float>(argv[a + 4]);
-            pos[z] = slurp<int>(argv[a + 5]), out[z] = slurp<float>(argv[a + 6]);
-            seqs[z] = {out[z].data(), q[z].data(), kc[z].data(), vc[z].data(), pos[z].data(), I(a), I(a + 1)};
-        }
-        if (dit == dec.end()) {
-            run_grid(I(2), I(3), (unsigned)gz, I(5), (size_t)I(6), [&] { at->second.first(seqs.data(), nh, nkv, scale, dt); });
-        } else {
-            const int hd = name.find("hd128") != std::string::npos ? 128 : 64;
-            std::vector<float> part((size_t)gz * I(2) * I(3) * 16 * (hd + 2), __uint_as_float(0x7FBADBADu));
-            run_grid(I(2), I(3), (unsigned)gz, I(5), (size_t)I(6), [&] { dit->second.first(seqs.data(), nh, nkv, scale, dt, part.data()); });
-            if (merge)
-                run_grid(I(argc - 2), 1, (unsigned)gz, I(argc - 1), 0,
-                         [&] { tc_attn_merge_batch(seqs.data(), part.data(), nh, nkv, hd, dt, I(2)); });
-        }
-        for (int z = 0; z < gz; z++) spill(argv[11 + 7 * z + 6], out[z]);
-        return 0;
-    }
-    if (name.rfind("tc_attn_", 0) == 0) {
-        using ATT = void (*)(float*, const float*, const float*, const float*, const int*, int, int, int, int, float, int);
-        static const std::map<std::string, std::pair<ATT, int>> att = {
-            {"tc_attn_hd16", {tc_attn_hd16, TC_ATT_SMEM(16)}},
-            {"tc_attn_hd32", {tc_attn_hd32, TC_ATT_SMEM(32)}},
-            {"tc_attn_hd64", {tc_attn_hd64, TC_ATT_SMEM(64)}},
-            {"tc_attn_hd80", {tc_attn_hd80, TC_ATT_SMEM(80)}},
-            {"tc_attn_hd96", {tc_attn_hd96, TC_ATT_SMEM(96)}},
-            {"tc_attn_hd128", {tc_attn_hd128, TC_ATT_SMEM(128)}}};
-        using ATD = void (*)(float*, const float*, const float*, const float*, const int*, int, int, int, int, float, int, float*);
-        static const std::map<std::string, std::pair<ATD, int>> dec = {
-            {"tc_attn_dec_hd64", {tc_attn_dec_hd64, TC_ATT_DEC_SMEM(64)}},
-            {"tc_attn_dec_hd128", {tc_attn_dec_hd128, TC_ATT_DEC_SMEM(128)}}};
-        auto at = att.find(name);
-        auto dit = dec.find(name);
-        if (at == att.end() && dit == dec.end()) return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
-        const bool merge = dit != dec.end() && argc == 19;
-        if (argc != 17 && !merge) return fprintf(stderr, "tc_sim: %s wants 15 arguments\n", name.c_str()), 2;
-        const int T = I(6), S = I(7), nh = I(8), nkv = I(9), dt = I(11);
-        const int need = dit != dec.end() ? dit->second.second : at->second.second;
-        if (I(5) < need) return fprintf(stderr, "tc_sim: %s: %d bytes of shared memory, the kernel uses %d\n", name.c_str(), I(5), need), 2;
-        const float scale = __uint_as_float((uint32_t)strtoul(argv[10], nullptr, 10));
-        auto q = slurp<float>(argv[12]);
-        auto kc = slurp<float>(argv[13]);
-        auto vc = slurp<float>(argv[14]);
-        auto pos = slurp<int>(argv[15]);
-        auto out = slurp<float>(argv[16]);
-        if (dit == dec.end()) {
-            run_grid(I(2), I(3), 1, I(4), (size_t)I(5), [&] {
-                at->second.first(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt);
-            });
-        } else {
-            const int hd = name.find("hd128") != std::string::npos ? 128 : 64;
-            std::vector<float> part((size_t)I(2) * I(3) * 16 * (hd + 2), __uint_as_float(0x7FBADBADu));
-            run_grid(I(2), I(3), 1, I(4), (size_t)I(5), [&] {
-                dit->second.first(out.data(), q.data(), kc.data(), vc.data(), pos.data(), T, S, nh, nkv, scale, dt, part.data());
-            });
-            if (merge)
-                run_grid(I(17), 1, 1, I(18), 0,
-                         [&] { tc_attn_merge(out.data(), pos.data(), part.data(), T, nh, nkv, hd, dt, I(2)); });
-        }
-        spill(argv[16], out);
-        return 0;
-    }
+    if (name.rfind("tc_attn_", 0) == 0) return name.find("_kv16_") != std::string::npos
+                                                   ? run_attention<uint16_t>(name, argc, argv)
+                                                   : run_attention<float>(name, argc, argv);
     auto it = kernels_by_name.find(name);
     auto tit = tma_kernels_by_name.find(name);
     auto pit = tmap_kernels_by_name.find(name);
