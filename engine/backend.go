@@ -76,6 +76,17 @@ type Backend interface {
 type AttnSeq struct {
 	Out, Q, K, V Buf
 	Start, N     int
+	KV16         bool // K and V hold bf16 bits (a BF16Cacher's caches), two values a float32 slot
+}
+
+// BF16Cacher is a Backend that can keep a profile's KV caches in bf16: half the bytes, and attention reads the
+// same bf16 values (the tc profile's caches hold bf16 values already, tc.3), so the same bits. The rank then
+// allocates each cache at half the float32 slots, narrows k and v into it (NarrowBF16: n values of src, float32
+// holding bf16 values, into dst's n/2 slots) and runs every layer's attention through AttentionBatch with
+// AttnSeq.KV16, which must then not refuse.
+type BF16Cacher interface {
+	BF16Caches(p kernels.Profile, hd int) bool
+	NarrowBF16(dst, src Buf, n int)
 }
 
 // AttentionBatcher is a Backend that can run the attention of a layer's sequences together (one launch on a

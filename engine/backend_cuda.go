@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 
@@ -562,8 +563,13 @@ func (b *CUDA) Attention(pr kernels.Profile, out, q, k, v Buf, start, n, heads, 
 // sequences are staged through the argument ring. ok false for the other profiles, the fast-exp fault and PTX
 // without the batched entries.
 func (b *CUDA) AttentionBatch(pr kernels.Profile, seqs []AttnSeq, heads, kvHeads, hd int, dt kernels.DType, o AttnOptions) bool {
-	if pr != kernels.TC || o.FastExp || b.dev.k.HasTCAttentionBatch(hd) != nil {
+	kv16 := len(seqs) > 0 && seqs[0].KV16
+	if !kv16 && (pr != kernels.TC || o.FastExp || b.dev.k.HasTCAttentionBatch(hd) != nil) {
 		return false
+	}
+	if kv16 && (pr != kernels.TC || o.FastExp) { // the rank asked BF16Caches, which admits only these
+		b.fail(fmt.Errorf("engine: bf16 KV caches reached a %v attention (fast exp %v)", pr, o.FastExp))
+		return true
 	}
 	if kvHeads <= 0 || heads%kvHeads != 0 {
 		b.fail(fmt.Errorf("kernels: AttentionForward: %d query heads not a multiple of %d kv heads", heads, kvHeads))
@@ -599,9 +605,25 @@ func (b *CUDA) AttentionBatch(pr kernels.Profile, seqs []AttnSeq, heads, kvHeads
 		if err != nil {
 			return err
 		}
+		if kv16 {
+			return kk.AttentionTCBatchKV16(c, dt, desc, ks, heads, kvHeads, hd, scale)
+		}
 		return kk.AttentionTCBatch(c, dt, desc, ks, heads, kvHeads, hd, scale)
 	})
 	return true
+}
+
+// BF16Caches: the tc profile's KV caches are bf16 on the GPU where its batched attention is loaded for hd
+// (AttentionTCBatchKV16 reads them with the same bits; half the bytes of a float32 cache). BITALIGN_KV_CACHE=f32
+// keeps them float32 (to compare).
+func (b *CUDA) BF16Caches(p kernels.Profile, hd int) bool {
+	return p == kernels.TC && os.Getenv("BITALIGN_KV_CACHE") != "f32" && b.dev.k.HasTCAttentionBatch(hd) == nil
+}
+
+// NarrowBF16 writes the bf16 bits of src's n float32 values into dst (n/2 float32 slots).
+func (b *CUDA) NarrowBF16(dst, src Buf, n int) {
+	d, s := cudaPtr(dst), cudaPtr(src)
+	b.launch(func(c *cuda.Ctx, k *cudakernels.Kernels) error { return k.NarrowBF16(c, d, s, n) })
 }
 
 func (b *CUDA) SwiGLU(out, gate, up Buf, n int, dt kernels.DType) {

@@ -57,6 +57,7 @@ type rank struct {
 	cos      Buf
 	sin      Buf
 	caches   map[int64]*kvCache
+	kv16     BF16Cacher // non-nil: the KV caches are bf16 on this backend (two values a float32 slot)
 	rec      *recorder // nil: nothing captured
 	scratch  []Buf
 	attnSeqs []AttnSeq // a layer's attention calls (reused)
@@ -80,6 +81,9 @@ type kvCache struct {
 func newRank(m *Model, lay layout, be Backend, comm, ring nvls.Comm, v variant, maxPos, stop int) *rank {
 	cfg := m.Config
 	r := &rank{cfg: cfg, lay: lay, be: be, comm: comm, ring: ring, v: v, caches: map[int64]*kvCache{}}
+	if bc, ok := be.(BF16Cacher); ok && v.fastExpLayer < 0 && bc.BF16Caches(v.attn, cfg.HeadDim) {
+		r.kv16 = bc // the fast-exp fault's attention reads float32 caches
+	}
 	vec := func(x []float32) Buf { // a float32 vector (norm weights, biases, RoPE tables)
 		if x == nil {
 			return nil
@@ -203,6 +207,9 @@ func (r *rank) cache(seq int64, need int) *kvCache {
 		capacity *= 2
 	}
 	w := r.lay.kvHeads * r.cfg.HeadDim
+	if r.kv16 != nil {
+		w /= 2 // float32 slots of a position's bf16 values (kvHeads·hd is even: hd is a multiple of 16)
+	}
 	nc := &kvCache{cap: capacity}
 	for range r.cfg.Layers {
 		k, v := r.be.Alloc(capacity*w), r.be.Alloc(capacity*w)
@@ -328,15 +335,22 @@ func (r *rank) forward(segs []segment) (*fwdResult, error) {
 		for i, s := range segs { // each sequence's keys and values into its cache, then its attention
 			c := r.caches[s.seq]
 			n := len(s.toks)
-			be.Copy(be.View(c.k[l], s.start*kvW, n*kvW), be.View(kr, offs[i]*kvW, n*kvW))
-			be.Copy(be.View(c.v[l], s.start*kvW, n*kvW), be.View(v, offs[i]*kvW, n*kvW))
 			end := (s.start + n) * kvW
+			if r.kv16 != nil { // bf16 caches: two values a slot
+				r.kv16.NarrowBF16(be.View(c.k[l], s.start*kvW/2, n*kvW/2), be.View(kr, offs[i]*kvW, n*kvW), n*kvW)
+				r.kv16.NarrowBF16(be.View(c.v[l], s.start*kvW/2, n*kvW/2), be.View(v, offs[i]*kvW, n*kvW), n*kvW)
+				end /= 2
+			} else {
+				be.Copy(be.View(c.k[l], s.start*kvW, n*kvW), be.View(kr, offs[i]*kvW, n*kvW))
+				be.Copy(be.View(c.v[l], s.start*kvW, n*kvW), be.View(v, offs[i]*kvW, n*kvW))
+			}
 			att = append(att, AttnSeq{Out: be.View(attn, offs[i]*qW, n*qW), Q: be.View(qr, offs[i]*qW, n*qW),
-				K: be.View(c.k[l], 0, end), V: be.View(c.v[l], 0, end), Start: s.start, N: n})
+				K: be.View(c.k[l], 0, end), V: be.View(c.v[l], 0, end), Start: s.start, N: n, KV16: r.kv16 != nil})
 		}
 		r.attnSeqs = att
-		// one launch for the layer's sequences where the backend can (the same bits as one a sequence)
-		if ab, ok := be.(AttentionBatcher); !ok || len(att) < 2 || !ab.AttentionBatch(r.v.attn, att, lay.qHeads, lay.kvHeads, hd, dt, ao) {
+		// one launch for the layer's sequences where the backend can (the same bits as one a sequence); bf16
+		// caches always so (BF16Cacher: AttentionBatch does not refuse them)
+		if ab, ok := be.(AttentionBatcher); !ok || (len(att) < 2 && r.kv16 == nil) || !ab.AttentionBatch(r.v.attn, att, lay.qHeads, lay.kvHeads, hd, dt, ao) {
 			for _, a := range att {
 				be.Attention(r.v.attn, a.Out, a.Q, a.K, a.V, a.Start, a.N, lay.qHeads, lay.kvHeads, hd, dt, ao)
 			}
