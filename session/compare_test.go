@@ -288,7 +288,7 @@ func TestRecordFiniteMatchesRecord(t *testing.T) {
 					}
 				}
 			}
-			// rows of 7 (words straddle rows: the per-lane path) and of n/7 (long rows: wordFinite's path)
+			// rows of 7 (words straddle rows: the per-lane path) and of n/7 (long rows: finiteRun's path)
 			for _, rowLen := range []int64{7, int64(tc.n / 7)} {
 				fastSt, fastSums, fastRows := run(f, a, b, rowLen, true)
 				slowSt, slowSums, slowRows := run(f, a, b, rowLen, false)
