@@ -549,13 +549,10 @@ func (w *acc) inRow(pi int32, p *piece, e, n int64) bool {
 func (w *acc) finiteRun(o *opWork, p *piece, e int64, a, b []byte, k int, sum float64, low0 uint64) (int, float64, uint64) {
 	f := o.f
 	nb := uint(8 * f.size)
-	sign, mask := f.Format.Sign, f.Format.Mask
-	ss := uint(bits.TrailingZeros64(sign))
+	up := 64 - nb        // a lane's shift to the top of a word
+	vs := 32 - nb        // to an f32's bits: a bf16 is the top half of an f32
+	half := f.width >> 1 // the magnitude bits
 	M, L, H := f.swM, f.swL, f.swH
-	vs := uint(0) // a bf16 is the top half of an f32
-	if f.dt == capture.BF16 {
-		vs = 16
-	}
 	var cells []int32
 	row, row16 := w.gridRow, w.gridRow16
 	if len(w.grid) == 0 {
@@ -588,22 +585,24 @@ func (w *acc) finiteRun(o *opWork, p *piece, e int64, a, b []byte, k int, sum fl
 			wa, wb := binary.LittleEndian.Uint64(a[j:]), binary.LittleEndian.Uint64(b[j:])
 			low |= wa | wb
 			var ws float64 // the word's
-			for sh, l := uint(0), 0; sh < 64; sh, l, el = sh+nb, l+1, el+1 {
-				x, y := (wa>>sh)&f.width, (wb>>sh)&f.width
-				// the ordered images (Format.Ordered) without its branch on the sign, then |ox − oy| without one
-				mx, my := -((x & sign) >> ss), -((y & sign) >> ss) // all ones for a negative value
-				ox := (^x&mask)&mx | (x|sign)&^mx
-				oy := (^y&mask)&my | (y|sign)&^my
-				t := ox - oy
-				m := uint64(int64(t) >> 63)
-				d := (t ^ m) - m
+			for sh := uint(0); sh < 64; sh, el = sh+nb, el+1 {
+				// the lanes sign-extended, then their ordered keys without a branch on the sign: the magnitude
+				// for +, −magnitude − 1 for − (−0 just below +0); |kx − ky| is Format.Ordered's distance
+				// (shift counts masked: Go's guard for a count ≥ 64 costs more than the shift)
+				sx, sy := int64(wa<<((up-sh)&63))>>(up&63), int64(wb<<((up-sh)&63))>>(up&63)
+				kx, ky := sx^(sx>>63)&int64(half), sy^(sy>>63)&int64(half)
+				t := kx - ky
+				m := t >> 63
+				d := uint64((t ^ m) - m)
 				ne := (d | -d) >> 63 // 1 when the lane differs
 				bk := bits.Len64(d)  // bucket: 0 for an equal lane
 				mism += int64(ne)
-				hist[l&3][bk] += ne
-				if d > maxULP { // an empty max has ulp 0: any mismatch takes it; ties keep the earliest
+				hist[el&3][bk] += ne
+				x, y := uint32(wa>>(sh&63))<<(vs&31), uint32(wb>>(sh&63))<<(vs&31) // as f32 bits
+				// an empty max has ulp 0: any mismatch takes it; ties keep the earliest
+				if d > maxULP {
 					maxULP = d
-					w.max = hit{ok: true, piece: w.rowPiece, elem: e + el, a: x, b: y, ulp: d, class: ClassNumeric}
+					w.max = hit{ok: true, piece: w.rowPiece, elem: e + el, a: uint64(x >> (vs & 31)), b: uint64(y >> (vs & 31)), ulp: d, class: ClassNumeric}
 				}
 				var gc int64
 				if row != nil {
@@ -619,10 +618,10 @@ func (w *acc) finiteRun(o *opWork, p *piece, e int64, a, b []byte, k int, sum fl
 				if twin { // f32 that may be bf16: the same in bf16 ULPs (bf16ULP; no NaN here)
 					d16 := (d + 0xffff) >> 16
 					b16 := bits.Len64(d16)
-					hist16[l&3][b16] += ne
+					hist16[el&3][b16] += ne
 					if d16 > max16 {
 						max16 = d16
-						w.max16 = hit{ok: true, piece: w.rowPiece, elem: e + el, a: x, b: y, ulp: d16, class: ClassNumeric}
+						w.max16 = hit{ok: true, piece: w.rowPiece, elem: e + el, a: uint64(x), b: uint64(y), ulp: d16, class: ClassNumeric}
 					}
 					if row16 != nil {
 						if c := &row16[gc]; *c < uint8(b16) {
@@ -630,8 +629,7 @@ func (w *acc) finiteRun(o *opWork, p *piece, e int64, a, b []byte, k int, sum fl
 						}
 					}
 				}
-				va := float64(math.Float32frombits(uint32(x) << vs))
-				vb := float64(math.Float32frombits(uint32(y) << vs))
+				va, vb := float64(math.Float32frombits(x)), float64(math.Float32frombits(y))
 				ad := math.Abs(va - vb)
 				if ad > maxAbs {
 					maxAbs = ad
