@@ -146,3 +146,69 @@ func distMatchesReference(t *testing.T, n, vocab int) {
 		}
 	}
 }
+
+// finiteMaxPlain is the plain definition rowMax's maximum and verdict must match: the largest value of a
+// logits row, false when a value is NaN or +Inf, or every value −Inf.
+func finiteMaxPlain(x []float32) (float64, bool) {
+	m := math.Inf(-1)
+	for _, v := range x {
+		if v != v || math.IsInf(float64(v), 1) {
+			return 0, false
+		}
+		m = max(m, float64(v))
+	}
+	return m, !math.IsInf(m, -1)
+}
+
+// TestRowMaxMatchesPlain: rowMax's one pass gives finiteMaxPlain's maximum (bit for bit, ±0 included) and
+// verdict and greedyRow's argmax, on random rows and rows of NaNs, infinities, zeros of both signs (a −0
+// before the first +0), subnormals, ties and every value −Inf.
+func TestRowMaxMatchesPlain(t *testing.T) {
+	r := rand.New(rand.NewPCG(10, 10))
+	nan, negNaN := math.Float32frombits(0x7fc00001), math.Float32frombits(0xffc00000)
+	inf, ninf := float32(math.Inf(1)), float32(math.Inf(-1))
+	negZero := math.Float32frombits(0x80000000)
+	specials := []float32{nan, negNaN, inf, ninf, 0, negZero, math.Float32frombits(1), math.Float32frombits(0x80000001),
+		math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32}
+	rows := [][]float32{{}, {0}, {negZero}, {negZero, 0}, {0, negZero}, {negZero, -1, 0, negZero}, {ninf}, {ninf, ninf},
+		{ninf, -3}, {nan}, {negNaN}, {inf}, {1, 1, 1}, {-2, -1, -1, -2}, {ninf, negNaN}}
+	for n := 0; n < 3000; n++ {
+		row := make([]float32, 1+r.IntN(40))
+		for i := range row {
+			switch k := r.IntN(10); {
+			case k < 5:
+				row[i] = float32(r.NormFloat64())
+			case k < 7:
+				row[i] = float32(r.IntN(3)) - 1 // ties and ±0 (negated below)
+				if r.IntN(2) == 0 {
+					row[i] = -row[i]
+				}
+			case k < 9:
+				row[i] = specials[r.IntN(len(specials))]
+			default:
+				row[i] = math.Float32frombits(r.Uint32())
+			}
+			if r.IntN(200) != 0 && (row[i] != row[i] || math.IsInf(float64(row[i]), 1)) {
+				row[i] = ninf // mostly valid rows, so that the maximum and argmax are compared
+			}
+		}
+		rows = append(rows, row)
+	}
+	valid := 0
+	for _, row := range rows {
+		m, arg, ok := rowMax(row)
+		wm, wok := finiteMaxPlain(row)
+		if ok != wok || ok && math.Float64bits(m) != math.Float64bits(wm) {
+			t.Fatalf("%v: rowMax %v %v, want %v %v", row, m, ok, wm, wok)
+		}
+		if ok {
+			valid++
+			if want := greedyRow(row); arg != want {
+				t.Fatalf("%v: argmax %d, greedyRow %d", row, arg, want)
+			}
+		}
+	}
+	if valid < len(rows)/2 {
+		t.Fatalf("only %d of %d rows valid", valid, len(rows))
+	}
+}

@@ -201,8 +201,11 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 	// a batch of sequences per grab (at most 256), small enough that every worker gets some
 	chunk := int64(min(256, max(1, len(jobs)/(4*workers))))
 	// helpers share the logits measures of sequences (comparer.addDist), which are most of the work when the
-	// logits differ and few sequences keep few workers busy
-	help := make(chan *distJob, max(0, cores-1))
+	// logits differ and few sequences keep few workers busy. Every worker's sequence offers itself once per
+	// helper, so the channel holds the offers of all of them: with room for one worker's only, the other
+	// workers' offers were dropped while it was full, and 4 sequences on 16 cores ran one at 16 cores and
+	// three at one core each (the helpers idle once the first was done)
+	help := make(chan *distJob, max(0, (cores-1)*workers))
 	if a.Vocab > 0 && b.Vocab > 0 {
 		var hw sync.WaitGroup
 		defer func() {
@@ -229,7 +232,7 @@ func Compare(ctx context.Context, a, b *Table, th Thresholds) (*Summary, error) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := comparer{hist: &hists[w], help: help}
+			c := comparer{hist: &hists[w], help: help, helpers: cores - 1}
 			for {
 				if ctx.Err() != nil {
 					errs[w] = ctx.Err()
@@ -308,6 +311,7 @@ type comparer struct {
 	pairs       [][2]int32 // this sequence's token pairs (A's index, B's) whose logits are measured
 	terms       []distTerm
 	help        chan *distJob // Compare's helpers, which take blocks of the logits measures
+	helpers     int           // how many helpers take from help
 	// scratch of dist: a block of a row's shifted logits (or log-probabilities) and their exponentials
 	xa, xb, ea, eb [expBlock]float64
 }
@@ -643,12 +647,14 @@ func (c *comparer) dist(la, lb []float32, k int) distTerm {
 		}
 		return distTerm{ok: true, topK: float64(k) / float64(k)}
 	}
-	lseA, okA := c.logSumExp(la)
-	lseB, okB := c.logSumExp(lb)
+	// one pass a row for its maximum, its argmax (the greedy token) and its validity
+	mA, gA, okA := rowMax(la)
+	mB, gB, okB := rowMax(lb)
 	if !okA || !okB {
 		return distTerm{}
 	}
-	t := distTerm{ok: true, greedyDiffer: greedyRow(la) != greedyRow(lb)}
+	lseA, lseB := c.logSumExp(la, mA), c.logSumExp(lb, mB)
+	t := distTerm{ok: true, greedyDiffer: gA != gB}
 	for j0 := 0; j0 < len(la); j0 += expBlock { // in blocks for expInto; the sums keep index order
 		n := min(expBlock, len(la)-j0)
 		xa, xb, ea, eb := c.xa[:n], c.xb[:n], c.ea[:n], c.eb[:n]
@@ -717,7 +723,7 @@ func (c *comparer) addDist(s *Summary, st *Stats, qa, qb *Seq) {
 		}
 	}
 	j.wg.Add(j.nblocks)
-	for range min(cap(c.help), j.nblocks-1) {
+	for range min(c.helpers, j.nblocks-1) { // an offer per helper; one taken after the job is done returns at once
 		select {
 		case c.help <- j:
 		default:
@@ -739,7 +745,7 @@ func (c *comparer) addDist(s *Summary, st *Stats, qa, qb *Seq) {
 	}
 }
 
-// validRow is finiteMax's verdict without the maximum: no NaN, no +Inf, some value above −Inf (on the bits).
+// validRow is rowMax's verdict without the maximum: no NaN, no +Inf, some value above −Inf (on the bits).
 func validRow(x []float32) bool {
 	const negInf = 0xff800000
 	var notNegInf uint32
@@ -753,25 +759,37 @@ func validRow(x []float32) bool {
 	return notNegInf != 0
 }
 
-// finiteMax is the largest value of a logits row; false when a value is NaN or +Inf, or every value −Inf.
-func finiteMax(x []float32) (float64, bool) {
-	m := math.Inf(-1)
-	for _, v := range x {
-		if v != v || math.IsInf(float64(v), 1) {
-			return 0, false
+// rowMax is a logits row's largest value (as float64(max(...)) gives it: +0 above −0), the argmax
+// greedyRow would give (the first of equal maxima) and whether the row is valid: no NaN, no +Inf, some value
+// above −Inf. One pass over the bits' ordered images (floats in their order, +0 above −0, +NaNs above +Inf,
+// −NaNs below −Inf) with their largest and smallest: what finiteMax and greedyRow gave in two passes, each
+// with a branch per element on NaN (TestRowMaxMatchesPlain compares them on random and adversarial rows).
+func rowMax(x []float32) (m float64, arg int32, ok bool) {
+	const posInf, negInf = 0xff800000, 0x007fffff // ordered images of +Inf and −Inf
+	hi, lo := uint32(0), ^uint32(0)
+	arg = NoToken
+	for i, v := range x {
+		b := math.Float32bits(v)
+		o := b ^ (uint32(int32(b)>>31) | 0x80000000)
+		if o > hi { // the first of the largest images (rarely true after the first elements)
+			hi, arg = o, int32(i)
 		}
-		m = max(m, float64(v))
+		lo = min(lo, o)
 	}
-	return m, !math.IsInf(m, -1)
+	if hi >= posInf || lo < negInf || hi == negInf || len(x) == 0 { // NaN, +Inf, or every value −Inf
+		return 0, NoToken, false
+	}
+	b := hi ^ (uint32(int32(^hi)>>31) | 0x80000000) // back from the ordered image
+	m = float64(math.Float32frombits(b))
+	if m == 0 { // ±0 the largest: greedyRow's first zero of either sign, which may be a −0 before the first +0
+		arg = greedyRow(x)
+	}
+	return m, arg, true
 }
 
-// logSumExp of a logits row in float64; false when a value is NaN or +Inf, or every value −Inf. The
-// exponentials are math.Exp's (expInto, a block at a time), summed in index order.
-func (c *comparer) logSumExp(x []float32) (float64, bool) {
-	m, ok := finiteMax(x)
-	if !ok {
-		return 0, false
-	}
+// logSumExp of a valid logits row of largest value m (rowMax), in float64. The exponentials are math.Exp's
+// (expInto, a block at a time), summed in index order.
+func (c *comparer) logSumExp(x []float32, m float64) float64 {
 	var sum float64
 	for j0 := 0; j0 < len(x); j0 += expBlock {
 		n := min(expBlock, len(x)-j0)
@@ -784,7 +802,7 @@ func (c *comparer) logSumExp(x []float32) (float64, bool) {
 			sum += e
 		}
 	}
-	return m + math.Log(sum), true
+	return m + math.Log(sum)
 }
 
 // topK appends the indexes of the k largest values (ties: the lower index first).

@@ -98,6 +98,8 @@ type acc struct {
 	max16     hit
 	grid16    []uint8
 	gridRow16 []uint8
+	// finiteRun's counts of hist and hist16, split by lane (one increment chain per lane), added to them by fold
+	histL, hist16L [4][65]uint64
 	// the row of the last mismatch: its piece, first element and map row
 	rowPiece int32
 	rowLo    int64
@@ -123,6 +125,17 @@ func resize(g []uint8, n int) []uint8 {
 	g = g[:n]
 	clear(g)
 	return g
+}
+
+// fold adds finiteRun's lane-split counts to the histograms; opWork.run calls it once the jobs are done.
+func (w *acc) fold() {
+	for l := range w.histL {
+		for i := range w.hist {
+			w.hist[i] += w.histL[l][i]
+			w.hist16[i] += w.hist16L[l][i]
+		}
+	}
+	w.histL, w.hist16L = [4][65]uint64{}, [4][65]uint64{}
 }
 
 // merge folds o into w; the result does not depend on the order of merges.
@@ -229,6 +242,8 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 	b = b[:len(a)]
 	// low ORs every word of A and every word's difference: B's bits are within A's | (A ^ B)
 	var low uint64
+	// runs of groups in the row of the last mismatch without NaN or Inf: finiteRun
+	run := f.kind == kindFloat && recordFast && (f.dt == capture.BF16 || f.dt == capture.F32)
 	// four words at a time: one branch for the common case of a group with no difference and no special
 	for len(a) >= 32 {
 		a4, b4 := a[:32:32], b[:32:32]
@@ -241,6 +256,16 @@ func (w *acc) diff(o *opWork, pi int32, p *piece, a, b []byte, elem0 int64) (sum
 		// Only A's words need the special-value test here: where x == 0, B's words are A's (group tests both).
 		sp := ((wa0 & M) + L) | ((wa1 & M) + L) | ((wa2 & M) + L) | ((wa3 & M) + L)
 		if x|sp&H != 0 {
+			if run && w.inRow(pi, p, e, 4*per) {
+				n := min(int64(len(a)/32), (w.rowLo+p.rowLen-e)/(4*per)) // whole groups left in the row
+				k, s, l := w.finiteRun(o, p, e, a[:32*n], b[:32*n], 4, sum, low)
+				if k > 0 {
+					sum, low = s, low|l
+					a, b = a[8*k:], b[8*k:]
+					e += int64(k) * per
+					continue
+				}
+			}
 			sum += w.group(o, pi, p, e, a4, b4)
 		}
 		a, b = a[32:], b[32:]
@@ -296,7 +321,7 @@ func (w *acc) group(o *opWork, pi int32, p *piece, e int64, a, b []byte) (sum fl
 				continue
 			}
 			if (f.dt == capture.BF16 || f.dt == capture.F32) && w.inRow(pi, p, e, int64(64>>ls)) {
-				sum += w.wordFinite(o, p, e, wa, wb)
+				_, sum, _ = w.finiteRun(o, p, e, a[k:k+8], b[k:k+8], 1, sum, 0)
 				e += int64(64 >> ls)
 				continue
 			}
@@ -502,23 +527,32 @@ func (w *acc) recordFinite(o *opWork, pi int32, p *piece, e int64, x, y uint64) 
 }
 
 // inRow reports whether elements [e, e+n) of piece pi lie in the row of the last mismatch (whose row bit and
-// map row are set: wordFinite needs no row bookkeeping).
+// map row are set: finiteRun needs no row bookkeeping).
 func (w *acc) inRow(pi int32, p *piece, e, n int64) bool {
 	return pi == w.rowPiece && e >= w.rowLo && e+n <= w.rowLo+p.rowLen
 }
 
-// wordFinite is recordFinite over every lane of one eight-byte word of a bf16 or f32 op (four or two lanes,
-// elements e...) that holds no NaN or Inf on either side and lies in the row of the last mismatch (inRow).
-// It visits every lane in order, equal ones too, without a branch on whether a lane differs (half the lanes of
-// a replay against another stack's forward differ, at random, and the branch mispredicted at every other
-// lane): an equal lane has distance 0, so it adds 0 to the counts, bucket 0 to nothing, 0 to Σ|a−b|, and
-// cannot raise the maximum, the map or the relative error. Every update is recordFinite's, in the same
-// element order, so the OpStat is the same bit for bit (TestRecordFiniteMatchesRecord).
-func (w *acc) wordFinite(o *opWork, p *piece, e int64, wa, wb uint64) (sum float64) {
+// finiteRun is recordFinite over every lane of the eight-byte words of a and b (elements e..., a bf16 or f32
+// op, all in the row of the last mismatch: inRow), k words at a time (1 or 4: group's one word, diff's group
+// of four), while a chunk of k words holds no NaN or Inf on either side; it returns how many words it took,
+// sum with each chunk's Σ|a−b| added (each word's lanes summed from 0, a chunk's words from 0: the sums group
+// and diff form, so Σ|a−b| keeps its bits) and the OR of the words taken (diff's low). It visits every lane
+// in order, equal ones too, without a branch on whether a lane differs (half the lanes of a replay against
+// another stack's forward differ, at random, and such a branch mispredicted at every other lane): an equal
+// lane has distance 0, so it adds 0 to the counts, bucket 0 to nothing, 0 to Σ|a−b|, and cannot raise the
+// maximum, the map or the relative error. Every update is recordFinite's, in the same element order, so the
+// OpStat is the same bit for bit (TestRecordFiniteMatchesRecord); but the counters and extremes live in
+// locals, and the histograms are split by lane (histL: one increment chain per lane, not one store-to-load
+// chain through hist[1] at every lane), added up by fold. first is set already (the row of the last
+// mismatch holds one). The f32 twin in bf16 ULPs is skipped once this worker has seen a low bit (low0 is
+// diff's OR so far): fill reads the twin only when no worker has.
+func (w *acc) finiteRun(o *opWork, p *piece, e int64, a, b []byte, k int, sum float64, low0 uint64) (int, float64, uint64) {
 	f := o.f
 	nb := uint(8 * f.size)
-	sign, mask := f.Format.Sign, f.Format.Mask
-	ss := uint(bits.TrailingZeros64(sign))
+	up := 64 - nb        // a lane's shift to the top of a word
+	vs := 32 - nb        // to an f32's bits: a bf16 is the top half of an f32
+	half := f.width >> 1 // the magnitude bits
+	M, L, H := f.swM, f.swL, f.swH
 	var cells []int32
 	row, row16 := w.gridRow, w.gridRow16
 	if len(w.grid) == 0 {
@@ -526,71 +560,96 @@ func (w *acc) wordFinite(o *opWork, p *piece, e int64, wa, wb uint64) (sum float
 	} else if o.colCell != nil {
 		cells = o.colCell[e-w.rowLo:]
 	}
-	bf16 := f.dt == capture.BF16
-	twin := o.lowMask != 0
-	for sh, k := uint(0), int64(0); sh < 64; sh, k = sh+nb, k+1 {
-		x, y := (wa>>sh)&f.width, (wb>>sh)&f.width
-		// the ordered images (Format.Ordered) without its branch on the sign, then |ox − oy| without one
-		mx, my := -((x & sign) >> ss), -((y & sign) >> ss) // all ones for a negative value
-		ox := (^x&mask)&mx | (x|sign)&^mx
-		oy := (^y&mask)&my | (y|sign)&^my
-		t := ox - oy
-		m := uint64(int64(t) >> 63)
-		d := (t ^ m) - m
-		ne := (d | -d) >> 63 // 1 when the lane differs
-		b := bits.Len64(d)   // bucket: 0 for an equal lane
-		w.mismatched += int64(ne)
-		w.hist[b] += ne
-		if !w.first.ok && ne != 0 {
-			w.first = hit{ok: true, piece: w.rowPiece, elem: e + k, a: x, b: y, ulp: d, class: ClassNumeric}
-		}
-		if d > w.max.ulp { // an empty max has ulp 0: any mismatch takes it; ties keep the earliest
-			w.max = hit{ok: true, piece: w.rowPiece, elem: e + k, a: x, b: y, ulp: d, class: ClassNumeric}
-		}
-		var gc int64
-		if row != nil {
-			if cells != nil {
-				gc = int64(cells[k])
-			} else {
-				gc = (e + k - w.rowLo) * int64(o.gridCols) / o.rowLen
-			}
-			if c := &row[gc]; *c < uint8(b) {
-				*c = uint8(b)
-			}
-		}
-		if twin { // f32 that may be bf16: the same in bf16 ULPs (bf16ULP; no NaN here)
-			d16 := (d + 0xffff) >> 16
-			b16 := bits.Len64(d16)
-			w.hist16[b16] += ne
-			if d16 > w.max16.ulp {
-				w.max16 = hit{ok: true, piece: w.rowPiece, elem: e + k, a: x, b: y, ulp: d16, class: ClassNumeric}
-			}
-			if len(row16) > 0 {
-				if c := &row16[gc]; *c < uint8(b16) {
-					*c = uint8(b16)
-				}
-			}
-		}
-		var va, vb float64
-		if bf16 {
-			va, vb = float64(math.Float32frombits(uint32(x)<<16)), float64(math.Float32frombits(uint32(y)<<16))
-		} else {
-			va, vb = float64(math.Float32frombits(uint32(x))), float64(math.Float32frombits(uint32(y)))
-		}
-		ad := math.Abs(va - vb)
-		if ad > w.maxAbs {
-			w.maxAbs = ad
-		}
-		// ad > maxRel·max(|va|, |vb|) as two compares (maxRel ≥ 0: the product of the larger is the larger
-		// product), so the larger magnitude is found only when the maximum moves
-		if A, B := math.Abs(va), math.Abs(vb); ad > w.maxRel*A && ad > w.maxRel*B {
-			if den := max(A, B); den > 0 {
-				w.maxRel = ad / den
-			}
-		}
-		sum += ad
+	twin := o.lowMask != 0 && (w.low|low0)&o.lowMask == 0
+	if !twin {
+		row16 = nil
 	}
-	return sum
+	hist, hist16 := &w.histL, &w.hist16L
+	mism, maxULP, max16 := w.mismatched, w.max.ulp, w.max16.ulp
+	maxAbs, maxRel := w.maxAbs, w.maxRel
+	var low uint64
+	words := 0
+	el := int64(0) // the lane's element, from e
+	b = b[:len(a)]
+	for ; len(a) >= 8*k; a, b = a[8*k:], b[8*k:] {
+		var sp uint64
+		for j := 0; j < 8*k; j += 8 {
+			wa, wb := binary.LittleEndian.Uint64(a[j:]), binary.LittleEndian.Uint64(b[j:])
+			sp |= ((wa & M) + L) | ((wb & M) + L)
+		}
+		if sp&H != 0 { // a NaN or Inf in the chunk: group's
+			break
+		}
+		var cs float64 // the chunk's Σ|a−b|
+		for j := 0; j < 8*k; j += 8 {
+			wa, wb := binary.LittleEndian.Uint64(a[j:]), binary.LittleEndian.Uint64(b[j:])
+			low |= wa | wb
+			var ws float64 // the word's
+			for sh := uint(0); sh < 64; sh, el = sh+nb, el+1 {
+				// the lanes sign-extended, then their ordered keys without a branch on the sign: the magnitude
+				// for +, −magnitude − 1 for − (−0 just below +0); |kx − ky| is Format.Ordered's distance
+				// (shift counts masked: Go's guard for a count ≥ 64 costs more than the shift)
+				sx, sy := int64(wa<<((up-sh)&63))>>(up&63), int64(wb<<((up-sh)&63))>>(up&63)
+				kx, ky := sx^(sx>>63)&int64(half), sy^(sy>>63)&int64(half)
+				t := kx - ky
+				m := t >> 63
+				d := uint64((t ^ m) - m)
+				ne := (d | -d) >> 63 // 1 when the lane differs
+				bk := bits.Len64(d)  // bucket: 0 for an equal lane
+				mism += int64(ne)
+				hist[el&3][bk] += ne
+				x, y := uint32(wa>>(sh&63))<<(vs&31), uint32(wb>>(sh&63))<<(vs&31) // as f32 bits
+				// an empty max has ulp 0: any mismatch takes it; ties keep the earliest
+				if d > maxULP {
+					maxULP = d
+					w.max = hit{ok: true, piece: w.rowPiece, elem: e + el, a: uint64(x >> (vs & 31)), b: uint64(y >> (vs & 31)), ulp: d, class: ClassNumeric}
+				}
+				var gc int64
+				if row != nil {
+					if cells != nil {
+						gc = int64(cells[el])
+					} else {
+						gc = (e + el - w.rowLo) * int64(o.gridCols) / o.rowLen
+					}
+					if c := &row[gc]; *c < uint8(bk) {
+						*c = uint8(bk)
+					}
+				}
+				if twin { // f32 that may be bf16: the same in bf16 ULPs (bf16ULP; no NaN here)
+					d16 := (d + 0xffff) >> 16
+					b16 := bits.Len64(d16)
+					hist16[el&3][b16] += ne
+					if d16 > max16 {
+						max16 = d16
+						w.max16 = hit{ok: true, piece: w.rowPiece, elem: e + el, a: uint64(x), b: uint64(y), ulp: d16, class: ClassNumeric}
+					}
+					if row16 != nil {
+						if c := &row16[gc]; *c < uint8(b16) {
+							*c = uint8(b16)
+						}
+					}
+				}
+				va, vb := float64(math.Float32frombits(x)), float64(math.Float32frombits(y))
+				ad := math.Abs(va - vb)
+				if ad > maxAbs {
+					maxAbs = ad
+				}
+				// ad > maxRel·max(|va|, |vb|) as two compares (maxRel ≥ 0: the product of the larger is the
+				// larger product), so the larger magnitude is found only when the maximum moves
+				if A, B := math.Abs(va), math.Abs(vb); ad > maxRel*A && ad > maxRel*B {
+					if den := max(A, B); den > 0 {
+						maxRel = ad / den
+					}
+				}
+				ws += ad
+			}
+			cs += ws
+		}
+		sum += cs
+		words += k
+	}
+	w.mismatched, w.maxAbs, w.maxRel = mism, maxAbs, maxRel
+	return words, sum, low
 }
 
 // absDiff is |a − b| of two ordered images.

@@ -287,8 +287,14 @@ func TestRecordFiniteMatchesRecord(t *testing.T) {
 						putElem(f, b, i, f.load(a, i)^1<<r.IntN(int(f.mantBits)+1))
 					}
 				}
+				// ±0 against ±0 and subnormals of both signs (ordered keys across the sign)
+				tiny := []uint64{0, f.sign, 1, f.sign | 1, 3, f.sign | 2}
+				for i := 0; i < tc.n; i += 1 + r.IntN(9) {
+					putElem(f, a, i, tiny[r.IntN(len(tiny))])
+					putElem(f, b, i, tiny[r.IntN(len(tiny))])
+				}
 			}
-			// rows of 7 (words straddle rows: the per-lane path) and of n/7 (long rows: wordFinite's path)
+			// rows of 7 (words straddle rows: the per-lane path) and of n/7 (long rows: finiteRun's path)
 			for _, rowLen := range []int64{7, int64(tc.n / 7)} {
 				fastSt, fastSums, fastRows := run(f, a, b, rowLen, true)
 				slowSt, slowSums, slowRows := run(f, a, b, rowLen, false)

@@ -429,6 +429,9 @@ func (o *opWork) run(ctx context.Context, accs []*acc, progress func(int64)) (*a
 	if stop.Load() {
 		return nil, ctx.Err()
 	}
+	for _, w := range accs[:nw] {
+		w.fold()
+	}
 	for _, w := range accs[1:nw] {
 		accs[0].merge(w)
 	}

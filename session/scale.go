@@ -97,8 +97,8 @@ func fastSquares(f *format, a, b []byte, i int) (int, fastSums) {
 						sh := uint(16 * k)
 						live := uint64((k - h - 1) >> 63) // all ones for lanes 0..h
 						x, y := uint32(wa>>sh)<<16, uint32(wb>>sh)<<16
-						va, _ := normal32(x)
-						vb, _ := normal32(y)
+						// finite (the SWAR test): the conversion is exact, normal32's value without its branch
+						va, vb := float64(math.Float32frombits(x)), float64(math.Float32frombits(y))
 						eq := -((uint64(x^y) - 1) >> 63) // all ones when the lane's pair is equal
 						qa, qb := math.Float64bits(float64(va*va))&live, math.Float64bits(float64(vb*vb))&live
 						q4 += math.Float64frombits(qa & eq)
