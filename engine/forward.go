@@ -58,7 +58,7 @@ type rank struct {
 	sin      Buf
 	caches   map[int64]*kvCache
 	kv16     BF16Cacher // non-nil: the KV caches are bf16 on this backend (two values a float32 slot)
-	rec      *recorder // nil: nothing captured
+	rec      *recorder  // nil: nothing captured
 	scratch  []Buf
 	attnSeqs []AttnSeq // a layer's attention calls (reused)
 	logits   Buf       // the last forward's logits shard (T, vLocal)
