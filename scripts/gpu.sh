@@ -25,8 +25,10 @@
 #         table beside cuBLAS bf16 (torch.mm) at the same shapes (launch.json's big_order), one per entry of
 #         TCPATHS (default "tma tmapall:128 tmapall:256 wgmma mmasync": -tc-path=P -tc-bn=BN; tmapall is tmap
 #         at every M, decode included) that loaded at the square, gate/up and o_proj shapes, and one of tmap with
-#         bf16 output (-tc-bf16, MatmulTCBF16) at every shape, all in the same call.
-#         ptxas -v of each module (registers, spills) first. The step also runs the tc attention's part (below).
+#         bf16 output (-tc-bf16, MatmulTCBF16) at every shape, all in the same call; then the decode sizes
+#         (M = 1…64) once per entry of TCDECS (default "mma tmd": -tc-dec=D; tmd:C also forces C consumer warps).
+#         ptxas -v of each module (registers, spills) first. The step also runs the tc attention's part (below;
+#         TCATT=0 skips it in the tc step).
 #   tcattn the tensor-core attention alone (kernels/cuda/tc/tc_attention.cu; also part of tc): the same PTX, its
 #         GPU tests (bitwise against kernels.AttentionTC over the sweep and in batched launches, chunked prefill
 #         and decode equal to the full prefill, the float64 bound) and BenchmarkAttentionTC, printed by
@@ -78,7 +80,7 @@
 #         and decode (S = 4096, B = 8) against SDPA's flash kernels, the tc matmul at Qwen2.5-7B's gate/up and o_proj
 #         shapes (M = 4096) against cuBLAS bf16 (torch.mm). Sections: speed of light, compute and memory workload,
 #         occupancy, launch, warp states, scheduler, instructions. One profiled launch of each, after warm-up
-#         launches; $OUT/ncu-*.txt. NCUKERNELS: a subset (attn-prefill attn-decode mm-gateup mm-o); NCUSIDE=tc or anchor: one side only. Not in the default list.
+#         launches; $OUT/ncu-*.txt. NCUKERNELS: a subset (attn-prefill attn-decode mm-gateup mm-o; mm-dec-gateup mm-dec-down: M = 1, not in the default); NCUSIDE=tc or anchor: one side only. Not in the default list.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -224,7 +226,9 @@ if [[ " $steps " == *" tc "* || " $steps " == *" tcattn "* ]]; then
   done
   # attention (tc_attention.cu): bitwise against kernels.AttentionTC, invariance, the float64 bound, then the
   # speed beside SDPA's flash backend (scripts/tc_bench.py's attention table)
-  if [[ ! -s "$tcdir/tc_attention.ptx" ]]; then
+  if [[ " $steps " != *" tcattn "* && "${TCATT:-1}" == 0 ]]; then
+    echo "tc: TCATT=0: the tc attention's part skipped"
+  elif [[ ! -s "$tcdir/tc_attention.ptx" ]]; then
     echo "tc: no tc_attention.ptx: the tc attention tests and benchmark do not run"; rc=1
   else
     (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 BITALIGN_REQUIRE_TC=1 ../../.gpu/kernels-cuda.test \
@@ -263,6 +267,16 @@ if [[ " $steps " == *" tc "* ]]; then
         -tc-path=$path -tc-bn=$bn -test.timeout 300s) >"$OUT/tc-bench-$path-$bn.log" 2>&1 || { echo "tc: benchmark -tc-path=$path -tc-bn=$bn FAILED"; tail -5 "$OUT/tc-bench-$path-$bn.log"; rc=1; }
       echo "-- the same with -tc-path=$path -tc-bn=$bn at M > 64"
       python3 scripts/tc_bench.py "$OUT/tc-bench-$path-$bn.log" 2>&1 | tee "$OUT/tc-table-$path-$bn.log" || rc=1
+    done
+    # the decode sizes (M ≤ 64) with each decode family forced in the same call: TCDECS entries dec[:C] (mma: dec16,
+    # dec64; tmd with C consumer warps a block, 0 or none: planTMD's cost model)
+    for dc in ${TCDECS:-mma tmd}; do
+      dec=${dc%%:*} c=0 && [[ $dc == *:* ]] && c=${dc##*:}
+      (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
+        -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/.*/.*/^M=(1|8|16|32|64)$' -test.benchtime "${BENCHTIME:-20x}" \
+        -tc-dec=$dec -tc-c=$c -test.timeout 300s) >"$OUT/tc-bench-dec-$dec-$c.log" 2>&1 || { echo "tc: benchmark -tc-dec=$dec -tc-c=$c FAILED"; tail -5 "$OUT/tc-bench-dec-$dec-$c.log"; rc=1; }
+      echo "-- the same with -tc-dec=$dec -tc-c=$c at M ≤ 64"
+      python3 scripts/tc_bench.py "$OUT/tc-bench-dec-$dec-$c.log" 2>&1 | tee "$OUT/tc-table-dec-$dec-$c.log" || rc=1
     done
     if [[ -s "$tcdir/tc_tma.ptx" ]]; then # bf16 output (MatmulTCBF16), every shape, as cuBLAS writes it
       (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
@@ -421,6 +435,12 @@ torch.cuda.synchronize()'
     mm-o)
       ncu_go tc-mm-o 'tc_mm' '^BenchmarkMatmulTC$/qwen7b-o/.*/M=4096/'
       ncu_py cublas-mm-o 'nvjet|gemm|xmma|cutlass' "$mm" 4096 3584 3584 ;;
+    mm-dec-gateup)
+      ncu_go tc-mm-dec-gateup 'tc_mm' '^BenchmarkMatmulTC$/qwen7b-gateup/.*/M=1/'
+      ncu_py cublas-mm-dec-gateup 'nvjet|gemm|gemv|xmma|cutlass' "$mm" 1 3584 18944 ;;
+    mm-dec-down)
+      ncu_go tc-mm-dec-down 'tc_mm' '^BenchmarkMatmulTC$/qwen7b-down/.*/M=1/'
+      ncu_py cublas-mm-dec-down 'nvjet|gemm|gemv|xmma|cutlass' "$mm" 1 18944 3584 ;;
     esac
   done
   for f in "$OUT"/ncu-*.txt; do # the headline of each: duration, throughputs, IPC, occupancy, the top stall

@@ -39,6 +39,8 @@ type Kernels struct {
 	tcG       int    // tests: force the tc matmul's segments per block (0: automatic)
 	tcBN      int    // tests, benchmarks: force the tmap chain's tile width, 128 or 256 (0: tmapNarrow)
 	tcPath    TCPath // tests and benchmarks: force the tc family of M > dec64_max_m ("": launch.json's big_order)
+	tcDec     string // tests and benchmarks: force the tc family of M ≤ dec64_max_m, "tmd" or "mma" ("": launch.json's dec_path)
+	tcC       int    // tests: force tmd's consumer warps a block (0: planTMD's cost model)
 }
 
 // Load loads every PTX module on c's device and looks up its kernels. Errors wrap the driver's (an unusable

@@ -3,7 +3,9 @@ package cudakernels
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"bitalign/cuda"
@@ -60,7 +62,25 @@ type tcRules struct {
 	// (tma256p) when rounds(128) · 128 · TmapNarrowCost < rounds(256) · 256, rounds(bn) being the persistent
 	// grid's rounds of tiles (the narrow tile's cost per output, relative: more loads per MMA). Speed only.
 	TmapNarrowCost float64 `json:"tmap_narrow_cost"`
+	// DecPath: the family of M ≤ dec64_max_m: "tmd" (tc_tma.cu's tc_mm_tmd<R>, where TMA can load the operands)
+	// or "mma" (tc_matmul.cu's dec16, dec64, which serve every operand).
+	DecPath string   `json:"dec_path"`
+	TMD     tmdRules `json:"tmd"`
 }
+
+// tmdRules is launch.json's tc "tmd": the cost model planTMD picks the decode family's block width (C consumer
+// warps of 16 columns) and segments per work item (G) by, and its bounds. Speed only.
+type tmdRules struct {
+	MaxWarps  int     `json:"max_warps"`  // consumer warps a block at most (16 · 16 = 256 rows: the TMA box's limit)
+	MaxStages int     `json:"max_stages"` // slots a block at most (tc_tma.cu's TC_TMD_MAXS)
+	HBMGBps   float64 `json:"hbm_gbps"`   // the weights' stream when every SM reads
+	SMGBps    float64 `json:"sm_gbps"`    // one SM's share at most, when few read
+	KStepNs   float64 `json:"kstep_ns"`   // one k-step of a chain (the MMA's latency): a work item's floor
+	FinishUs  float64 `json:"finish_us"`  // tc_finish's launch, when the segments are split over items
+}
+
+// tmdMaxStages is tc_tma.cu's TC_TMD_MAXS (TestTCVariantsMatchSource checks it).
+const tmdMaxStages = 32
 
 // tcVariantNames are the variants tc_matmul.cu instantiates, in launch.json's order.
 var tcVariantNames = []string{"dec16", "dec64", "big", "big64", "wg128", "wg64t", "tma256", "tma128t", "tma256p", "tma128p", "tma128tp"}
@@ -83,6 +103,10 @@ func (r *tcRules) check() error {
 		if strings.HasPrefix(v.Name, "tma") && (v.BM != tmaBM || v.BK != tmaBK || v.Threads != 384) {
 			return fmt.Errorf("cudakernels: launch.json: tc variant %q: tc_tma.cu's tiles are %d rows, %d k per stage, 384 threads", v.Name, tmaBM, tmaBK)
 		}
+	}
+	if t := r.TMD; r.DecPath != "tmd" && r.DecPath != "mma" || t.MaxWarps < 1 || t.MaxWarps > 16 || t.MaxStages < 2 ||
+		t.MaxStages > tmdMaxStages || !(t.HBMGBps > 0) || !(t.SMGBps > 0) || !(t.KStepNs >= 0) || !(t.FinishUs >= 0) {
+		return fmt.Errorf("cudakernels: launch.json: tc: dec_path %q (tmd or mma) or tmd %+v out of range (max_warps 1…16, max_stages 2…%d, rates positive)", r.DecPath, r.TMD, tmdMaxStages)
 	}
 	seen := map[TCPath]bool{}
 	for _, p := range r.BigOrder {
@@ -138,8 +162,9 @@ func (v tcVariant) smem(tree bool) int {
 // tc_finish, which adds the Parts subtrees the tile kernel wrote to scratch.
 type TCPlan struct {
 	Launches []Launch
-	G        int // segments per block
+	G        int // segments per block (tmd: per work item)
 	Parts    int // nseg/G subtrees in scratch (1: none, the tile kernel finishes)
+	C, S     int // tmd only: consumer warps a block, slots
 }
 
 // planTC: M×K times N×K with the chains' bounds b (kernels.TCBounds or TCPartialBounds); vec: K and every bound
@@ -243,6 +268,66 @@ func tmapNarrow(l Limits, M, N int) bool {
 	return float64(rounds(128)*128)*rules.TC.TmapNarrowCost < float64(rounds(256)*256)
 }
 
+// planTMD plans tc_tma.cu's decode entry tc_mm_tmd<R> (M ≤ 64; R, the x box's rows, is M rounded up to 8, 16, 32
+// or 64): C consumer warps a block (tiles of 16·C columns), G whole segments a work item (tc_finish iff G < nseg),
+// S slots (as many as the shared memory holds, at most max_stages), a persistent grid of at most one block per
+// SM. C and G by launch.json's tmd cost model: each round of work items streams its blocks' weights at
+// min(hbm_gbps, blocks · sm_gbps), never faster than an item's k-steps at kstep_ns each; the cheapest wins, and
+// one within 1 % of it goes to more segments an item and then more warps (bigger TMA boxes, fewer epilogues). forceG, forceC > 0 override (tests). Neither changes a bit:
+// every chain is the same whichever block and warp compute it.
+func planTMD(l Limits, M, K, N int, b []int, forceG, forceC int) TCPlan {
+	r := &rules.TC.TMD
+	R := 8
+	for R < M {
+		R *= 2
+	}
+	nseg, frags := len(b)-1, ceilDiv(int64(N), 16)
+	bestT, G, C, items := math.Inf(1), 0, 0, 0
+	for g := nseg; g >= 1; g /= 2 {
+		if nseg%g != 0 || (forceG > 0 && g != forceG) {
+			continue
+		}
+		kItem := float64(K) * float64(g) / float64(nseg)
+		floor := math.Ceil(kItem/16) * r.KStepNs / 1e3 // µs
+		for c := r.MaxWarps; c >= 1; c-- {
+			if forceC > 0 && c != forceC {
+				continue
+			}
+			n := ceilDiv(int64(frags), c) * (nseg / g)
+			perBlock := float64(c*16*2) * kItem // bytes of w a work item streams
+			round := func(a int) float64 {
+				return max(float64(a)*perBlock/(min(r.HBMGBps, float64(a)*r.SMGBps)*1e3), floor)
+			}
+			t := float64(n/l.SMs) * round(l.SMs)
+			if rem := n % l.SMs; rem > 0 {
+				t += round(rem)
+			}
+			if g < nseg {
+				t += r.FinishUs
+			}
+			if t < bestT*0.99 {
+				bestT, G, C, items = t, g, c, n
+			}
+		}
+	}
+	if C == 0 { // a forced G that does not divide the segments: the automatic choice
+		return planTMD(l, M, K, N, b, 0, forceC)
+	}
+	stage := (16*C + R) * 128
+	S := min(r.MaxStages, (l.rowSmem()-1024)/stage)
+	kind := "chain"
+	if G > 1 {
+		kind = "tree"
+	}
+	p := TCPlan{G: G, Parts: nseg / G, C: C, S: S}
+	p.Launches = []Launch{{Kernel: fmt.Sprintf("tc_mm_tmd%d_%s", R, kind), Grid: cuda.Dim3{X: min(items, l.SMs), Y: 1, Z: 1},
+		Block: cuda.Dim3{X: 32 * (C + 1)}, Smem: 1024 + S*stage}}
+	if p.Parts > 1 {
+		p.Launches = append(p.Launches, flat("tc_finish", int64(M)*int64(N), rules.TC.FinishBlock, rules.TC.FinishBlock))
+	}
+	return p
+}
+
 // tmaPersistent says whether variant name is one of tc_tma.cu's persistent entries (the tmap path): a grid of
 // at most blocks_per_sm blocks per SM and the extra parameter ob.
 func tmaPersistent(name string) bool {
@@ -336,7 +421,11 @@ func (k *Kernels) loadOptional(c *cuda.Ctx, mod string) error {
 		if err != nil {
 			return err
 		}
-		if b := max(tcSmem(name), tcAttSmemOf(name)); b > 0 {
+		b := max(tcSmem(name), tcAttSmemOf(name))
+		if strings.HasPrefix(name, "tc_mm_tmd") { // its slots fill what the block may have (planTMD)
+			b = k.lim.rowSmem()
+		}
+		if b > 0 {
 			if err := f.SetMaxDynamicSharedMemory(c, b); err != nil {
 				return fmt.Errorf("cudakernels: %s: %w", name, err)
 			}
@@ -445,7 +534,9 @@ func (k *Kernels) matmulTC(c *cuda.Ctx, out, x, w, bias cuda.Ptr, M, K, N int, b
 			return err
 		}
 	}
-	if strings.HasPrefix(first.Kernel, "tc_mm_tma") {
+	if strings.HasPrefix(first.Kernel, "tc_mm_tmd") {
+		err = k.launchTMD(c, first, out, part, x, w, bias, M, K, N, b, dt, pl)
+	} else if strings.HasPrefix(first.Kernel, "tc_mm_tma") {
 		err = k.launchTMA(c, first, out, part, x, w, bias, M, K, N, b, pl.G, dt, ob)
 	} else {
 		err = k.launch(c, first, out, part, x, w, bias, M, K, N, segs(b), pl.G, dt)
@@ -466,6 +557,9 @@ func (k *Kernels) tcPlanFor(x, w cuda.Ptr, M, K, N int, b []int) (TCPlan, error)
 	for _, v := range b {
 		vec = vec && v%8 == 0
 	}
+	if M <= rules.TC.Dec64MaxM && k.tcPath != TCPathTMAPAll && k.tmdOK(K, x, w, b) {
+		return planTMD(k.lim, M, K, N, b, k.tcG, k.tcC), nil
+	}
 	path := TCPathMMASync
 	if M > rules.TC.Dec64MaxM || k.tcPath == TCPathTMAPAll { // the only family that also serves M ≤ dec64_max_m
 		var err error
@@ -474,6 +568,17 @@ func (k *Kernels) tcPlanFor(x, w cuda.Ptr, M, K, N int, b []int) (TCPlan, error)
 		}
 	}
 	return planTC(k.lim, M, K, N, b, vec, path, k.tcG, k.tcBN), nil
+}
+
+// tmdOK says whether tc_mm_tmd serves M ≤ dec64_max_m here: k.tcDec when a test forces a family ("tmd" or
+// "mma"), else launch.json's dec_path, and only where tc_tma.cu is loaded with the tmd entries (a stale PTX has
+// none) and TMA can load the operands (tcTMAOK).
+func (k *Kernels) tmdOK(K int, x, w cuda.Ptr, b []int) bool {
+	dec := k.tcDec
+	if dec == "" {
+		dec = rules.TC.DecPath
+	}
+	return dec == "tmd" && k.HasTCTMA() == nil && k.fn["tc_mm_tmd8_chain"] != nil && tcTMAOK(K, x, w, b)
 }
 
 // Kernels names the plan's launches, for messages.
@@ -485,6 +590,31 @@ func (p TCPlan) Kernels() string {
 	return strings.Join(names, " + ")
 }
 
+// launchTMD runs tc_mm_tmd<R>: the tensor maps of x (box tmaBK × R) and w (box tmaBK × 16·C), as launchTMA's,
+// then tc_matmul.cu's parameters and C, S.
+func (k *Kernels) launchTMD(c *cuda.Ctx, l Launch, out, part, x, w, bias cuda.Ptr, M, K, N int, b []int, dt int, pl TCPlan) error {
+	R, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(l.Kernel, "tc_mm_tmd"), "_chain"), "_tree"))
+	if err != nil {
+		return fmt.Errorf("cudakernels: %s: not a tmd entry", l.Kernel)
+	}
+	tx, err := k.tcTensorMap(c, x, M, K, R)
+	if err != nil {
+		return fmt.Errorf("cudakernels: %s: x: %w", l.Kernel, err)
+	}
+	tw, err := k.tcTensorMap(c, w, N, K, 16*pl.C)
+	if err != nil {
+		return fmt.Errorf("cudakernels: %s: w: %w", l.Kernel, err)
+	}
+	return k.launch(c, l, tx.Bytes(), tw.Bytes(), out, part, bias, M, K, N, segs(b), pl.G, dt, pl.C, pl.S)
+}
+
+// tcTensorMap is the tensor map of a (rows, K) bf16 operand at p that tc_tma.cu's kernels load: boxes of tmaBK
+// columns (128 bytes) and box rows, 128-byte swizzle, zero fill past the matrix.
+func (k *Kernels) tcTensorMap(c *cuda.Ctx, p cuda.Ptr, rows, K, box int) (cuda.TensorMap, error) {
+	return c.EncodeTiled(cuda.Tiled2D{Type: cuda.TensorMapBFloat16, Base: p, Rows: int64(rows), Cols: int64(K),
+		RowStride: 2 * int64(K), BoxRows: box, BoxCols: tmaBK, Swizzle: cuda.Swizzle128B, L2Promotion256: true})
+}
+
 // launchTMA runs a tc_tma.cu entry: the tensor maps of x (box tmaBK × tmaBM) and w (box tmaBK × the variant's
 // bn), 128-byte swizzle, zero fill past the matrices, then the entry's other parameters as tc_matmul.cu's, and
 // for a persistent entry ob (1: out is bf16 bits).
@@ -492,15 +622,11 @@ func (k *Kernels) launchTMA(c *cuda.Ctx, l Launch, out, part, x, w, bias cuda.Pt
 	rest, _ := strings.CutPrefix(l.Kernel, "tc_mm_")
 	name, _, _ := strings.Cut(rest, "_")
 	v := rules.TC.variant(name)
-	tmap := func(p cuda.Ptr, rows, box int) (cuda.TensorMap, error) {
-		return c.EncodeTiled(cuda.Tiled2D{Type: cuda.TensorMapBFloat16, Base: p, Rows: int64(rows), Cols: int64(K),
-			RowStride: 2 * int64(K), BoxRows: box, BoxCols: tmaBK, Swizzle: cuda.Swizzle128B, L2Promotion256: true})
-	}
-	tx, err := tmap(x, M, tmaBM)
+	tx, err := k.tcTensorMap(c, x, M, K, tmaBM)
 	if err != nil {
 		return fmt.Errorf("cudakernels: %s: x: %w", l.Kernel, err)
 	}
-	tw, err := tmap(w, N, v.bn)
+	tw, err := k.tcTensorMap(c, w, N, K, v.bn)
 	if err != nil {
 		return fmt.Errorf("cudakernels: %s: w: %w", l.Kernel, err)
 	}
@@ -514,4 +640,13 @@ func (k *Kernels) launchTMA(c *cuda.Ctx, l Launch, out, part, x, w, bias cuda.Pt
 		return k.launch(c, l, tx.Bytes(), tw.Bytes(), out, part, bias, M, K, N, segs(b), G, dt, ob, stash)
 	}
 	return k.launch(c, l, tx.Bytes(), tw.Bytes(), out, part, bias, M, K, N, segs(b), G, dt)
+}
+
+// tmdEntries are tc_tma.cu's decode entries planTMD launches: x boxes of 8, 16, 32, 64 rows, chain and tree.
+func tmdEntries() []string {
+	var e []string
+	for _, r := range []int{8, 16, 32, 64} {
+		e = append(e, fmt.Sprintf("tc_mm_tmd%d_chain", r), fmt.Sprintf("tc_mm_tmd%d_tree", r))
+	}
+	return e
 }

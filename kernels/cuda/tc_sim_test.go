@@ -31,13 +31,15 @@ func TestTCSimulated(t *testing.T) {
 		specials bool
 	}
 	cases := []kase{{1, 100, 33, false}, {3, 1027, 7, false}, {17, 1000, 33, true}, {64, 24, 65, false},
-		{65, 256, 129, false}, {130, 136, 17, true}, {100, 1027, 20, true}, {130, 384, 40, true}, {257, 512, 40, false}}
+		{65, 256, 129, false}, {130, 136, 17, true}, {100, 1027, 20, true}, {130, 384, 40, true}, {257, 512, 40, false},
+		{1, 512, 50, false}, {9, 1024, 70, true}, {20, 160, 33, false}}
 	// Every simulated thread is an OS thread: the whole sweep takes minutes on two cores. By default (CI) a
 	// subset that still reaches every variant's kernel, both load paths, the split over blocks and tc_finish;
 	// BITALIGN_TC_SIM=full runs all of it (267 launches with tc_tma.cu's, all bitwise equal on 2026-12-02: 17 minutes here, so run it with -timeout 30m).
 	full := os.Getenv("BITALIGN_TC_SIM") == "full"
 	if !full {
-		cases = []kase{{3, 1027, 7, false}, {64, 24, 65, false}, {130, 136, 17, true}, {130, 384, 40, true}}
+		cases = []kase{{3, 1027, 7, false}, {64, 24, 65, false}, {130, 136, 17, true}, {130, 384, 40, true},
+			{1, 512, 50, false}, {9, 1024, 70, true}, {20, 160, 33, false}}
 	}
 	l := Limits{SMs: 132, SmemOptin: 232448}
 	runs := 0
@@ -48,6 +50,12 @@ func TestTCSimulated(t *testing.T) {
 		files := func(name string, v any) string { return simFile(t, dir, name, v) }
 		run := func(what string, b []int, vec bool, G, dt int, xs, ws []float32, withBias bool, want []float32, K int) {
 			t.Helper()
+			if c.M <= rules.TC.Dec64MaxM && vec && tcTMAOK(K, 0, 0, b) {
+				// tc_mm_tmd: the cost model's plan, and three warps a block on two SMs (tiles of 48 columns
+				// past N, several work items a block)
+				runPlan(what, planTMD(l, c.M, K, c.N, b, G, 0), b, dt, xs, ws, withBias, want, K)
+				runPlan(what, planTMD(Limits{SMs: 2, SmemOptin: l.SmemOptin}, c.M, K, c.N, b, G, 3), b, dt, xs, ws, withBias, want, K)
+			}
 			for _, path := range tcPaths {
 				if path != TCPathMMASync && path != TCPathTMAPAll && c.M <= rules.TC.Dec64MaxM {
 					continue
@@ -95,6 +103,9 @@ func TestTCSimulated(t *testing.T) {
 			persist := strings.HasPrefix(l0.Kernel, "tc_mm_tma") && tmaPersistent(strings.Split(l0.Kernel, "_")[2])
 			if persist {
 				args = append(args, "0") // ob: float32 out
+			}
+			if strings.HasPrefix(l0.Kernel, "tc_mm_tmd") {
+				args = append(args, itoa(pl.C), itoa(pl.S))
 			}
 			simRun(t, sim, args)
 			if pl.Parts > 1 {

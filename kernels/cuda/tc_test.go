@@ -28,6 +28,11 @@ var tcBF16Flag = flag.Bool("tc-bf16", false, "BenchmarkMatmulTC: bf16 output (Ma
 // tcBNFlag forces the tmap chain's tile width in BenchmarkMatmulTC (128 or 256; 0: launch.json's rule).
 var tcBNFlag = flag.Int("tc-bn", 0, "BenchmarkMatmulTC: the tmap chain's tile width, 128 or 256 (0: the tmap_narrow_cost rule)")
 
+// tcDecFlag, tcCFlag force the decode family (M ≤ dec64_max_m) in BenchmarkMatmulTC and tmd's consumer warps a
+// block (scripts/gpu.sh tc times mma and tmd side by side, TCDECC sweeps C).
+var tcDecFlag = flag.String("tc-dec", "", "BenchmarkMatmulTC: the tc kernels of M ≤ 64 to time (tmd, mma; empty: launch.json's dec_path)")
+var tcCFlag = flag.Int("tc-c", 0, "BenchmarkMatmulTC: tmd's consumer warps a block, 1…16 (0: planTMD's cost model)")
+
 // requireTCEnv set to 1 (scripts/gpu.sh tc) makes a missing tc module fail the GPU tests instead of skipping.
 const requireTCEnv = "BITALIGN_REQUIRE_TC"
 
@@ -111,6 +116,19 @@ func TestTCVariantsMatchSource(t *testing.T) {
 			t.Errorf("tc_tma.cu does not say %q, which tc.go's tmaBM, tmaBK assume", strings.TrimSpace(d))
 		}
 	}
+	if d := fmt.Sprintf("#define TC_TMD_MAXS %d\n", tmdMaxStages); !strings.Contains(string(tsrc), d) {
+		t.Errorf("tc_tma.cu does not say %q, which tc.go's tmdMaxStages assumes", strings.TrimSpace(d))
+	}
+	var tmd []string
+	for _, m := range regexp.MustCompile(`(?m)^TC_TMD_ENTRY\((\d+), (true|false), (chain|tree)\)$`).FindAllStringSubmatch(string(tsrc), -1) {
+		if (m[2] == "true") != (m[3] == "tree") {
+			t.Errorf("tmd%s: TREE %s for the %s entry", m[1], m[2], m[3])
+		}
+		tmd = append(tmd, "tc_mm_tmd"+m[1]+"_"+m[3])
+	}
+	if want := tmdEntries(); fmt.Sprint(tmd) != fmt.Sprint(want) {
+		t.Errorf("tc_tma.cu's tmd entries %v, planTMD launches %v", tmd, want)
+	}
 	want := map[string][]string{"dec16": {"chain", "tree"}, "dec64": {"chain", "tree"}, "big": {"chain"}, "big64": {"tree"},
 		"wg128": {"chain"}, "wg64t": {"tree"}, "tma256": {"chain"}, "tma128t": {"tree"},
 		"tma256p": {"chain"}, "tma128p": {"chain"}, "tma128tp": {"tree"}}
@@ -129,6 +147,9 @@ func TestTCPlan(t *testing.T) {
 		"tc_mm_tma256p_chain": true, "tc_mm_tma128p_chain": true, "tc_mm_tma128tp_tree": true}
 	for _, v := range []string{"dec16_chain", "dec16_tree", "dec64_chain", "dec64_tree", "big_chain", "big64_tree", "wg128_chain", "wg64t_tree"} {
 		entries["tc_mm_"+v], entries["tc_mm_"+v+"_vec"] = true, true
+	}
+	for _, e := range tmdEntries() {
+		entries[e] = true
 	}
 	prefix := map[TCPath]string{TCPathTMAP: "tc_mm_tma", TCPathTMAPAll: "tc_mm_tma", TCPathTMA: "tc_mm_tma", TCPathWGMMA: "tc_mm_wg", TCPathMMASync: "tc_mm_big"}
 	for _, M := range []int{1, 7, 16, 17, 64, 65, 512, 4096, 8192} {
@@ -176,6 +197,48 @@ func TestTCPlan(t *testing.T) {
 							if !entries[ln.Kernel] {
 								t.Fatalf("%s: plan launches %s, which the tc sources do not define", what, ln.Kernel)
 							}
+						}
+					}
+				}
+			}
+		}
+	}
+	// tmd: every M ≤ dec64_max_m, whole segments a work item, a column never split between blocks or warps (tiles
+	// of 16·C columns), at most one block per SM, the slots within the shared memory, forced C and G obeyed
+	for _, M := range []int{1, 7, 8, 9, 16, 17, 33, 64} {
+		for _, K := range []int{64, 1000, 3584, 4096, 18944} {
+			for _, N := range []int{1, 17, 512, 3584, 4096, 18944, 152064} {
+				for _, lay := range []kernels.TCLayout{kernels.ColumnParallel, kernels.RowParallel} {
+					b, _ := kernels.TCBounds(lay, K)
+					nseg := len(b) - 1
+					for _, force := range [][2]int{{0, 0}, {1, 0}, {0, 3}, {nseg, 16}, {3, 1}} {
+						p := planTMD(l, M, K, N, b, force[0], force[1])
+						what := fmt.Sprintf("tmd %v M=%d K=%d N=%d forced G, C %v", lay, M, K, N, force)
+						R := 8
+						for R < M {
+							R *= 2
+						}
+						kind := map[bool]string{false: "chain", true: "tree"}[p.G > 1]
+						ln := p.Launches[0]
+						items := ceilDiv(int64(N), 16*p.C) * p.Parts
+						switch {
+						case ln.Kernel != fmt.Sprintf("tc_mm_tmd%d_%s", R, kind) || !entries[ln.Kernel]:
+							t.Fatalf("%s: %s", what, ln.Kernel)
+						case nseg%p.G != 0 || p.Parts != nseg/p.G || (len(p.Launches) == 2) != (p.Parts > 1):
+							t.Fatalf("%s: G %d parts %d, %d launches", what, p.G, p.Parts, len(p.Launches))
+						case lay == kernels.ColumnParallel && p.Parts != 1:
+							t.Fatalf("%s: a column-parallel chain split: %+v", what, p)
+						case p.C < 1 || p.C > rules.TC.TMD.MaxWarps || force[1] > 0 && p.C != force[1]:
+							t.Fatalf("%s: C %d", what, p.C)
+						case force[0] > 0 && nseg%force[0] == 0 && p.G != force[0]:
+							t.Fatalf("%s: G %d, forced %d", what, p.G, force[0])
+						case ln.Grid.X != min(items, l.SMs) || ln.Grid.Y != 1 || ln.Grid.Z != 1 || ln.Block.X != 32*(p.C+1):
+							t.Fatalf("%s: grid %v block %v for %d items", what, ln.Grid, ln.Block, items)
+						case p.S < 2 || p.S > tmdMaxStages || ln.Smem != 1024+p.S*(16*p.C+R)*128 || ln.Smem > l.rowSmem():
+							t.Fatalf("%s: %d slots, %d bytes of shared memory", what, p.S, ln.Smem)
+						}
+						if p.Parts > 1 && p.Launches[1].Kernel != "tc_finish" {
+							t.Fatalf("%s: %s", what, p.Launches[1].Kernel)
 						}
 					}
 				}
@@ -299,10 +362,10 @@ func TestMatmulTCBitwise(t *testing.T) {
 					for _, M := range ms {
 						for _, pb := range tcBitwisePaths(g.k, M, c.K, lay) {
 							path, bn := pb.path, pb.bn
-							what := fmt.Sprintf("%v K=%d N=%d specials=%v bias=%v G=%d M=%d path=%q bn=%d", lay, c.K, c.N, c.specials, withBias, G, M, path, bn)
+							what := fmt.Sprintf("%v K=%d N=%d specials=%v bias=%v G=%d M=%d path=%q bn=%d dec=%q C=%d", lay, c.K, c.N, c.specials, withBias, G, M, path, bn, pb.dec, pb.c)
 							d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
-								k.tcG, k.tcPath, k.tcBN = G, path, bn
-								defer func() { k.tcG, k.tcPath, k.tcBN = 0, "", 0 }()
+								k.tcG, k.tcPath, k.tcBN, k.tcDec, k.tcC = G, path, bn, pb.dec, pb.c
+								defer func() { k.tcG, k.tcPath, k.tcBN, k.tcDec, k.tcC = 0, "", 0, "", 0 }()
 								b, _ := kernels.TCBounds(lay, c.K)
 								pl, err := k.tcPlanFor(dx, dw, M, c.K, c.N, b)
 								if err != nil {
@@ -326,8 +389,8 @@ func TestMatmulTCBitwise(t *testing.T) {
 							// the same in bf16 bits (MatmulTCBF16: from the epilogue of the persistent tma kernels, else narrowed)
 							gh := make([]uint16, M*c.N)
 							d.run(t, func(cc *cuda.Ctx, k *Kernels) error {
-								k.tcG, k.tcPath, k.tcBN = G, path, bn
-								defer func() { k.tcG, k.tcPath, k.tcBN = 0, "", 0 }()
+								k.tcG, k.tcPath, k.tcBN, k.tcDec, k.tcC = G, path, bn, pb.dec, pb.c
+								defer func() { k.tcG, k.tcPath, k.tcBN, k.tcDec, k.tcC = 0, "", 0, "", 0 }()
 								if err := cc.Memset32(outh, 0x7FBD7FBD, int64((M*c.N+1)/2)); err != nil {
 									return err
 								}
@@ -385,21 +448,30 @@ func TestMatmulTCBitwise(t *testing.T) {
 	}
 }
 
-// tcPathBN is a family and, for tmap, a forced chain width (0: the rule's).
+// tcPathBN is a family and, for tmap, a forced chain width (0: the rule's); at M ≤ dec64_max_m dec forces the
+// decode family (tmd or mma; "": launch.json's dec_path) and c tmd's consumer warps (0: planTMD's choice).
 type tcPathBN struct {
 	path TCPath
 	bn   int
+	dec  string
+	c    int
 }
 
 // tcBitwisePaths are the M > 64 families TestMatmulTCBitwise runs at M: launch.json's choice (""), then each
 // other loaded family forced, the tma ones only where they can load the operands (tcTMAOK; the uploads are
-// aligned), tmap with each chain width (tma128p and tma256p); at M ≤ dec64_max_m tmapall with each width.
+// aligned), tmap with each chain width (tma128p and tma256p); at M ≤ dec64_max_m the mma.sync decode kernels
+// (dec16, dec64) and tmd forced, tmd also with 3 consumer warps a block (more work items than blocks at most
+// shapes), and tmapall with each width.
 func tcBitwisePaths(k *Kernels, M, K int, lay kernels.TCLayout) []tcPathBN {
-	paths := []tcPathBN{{"", 0}}
+	paths := []tcPathBN{{path: ""}}
 	b, _ := kernels.TCBounds(lay, K)
 	if M <= rules.TC.Dec64MaxM {
+		paths = append(paths, tcPathBN{dec: "mma"})
 		if k.HasTCTMA() == nil && tcTMAOK(K, 0, 0, b) {
-			paths = append(paths, tcPathBN{TCPathTMAPAll, 128}, tcPathBN{TCPathTMAPAll, 256})
+			if k.fn["tc_mm_tmd8_chain"] != nil {
+				paths = append(paths, tcPathBN{dec: "tmd"}, tcPathBN{dec: "tmd", c: 3})
+			}
+			paths = append(paths, tcPathBN{path: TCPathTMAPAll, bn: 128}, tcPathBN{path: TCPathTMAPAll, bn: 256})
 		}
 		return paths
 	}
@@ -410,9 +482,9 @@ func tcBitwisePaths(k *Kernels, M, K int, lay kernels.TCLayout) []tcPathBN {
 			continue
 		}
 		if p == TCPathTMAP {
-			paths = append(paths, tcPathBN{p, 128}, tcPathBN{p, 256})
+			paths = append(paths, tcPathBN{path: p, bn: 128}, tcPathBN{path: p, bn: 256})
 		} else if p != def {
-			paths = append(paths, tcPathBN{p, 0})
+			paths = append(paths, tcPathBN{path: p})
 		}
 	}
 	return paths
@@ -510,7 +582,7 @@ type tcShape struct {
 	name    string
 	lay     kernels.TCLayout
 	K, N    int
-	decodeM bool // also time M = 1, 16, 64
+	decodeM bool // also time M = 1, 8, 16, 32, 64
 }
 
 var tcBenchShapes = []tcShape{
@@ -543,7 +615,7 @@ func BenchmarkMatmulTC(b *testing.B) {
 		}
 		Ms := []int{512, 1024, 4096}
 		if s.decodeM {
-			Ms = append([]int{1, 16, 64}, Ms...)
+			Ms = append([]int{1, 8, 16, 32, 64}, Ms...)
 		}
 		mmax := Ms[len(Ms)-1]
 		if s.N > 100000 {
@@ -554,8 +626,8 @@ func BenchmarkMatmulTC(b *testing.B) {
 		for _, M := range Ms {
 			b.Run(fmt.Sprintf("%s/%v/M=%d/K=%d/N=%d", s.name, s.lay, M, s.K, s.N), func(b *testing.B) {
 				ms := timeGPUMedian(b, g, max(b.N, 20), func(c *cuda.Ctx, i int) error {
-					g.k.tcPath, g.k.tcBN = TCPath(*tcPathFlag), *tcBNFlag
-					defer func() { g.k.tcPath, g.k.tcBN = "", 0 }()
+					g.k.tcPath, g.k.tcBN, g.k.tcDec, g.k.tcC = TCPath(*tcPathFlag), *tcBNFlag, *tcDecFlag, *tcCFlag
+					defer func() { g.k.tcPath, g.k.tcBN, g.k.tcDec, g.k.tcC = "", 0, "", 0 }()
 					if *tcBF16Flag {
 						return g.k.MatmulTCBF16(c, s.lay, out, x, ws[i%copies], 0, M, s.K, s.N)
 					}

@@ -398,3 +398,147 @@ TC_TMA_VARIANT(tma128t, 128, 3, true, false, tree)
 TC_TMA_VARIANT(tma256p, 256, 4, false, true, chain)
 TC_TMA_VARIANT(tma128p, 128, 6, false, true, chain)
 TC_TMA_VARIANT(tma128tp, 128, 6, true, true, tree)
+
+// ---------------------------------------------------------------------------------------------------------
+// tc_tmd_body: the decode matmul (M ≤ 8·MT ≤ 64 rows of x) on TMA loads, the weights streamed once at the HBM's
+// rate. The same chains as every tc kernel (tc.2: acc = +0, one k-step per 16 consecutive k from lo, ascending;
+// row-parallel: the segments added by tree_push), but with the operands swapped: the MMA's A is 16 rows of w (16
+// output columns), its B is x (8 rows of x per n8 fragment), so that an m16n8k16 k-step serves up to 8 rows of
+// x instead of wasting 15 of 16 A rows on one token. tc.1's k-step is one fused sum of the 16 exact products
+// a[j]·b[j] and c, symmetric in a and b: D[n][m] = step(w[n], x[m], D[n][m]) is the same step, bit for bit.
+// A block is one producer warp (lane 0 issues every TMA load) and C consumer warps, C a launch parameter (1…16):
+// consumer warp c owns columns n0 + 16c … n0 + 16c + 15 of the block's tile of 16·C columns, each a chain per row
+// of x. K is streamed in stages of 64 through S slots (S a launch parameter ≤ TC_TMD_MAXS): w's box of 16·C rows
+// and x's box of 8·MT rows (zero past M, N and K, as the TMA gives them), 128-byte swizzled; full[s] completes on
+// the bytes, empty[s] on one arrival per consumer warp once its ldmatrix reads of the slot are done (they are:
+// the mma that consumes them has issued). The grid is persistent: block b runs work items b, b + gridDim.x, …
+// of tiles·(nseg/G) (item i: tile i % tiles, segment group i / tiles), the producer running on into the next item.
+// Which block or warp computes a chain never changes a bit. Entry: tc_mm_tmd<8·MT>_<chain|tree>(tx, tw, out,
+// part, bias, M, K, N, segs, G, dt, C, S); tx box 64 × 8·MT, tw box 64 × 16·C; 32·(C + 1) threads; dynamic shared
+// memory 1024 + S·(16·C + 8·MT)·128 bytes (kernels/cuda/tc.go, planTMD).
+#define TC_TMD_MAXS 32
+template <int MT, bool TREE>
+__device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, float* __restrict__ out,
+                                            float* __restrict__ part, const float* __restrict__ bias, int M, int K,
+                                            int N, const Segs& segs, int G, int dt, int C, int S) {
+    constexpr int BK = TC_TMA_BK;
+    const uint32_t WB = (uint32_t)C * 16 * 128, XB = MT * 8 * 128, SB = WB + XB;
+    TC_SMEM(smem16);
+    uint8_t* const raw = reinterpret_cast<uint8_t*>(smem16);
+    uint8_t* const base = raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);  // 1024-byte atoms: base offset 0
+    __shared__ uint64_t full[TC_TMD_MAXS], empty[TC_TMD_MAXS];
+    __shared__ int sb[9];
+    const int nseg = segs.n;
+    if (threadIdx.x < 9) sb[threadIdx.x] = segs.b[min((int)threadIdx.x, nseg)];
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(&full[s], 1);   // the producer's arrive.expect_tx (+ the TMA's bytes)
+            mbar_init(&empty[s], C);  // one arrival per consumer warp
+        }
+        fence_mbar_init();
+    }
+    __syncthreads();  // the last block-wide barrier: the roles part here
+
+    const int tiles = (N + 16 * C - 1) / (16 * C), nwork = tiles * (nseg / G);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp == 0) {  // the producer: the consumers' stage sequence, exactly
+        if (lane == 0) {
+            int slot = 0;
+            uint32_t phase = 0;
+            for (int wi = blockIdx.x; wi < nwork; wi += gridDim.x) {
+                const int n0 = (wi % tiles) * 16 * C, z = wi / tiles;
+                for (int s = z * G; s < z * G + G; s++)
+                    for (int k0 = sb[s]; k0 < sb[s + 1]; k0 += BK) {
+                        mbar_wait(&empty[slot], phase ^ 1);  // first round: free at once
+                        mbar_arrive_expect_tx(&full[slot], SB);
+                        tma_load_2d(base + slot * SB, tw, &full[slot], k0, n0);
+                        tma_load_2d(base + slot * SB + WB, tx, &full[slot], k0, 0);
+                        if (++slot == S) slot = 0, phase ^= 1;
+                    }
+            }
+        }
+        return;
+    }
+    const int cw = warp - 1, g = lane >> 2, q = lane & 3, li = lane >> 3, lr = lane & 7;
+    // ldmatrix rows: A (w) matrix li = rows 8·(li & 1) + lr of the warp's 16, k chunk (li >> 1) of the k-step;
+    // B (x) matrices for fragment pair (t, t + 1): rows 8·t + 8·(li >> 1) + lr, k chunk (li & 1)
+    const uint32_t arow = (uint32_t)(16 * cw + 8 * (li & 1) + lr), achk = (uint32_t)(li >> 1);
+    float acc[MT][4];
+    float st0[TREE ? MT : 1][4], st1[TREE ? MT : 1][4], st2[TREE ? MT : 1][4];  // the open subtrees (TREE)
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int wi = blockIdx.x; wi < nwork; wi += gridDim.x) {
+        const int n0 = (wi % tiles) * 16 * C, z = wi / tiles;
+#pragma unroll
+        for (int t = 0; t < MT; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;  // every chain starts from +0
+        for (int s = z * G; s < z * G + G; s++) {
+            const int lo = sb[s], hi = sb[s + 1];
+            for (int k0 = lo; k0 < hi; k0 += BK) {
+                mbar_wait(&full[slot], phase);
+                const uint8_t* const wp = base + slot * SB;
+                const uint8_t* const xp = wp + WB;
+#pragma unroll
+                for (int j = 0; j < BK / 16; j++) {
+                    if (k0 + 16 * j >= hi) break;  // the chain has no step there (warp-uniform)
+                    uint32_t a[4], b[MT][2];
+                    ldmatrix_x4(a, wp + arow * 128 + (((2 * j + achk) ^ lr) << 4));
+                    if constexpr (MT == 1) {
+                        uint32_t r[2];
+                        ldmatrix_x2(r, xp + (uint32_t)lr * 128 + (((2 * j + (li & 1)) ^ lr) << 4));
+                        b[0][0] = r[0], b[0][1] = r[1];
+                    } else {
+#pragma unroll
+                        for (int t = 0; t < MT; t += 2) {
+                            uint32_t r[4];
+                            const uint32_t xr = (uint32_t)(8 * t + 8 * (li >> 1) + lr);
+                            ldmatrix_x4(r, xp + xr * 128 + (((2 * j + (li & 1)) ^ lr) << 4));
+                            b[t][0] = r[0], b[t][1] = r[1], b[t + 1][0] = r[2], b[t + 1][1] = r[3];
+                        }
+                    }
+#pragma unroll
+                    for (int t = 0; t < MT; t++) mma_bf16(acc[t], a, b[t]);  // the chains' next k-step
+                }
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&empty[slot]);
+                if (++slot == S) slot = 0, phase ^= 1;
+            }
+            if constexpr (TREE) {
+                tree_push<MT>(acc, st0, st1, st2, s - z * G);
+                if (s + 1 < z * G + G) {
+#pragma unroll
+                    for (int t = 0; t < MT; t++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;  // the next segment's chain starts from +0
+                }
+            }
+        }
+        // epilogue: acc[t][e] is output (row 8t + 2q + (e & 1) of x, column n0 + 16·cw + g + 8·(e >> 1))
+        const bool finish = G == nseg;
+        float* const dst = finish ? out : part + (size_t)z * M * N;
+#pragma unroll
+        for (int t = 0; t < MT; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = 8 * t + 2 * q + (e & 1), col = n0 + 16 * cw + g + 8 * (e >> 1);
+                if (row < M && col < N) dst[(size_t)row * N + col] = tc_out(acc[t][e], finish, bias, col, dt);
+            }
+    }
+}
+
+#define TC_TMD_ENTRY(MT, TREE, KIND)                                                                              \
+    extern "C" __global__ void __launch_bounds__(544, 1)                                                          \
+        tc_mm_tmd##MT##_##KIND(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tw,               \
+                                float* __restrict__ out, float* __restrict__ part, const float* __restrict__ bias, \
+                                int M, int K, int N, Segs segs, int G, int dt, int C, int S) {                    \
+        tc_tmd_body<MT / 8, TREE>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt, C, S);                          \
+    }
+TC_TMD_ENTRY(8, false, chain)
+TC_TMD_ENTRY(8, true, tree)
+TC_TMD_ENTRY(16, false, chain)
+TC_TMD_ENTRY(16, true, tree)
+TC_TMD_ENTRY(32, false, chain)
+TC_TMD_ENTRY(32, true, tree)
+TC_TMD_ENTRY(64, false, chain)
+TC_TMD_ENTRY(64, true, tree)

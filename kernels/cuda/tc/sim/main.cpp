@@ -4,6 +4,7 @@
 //
 //   tc_sim tc_mm_<variant>   GX GY GZ BX SMEM  M K N G DT  NSEG B0..BNSEG  X W BIAS|- OUT PART|- [OB]
 //   (OB: the persistent tc_tma.cu entries' ob; 1: OUT holds bf16 bits, else float32)
+//   tc_sim tc_mm_tmd<R>_<chain|tree>  the same arguments, then C S (consumer warps, slots)
 //   tc_sim tc_finish         GX BX  M N PARTS DT  BIAS|- OUT PART
 //   tc_sim tc_attn[_kv16][_dec]_hd<HD>  GX GY BX SMEM  T S NH NKV SCALE_BITS DT  Q K V POS OUT  [MGX MBX]
 //   tc_sim tc_attn[_kv16][_dec]_batch_hd<HD>  GX GY GZ BX SMEM  NH NKV SCALE_BITS DT  (T S Q K V POS OUT) × GZ  [MGX MBX]
@@ -37,6 +38,11 @@ static const std::map<std::string, std::pair<TMAP, int>> tmap_kernels_by_name = 
     {"tc_mm_tma256p_chain", {tc_mm_tma256p_chain, 256}},
     {"tc_mm_tma128p_chain", {tc_mm_tma128p_chain, 128}},
     {"tc_mm_tma128tp_tree", {tc_mm_tma128tp_tree, 128}}};
+
+// the decode entries (two more parameters: C, S) and their x box rows R
+using TMD = void (*)(TmaMap, TmaMap, float*, float*, const float*, int, int, int, Segs, int, int, int, int);
+#define TMD_E(R) {"tc_mm_tmd" #R "_chain", {tc_mm_tmd##R##_chain, R}}, {"tc_mm_tmd" #R "_tree", {tc_mm_tmd##R##_tree, R}}
+static const std::map<std::string, std::pair<TMD, int>> tmd_kernels_by_name = {TMD_E(8), TMD_E(16), TMD_E(32), TMD_E(64)};
 
 #define E(n) {#n, n}, {#n "_vec", n##_vec}
 static const std::map<std::string, MM> kernels_by_name = {E(tc_mm_dec16_chain), E(tc_mm_dec16_tree),
@@ -230,11 +236,13 @@ int main(int argc, char** argv) {
     auto it = kernels_by_name.find(name);
     auto tit = tma_kernels_by_name.find(name);
     auto pit = tmap_kernels_by_name.find(name);
-    if (it == kernels_by_name.end() && tit == tma_kernels_by_name.end() && pit == tmap_kernels_by_name.end())
+    auto dit = tmd_kernels_by_name.find(name);
+    if (it == kernels_by_name.end() && tit == tma_kernels_by_name.end() && pit == tmap_kernels_by_name.end() &&
+        dit == tmd_kernels_by_name.end())
         return fprintf(stderr, "tc_sim: no kernel %s\n", name.c_str()), 2;
     const int M = I(7), K = I(8), N = I(9), G = I(10), dt = I(11), nseg = I(12);
-    const bool persist = pit != tmap_kernels_by_name.end();
-    if (argc != 13 + nseg + 1 + 5 + (persist ? 1 : 0))
+    const bool persist = pit != tmap_kernels_by_name.end(), tmd = dit != tmd_kernels_by_name.end();
+    if (argc != 13 + nseg + 1 + 5 + (persist ? 1 : 0) + (tmd ? 2 : 0))
         return fprintf(stderr, "tc_sim: %s: wrong argument count\n", name.c_str()), 2;
     Segs segs{};
     segs.n = nseg;
@@ -245,7 +253,16 @@ int main(int argc, char** argv) {
     auto bias = slurp<float>(argv[a + 2]);
     auto out = slurp<float>(argv[a + 3]);
     auto part = slurp<float>(argv[a + 4]);
-    if (persist) {  // as below, with ob; a bf16 OUT is read and written as 16-bit words
+    if (tmd) {  // x box 64 × R, w box 64 × 16·C (kernels/cuda/tc.go, launchTMD)
+        const int C = I(13 + nseg + 1 + 5), S = I(13 + nseg + 1 + 6);
+        const TmaMap tx = sim_tma_map(x.data(), M, K, dit->second.second, TC_TMA_BK);
+        const TmaMap tw = sim_tma_map(w.data(), N, K, 16 * C, TC_TMA_BK);
+        const TMD fn = dit->second.first;
+        run_grid(I(2), I(3), I(4), I(5), (size_t)I(6), [&] {
+            fn(tx, tw, out.data(), part.empty() ? nullptr : part.data(), bias.empty() ? nullptr : bias.data(), M, K, N,
+               segs, G, dt, C, S);
+        });
+    } else if (persist) {  // as below, with ob; a bf16 OUT is read and written as 16-bit words
         const int ob = I(13 + nseg + 1 + 5);
         const TmaMap tx = sim_tma_map(x.data(), M, K, TC_TMA_BM, TC_TMA_BK);
         const TmaMap tw = sim_tma_map(w.data(), N, K, pit->second.second, TC_TMA_BK);
