@@ -289,7 +289,7 @@ func planTMD(l Limits, M, K, N int, b []int, forceG, forceC int) TCPlan {
 		}
 		kItem := float64(K) * float64(g) / float64(nseg)
 		floor := math.Ceil(kItem/16) * r.KStepNs / 1e3 // µs
-		for c := r.MaxWarps; c >= 1; c-- {
+		for c := r.MaxWarps; c >= 1; c /= 2 { // the widths measured (docs/benchmarks.md): 16, 8, 4, 2, 1 warps
 			if forceC > 0 && c != forceC {
 				continue
 			}
