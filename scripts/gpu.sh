@@ -26,7 +26,8 @@
 #         TCPATHS (default "tma tmapall:128 tmapall:256 wgmma mmasync": -tc-path=P -tc-bn=BN; tmapall is tmap
 #         at every M, decode included) that loaded at the square, gate/up and o_proj shapes, and one of tmap with
 #         bf16 output (-tc-bf16, MatmulTCBF16) at every shape, all in the same call; then the decode sizes
-#         (M = 1…64) once per entry of TCDECS (default "mma tmd": -tc-dec=D; tmd:C also forces C consumer warps).
+#         (M = 1…64) once per entry of TCDECS (default "mma tmd": -tc-dec=D; tmd:C also forces C consumer warps);
+#         TCBIG=0 runs only these; TCREPS=R times them as R launches back to back (cuBLAS: R in a CUDA graph).
 #         ptxas -v of each module (registers, spills) first. The step also runs the tc attention's part (below;
 #         TCATT=0 skips it in the tc step).
 #   tcattn the tensor-core attention alone (kernels/cuda/tc/tc_attention.cu; also part of tc): the same PTX, its
@@ -252,13 +253,16 @@ if [[ " $steps " == *" tc "* ]]; then
       -test.run '^(TestTCVariantsMatchSource|TestTCPlan|TestMatmulTCBitwise)$' -test.v -test.count=1 -test.timeout 400s) 2>&1 |
       tee "$OUT/tc-test.log" | grep -E "^(--- |ok|FAIL|PASS)|first difference|bitwise|seed|panic" | head -60
     [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
-    (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
+    big=${TCBIG:-1} # TCBIG=0: only the decode sizes' benchmarks below (TCDECS), not the M > 64 ones
+    [[ $big == 0 ]] && echo "tc: TCBIG=0: the M > 64 benchmarks skipped"
+    [[ $big == 0 ]] || (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test \
       -test.run '^$' -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -test.timeout 400s) \
       >"$OUT/tc-bench.log" 2>&1 || { echo "tc: benchmark FAILED"; tail -20 "$OUT/tc-bench.log"; rc=1; }
-    echo "-- tc beside cuBLAS (M > 64: launch.json's big_order, the first family that loaded: tmap, tma, wgmma, mma.sync)"
-    python3 scripts/tc_bench.py "$OUT/tc-bench.log" 2>&1 | tee "$OUT/tc-table.log" || rc=1
+    [[ $big == 0 ]] || echo "-- tc beside cuBLAS (M > 64: launch.json's big_order, the first family that loaded: tmap, tma, wgmma, mma.sync)"
+    [[ $big == 0 ]] || python3 scripts/tc_bench.py "$OUT/tc-bench.log" 2>&1 | tee "$OUT/tc-table.log" || rc=1
     # each other family that loaded at the same shapes, for comparison in the same call (-tc-path forces one for M > 64)
     # TCPATHS: path[:bn] entries (bn forces the tmap chain's tile width: tma128p or tma256p)
+    [[ $big == 0 ]] && TCPATHS=" "
     for pb in ${TCPATHS:-tma tmapall:128 tmapall:256 wgmma mmasync}; do
       path=${pb%%:*} bn=0 && [[ $pb == *:* ]] && bn=${pb##*:}
       case $path in tma*) [[ -s "$tcdir/tc_tma.ptx" ]] || continue ;; wgmma) [[ -s "$tcdir/tc_wgmma.ptx" ]] || continue ;; esac
@@ -274,11 +278,11 @@ if [[ " $steps " == *" tc "* ]]; then
       dec=${dc%%:*} c=0 && [[ $dc == *:* ]] && c=${dc##*:}
       (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
         -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/.*/.*/^M=(1|8|16|32|64)$' -test.benchtime "${BENCHTIME:-20x}" \
-        -tc-dec=$dec -tc-c=$c -test.timeout 300s) >"$OUT/tc-bench-dec-$dec-$c.log" 2>&1 || { echo "tc: benchmark -tc-dec=$dec -tc-c=$c FAILED"; tail -5 "$OUT/tc-bench-dec-$dec-$c.log"; rc=1; }
-      echo "-- the same with -tc-dec=$dec -tc-c=$c at M ≤ 64"
-      python3 scripts/tc_bench.py "$OUT/tc-bench-dec-$dec-$c.log" 2>&1 | tee "$OUT/tc-table-dec-$dec-$c.log" || rc=1
+        -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} -test.timeout 300s) >"$OUT/tc-bench-dec-$dec-$c.log" 2>&1 || { echo "tc: benchmark -tc-dec=$dec -tc-c=$c FAILED"; tail -5 "$OUT/tc-bench-dec-$dec-$c.log"; rc=1; }
+      echo "-- the same with -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} at M ≤ 64"
+      TCREPS=${TCREPS:-1} python3 scripts/tc_bench.py "$OUT/tc-bench-dec-$dec-$c.log" 2>&1 | tee "$OUT/tc-table-dec-$dec-$c.log" || rc=1
     done
-    if [[ -s "$tcdir/tc_tma.ptx" ]]; then # bf16 output (MatmulTCBF16), every shape, as cuBLAS writes it
+    if [[ $big != 0 && -s "$tcdir/tc_tma.ptx" ]]; then # bf16 output (MatmulTCBF16), every shape, as cuBLAS writes it
       (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
         -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -tc-path=tmap -tc-bf16 \
         -test.timeout 300s) >"$OUT/tc-bench-tmap-bf16.log" 2>&1 || { echo "tc: benchmark -tc-path=tmap -tc-bf16 FAILED"; tail -5 "$OUT/tc-bench-tmap-bf16.log"; rc=1; }

@@ -7,7 +7,11 @@ written: float32 for tc, bf16 for cuBLAS). The log's BenchmarkAttentionTC lines 
 get a second table: torch.nn.functional.scaled_dot_product_attention with the flash backend only
 (sdpa_kernel(SDPBackend.FLASH_ATTENTION)), bf16, GQA through enable_gqa, causal for prefill, at the same shapes
 (a decode batch of B sequences is one SDPA call of batch B; tc runs one launch per sequence, as the engine does).
-Usage: python3 scripts/tc_bench.py GO_BENCH_LOG"""
+With TCREPS=R (> 1; the Go benchmark's -tc-reps=R) cuBLAS's time is one of R torch.mm launches captured back to
+back in a CUDA graph (no launch gaps, the fairest anchor for decode sizes), and the table adds the Go side's
+host time per launch (host-us/op).
+Usage: [TCREPS=R] python3 scripts/tc_bench.py GO_BENCH_LOG"""
+import os
 import re
 import sys
 
@@ -26,7 +30,8 @@ def parse(path):
                 continue
             vals = dict((u, float(v)) for v, u in re.findall(r"([-\d.e+]+) ([\w%/-]+)", m.group(6)))
             rows.append(dict(shape=m.group(1), layout=m.group(2), M=int(m.group(3)), K=int(m.group(4)),
-                             N=int(m.group(5)), us=vals.get("gpu-us/op"), bw=vals.get("%copy-BW")))
+                             N=int(m.group(5)), us=vals.get("gpu-us/op"), bw=vals.get("%copy-BW"),
+                             host=vals.get("host-us/op")))
     return rows
 
 
@@ -94,6 +99,21 @@ def median_ms(f, n):
     return ts[len(ts) // 2]
 
 
+def graph_median_ms(f, reps, n):
+    """The median over n replays of a CUDA graph of reps calls f(0) … f(reps - 1), per call."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):
+            f(i)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(reps):
+            f(i)
+    return median_ms(lambda i: graph.replay(), n) / reps
+
+
 def main():
     rows = parse(sys.argv[1]) if len(sys.argv) > 1 else []
     att = parse_attention(sys.argv[1]) if len(sys.argv) > 1 else []
@@ -112,9 +132,12 @@ def main():
     ceiling = 2 * src.numel() / (median_ms(lambda i: dst.copy_(src), 10) * 1e-3)
     del src, dst
     print(f"copy ceiling (torch, read+write): {ceiling / 1e9:.0f} GB/s")
+    reps = int(os.environ.get("TCREPS", "1"))
+    if reps > 1:
+        print(f"cuBLAS: one of {reps} torch.mm in a CUDA graph (TCREPS); tc: one of {reps} launches back to back")
     weights = {}
     hdr = (f"{'shape':15} {'layout':16} {'M':>5} {'K':>6} {'N':>6} {'tc us':>9} {'cuBLAS us':>9} {'x cuBLAS':>8} "
-           f"{'tc TFLOP/s':>10} {'tc %BW':>6} {'cuBLAS %BW':>10}")
+           f"{'tc TFLOP/s':>10} {'tc %BW':>6} {'cuBLAS %BW':>10}" + (f" {'host us':>7}" if reps > 1 else ""))
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
@@ -128,14 +151,18 @@ def main():
         ws = weights[key]
         x = torch.randn(M, K, device=dev, generator=g).to(torch.bfloat16)
         out = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
-        ms = median_ms(lambda i: torch.mm(x, ws[i % len(ws)].t(), out=out), 20)
+        if reps > 1:
+            ms = graph_median_ms(lambda i: torch.mm(x, ws[i % len(ws)].t(), out=out), reps, 20)
+        else:
+            ms = median_ms(lambda i: torch.mm(x, ws[i % len(ws)].t(), out=out), 20)
         cub_bw = 100 * (2 * M * K + 2 * N * K + 2 * M * N) / (ms * 1e-3) / ceiling
         tc = r["us"]
         ratio = (ms * 1e3) / tc if tc else float("nan")
         tflops = 2 * M * K * N / (tc * 1e-6) / 1e12 if tc else float("nan")
         bw = r["bw"] if r["bw"] is not None else float("nan")
         print(f"{r['shape']:15} {r['layout']:16} {M:5d} {K:6d} {N:6d} {tc or float('nan'):9.1f} {ms * 1e3:9.1f} "
-              f"{ratio:8.2f} {tflops:10.1f} {bw:6.1f} {cub_bw:10.1f}")
+              f"{ratio:8.2f} {tflops:10.1f} {bw:6.1f} {cub_bw:10.1f}" +
+              (f" {r['host'] if r['host'] is not None else float('nan'):7.1f}" if reps > 1 else ""))
         del x, out
     return 0
 

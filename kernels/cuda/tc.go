@@ -273,7 +273,9 @@ func tmapNarrow(l Limits, M, N int) bool {
 // S slots (as many as the shared memory holds, at most max_stages), a persistent grid of at most one block per
 // SM. C and G by launch.json's tmd cost model: each round of work items streams its blocks' weights at
 // min(hbm_gbps, blocks · sm_gbps), never faster than an item's k-steps at kstep_ns each; the cheapest wins, and
-// one within 1 % of it goes to more segments an item and then more warps (bigger TMA boxes, fewer epilogues). forceG, forceC > 0 override (tests). Neither changes a bit:
+// one within 1 % of it goes to more segments an item and then more warps (bigger TMA boxes, fewer epilogues); never
+// more warps than the entry takes (tmdMaxWarps). forceG, forceC > 0 override (tests; C capped by the entry). Neither
+// changes a bit:
 // every chain is the same whichever block and warp compute it.
 func planTMD(l Limits, M, K, N int, b []int, forceG, forceC int) TCPlan {
 	r := &rules.TC.TMD
@@ -289,10 +291,14 @@ func planTMD(l Limits, M, K, N int, b []int, forceG, forceC int) TCPlan {
 		}
 		kItem := float64(K) * float64(g) / float64(nseg)
 		floor := math.Ceil(kItem/16) * r.KStepNs / 1e3 // µs
-		for c := r.MaxWarps; c >= 1; c /= 2 { // the widths measured (docs/benchmarks.md): 16, 8, 4, 2, 1 warps
-			if forceC > 0 && c != forceC {
-				continue
-			}
+		var widths []int                               // the widths measured (docs/benchmarks.md): 16, 8, 4, 2, 1 warps, or the forced one
+		for c := min(r.MaxWarps, tmdMaxWarps(R, g > 1)); c >= 1; c /= 2 {
+			widths = append(widths, c)
+		}
+		if forceC > 0 {
+			widths = []int{min(forceC, tmdMaxWarps(R, g > 1))}
+		}
+		for _, c := range widths {
 			n := ceilDiv(int64(frags), c) * (nseg / g)
 			perBlock := float64(c*16*2) * kItem // bytes of w a work item streams
 			round := func(a int) float64 {
@@ -649,4 +655,14 @@ func tmdEntries() []string {
 		e = append(e, fmt.Sprintf("tc_mm_tmd%d_chain", r), fmt.Sprintf("tc_mm_tmd%d_tree", r))
 	}
 	return e
+}
+
+// tmdMaxWarps is the consumer warps tc_mm_tmd<R>_<chain|tree> takes at most: its TC_TMD_ENTRY's MAXC, the
+// thread bound that leaves the tree entries of 32 and 64 rows the registers their open subtrees need
+// (TestTCVariantsMatchSource checks it against tc_tma.cu).
+func tmdMaxWarps(R int, tree bool) int {
+	if tree && R >= 32 {
+		return 8
+	}
+	return 16
 }

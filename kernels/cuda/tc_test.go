@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"bitalign/cuda"
 	"bitalign/internal/fp"
@@ -32,6 +33,11 @@ var tcBNFlag = flag.Int("tc-bn", 0, "BenchmarkMatmulTC: the tmap chain's tile wi
 // block (scripts/gpu.sh tc times mma and tmd side by side, TCDECC sweeps C).
 var tcDecFlag = flag.String("tc-dec", "", "BenchmarkMatmulTC: the tc kernels of M ≤ 64 to time (tmd, mma; empty: launch.json's dec_path)")
 var tcCFlag = flag.Int("tc-c", 0, "BenchmarkMatmulTC: tmd's consumer warps a block, 1…16 (0: planTMD's cost model)")
+
+// tcRepsFlag: BenchmarkMatmulTC enqueues that many launches back to back between its two events and reports the
+// time of one (the launch gaps shrink to what the host cannot hide; scripts/tc_bench.py times cuBLAS the same way
+// in a CUDA graph), and host-us/op, the host's time to enqueue one launch.
+var tcRepsFlag = flag.Int("tc-reps", 1, "BenchmarkMatmulTC: launches back to back per timed run (1: one launch between the events)")
 
 // requireTCEnv set to 1 (scripts/gpu.sh tc) makes a missing tc module fail the GPU tests instead of skipping.
 const requireTCEnv = "BITALIGN_REQUIRE_TC"
@@ -120,9 +126,12 @@ func TestTCVariantsMatchSource(t *testing.T) {
 		t.Errorf("tc_tma.cu does not say %q, which tc.go's tmdMaxStages assumes", strings.TrimSpace(d))
 	}
 	var tmd []string
-	for _, m := range regexp.MustCompile(`(?m)^TC_TMD_ENTRY\((\d+), (true|false), (chain|tree)\)$`).FindAllStringSubmatch(string(tsrc), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^TC_TMD_ENTRY\((\d+), (true|false), (chain|tree), (\d+)\)$`).FindAllStringSubmatch(string(tsrc), -1) {
 		if (m[2] == "true") != (m[3] == "tree") {
 			t.Errorf("tmd%s: TREE %s for the %s entry", m[1], m[2], m[3])
+		}
+		if R, _ := strconv.Atoi(m[1]); fmt.Sprint(tmdMaxWarps(R, m[2] == "true")) != m[4] {
+			t.Errorf("tmd%s_%s: MAXC %s, tmdMaxWarps says %d", m[1], m[3], m[4], tmdMaxWarps(R, m[2] == "true"))
 		}
 		tmd = append(tmd, "tc_mm_tmd"+m[1]+"_"+m[3])
 	}
@@ -228,7 +237,7 @@ func TestTCPlan(t *testing.T) {
 							t.Fatalf("%s: G %d parts %d, %d launches", what, p.G, p.Parts, len(p.Launches))
 						case lay == kernels.ColumnParallel && p.Parts != 1:
 							t.Fatalf("%s: a column-parallel chain split: %+v", what, p)
-						case p.C < 1 || p.C > rules.TC.TMD.MaxWarps || force[1] > 0 && p.C != force[1]:
+						case p.C < 1 || p.C > rules.TC.TMD.MaxWarps || p.C > tmdMaxWarps(R, p.G > 1) || force[1] > 0 && p.C != min(force[1], tmdMaxWarps(R, p.G > 1)):
 							t.Fatalf("%s: C %d", what, p.C)
 						case force[0] > 0 && nseg%force[0] == 0 && p.G != force[0]:
 							t.Fatalf("%s: G %d, forced %d", what, p.G, force[0])
@@ -625,14 +634,28 @@ func BenchmarkMatmulTC(b *testing.B) {
 		out := d.poisoned(b, mmax*s.N)
 		for _, M := range Ms {
 			b.Run(fmt.Sprintf("%s/%v/M=%d/K=%d/N=%d", s.name, s.lay, M, s.K, s.N), func(b *testing.B) {
+				reps := max(*tcRepsFlag, 1)
+				var host time.Duration
 				ms := timeGPUMedian(b, g, max(b.N, 20), func(c *cuda.Ctx, i int) error {
 					g.k.tcPath, g.k.tcBN, g.k.tcDec, g.k.tcC = TCPath(*tcPathFlag), *tcBNFlag, *tcDecFlag, *tcCFlag
 					defer func() { g.k.tcPath, g.k.tcBN, g.k.tcDec, g.k.tcC = "", 0, "", 0 }()
-					if *tcBF16Flag {
-						return g.k.MatmulTCBF16(c, s.lay, out, x, ws[i%copies], 0, M, s.K, s.N)
+					t0 := time.Now()
+					defer func() { host += time.Since(t0) }()
+					for j := 0; j < reps; j++ {
+						w := ws[(i*reps+j)%copies]
+						var err error
+						if *tcBF16Flag {
+							err = g.k.MatmulTCBF16(c, s.lay, out, x, w, 0, M, s.K, s.N)
+						} else {
+							err = g.k.MatmulTC(c, s.lay, DTCode(kernels.BF16), out, x, w, 0, M, s.K, s.N)
+						}
+						if err != nil {
+							return err
+						}
 					}
-					return g.k.MatmulTC(c, s.lay, DTCode(kernels.BF16), out, x, ws[i%copies], 0, M, s.K, s.N)
-				})
+					return nil
+				}) / float64(reps)
+				b.ReportMetric(float64(host.Microseconds())/float64((max(b.N, 20)+3)*reps), "host-us/op")
 				ob := 4.0
 				if *tcBF16Flag {
 					ob = 2

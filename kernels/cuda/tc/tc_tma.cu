@@ -527,18 +527,22 @@ __device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, 
     }
 }
 
-#define TC_TMD_ENTRY(MT, TREE, KIND)                                                                              \
-    extern "C" __global__ void __launch_bounds__(544, 1)                                                          \
+// MAXC: the consumer warps an entry takes at most; its thread bound 32·(MAXC + 1) gives each thread the registers
+// it needs (65536 / 544 = 120 at 16 warps; the tree entries of 32 and 64 rows hold R/2 accumulators and 3R/2 floats of
+// open subtrees, and spilled under 120 (tmd64_tree 1116 bytes): they take 8 warps and up to 224 registers).
+// planTMD never plans more (tc.go's tmdMaxWarps, checked by TestTCVariantsMatchSource).
+#define TC_TMD_ENTRY(MT, TREE, KIND, MAXC)                                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * ((MAXC) + 1), 1)                                            \
         tc_mm_tmd##MT##_##KIND(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tw,               \
                                 float* __restrict__ out, float* __restrict__ part, const float* __restrict__ bias, \
                                 int M, int K, int N, Segs segs, int G, int dt, int C, int S) {                    \
         tc_tmd_body<MT / 8, TREE>(&tx, &tw, out, part, bias, M, K, N, segs, G, dt, C, S);                          \
     }
-TC_TMD_ENTRY(8, false, chain)
-TC_TMD_ENTRY(8, true, tree)
-TC_TMD_ENTRY(16, false, chain)
-TC_TMD_ENTRY(16, true, tree)
-TC_TMD_ENTRY(32, false, chain)
-TC_TMD_ENTRY(32, true, tree)
-TC_TMD_ENTRY(64, false, chain)
-TC_TMD_ENTRY(64, true, tree)
+TC_TMD_ENTRY(8, false, chain, 16)
+TC_TMD_ENTRY(8, true, tree, 16)
+TC_TMD_ENTRY(16, false, chain, 16)
+TC_TMD_ENTRY(16, true, tree, 16)
+TC_TMD_ENTRY(32, false, chain, 16)
+TC_TMD_ENTRY(32, true, tree, 8)
+TC_TMD_ENTRY(64, false, chain, 16)
+TC_TMD_ENTRY(64, true, tree, 8)
