@@ -82,6 +82,19 @@ func TestFastSquaresMatchesBranchy(t *testing.T) {
 						putElem(f, b, r.IntN(n), f.sign|uint64(r.IntN(4)))
 					}
 				}
+				if trial%3 == 1 { // NaN of both signs, ±Inf, ±0 and subnormals of both signs, on either side
+					inf := uint64(1<<f.expBits-1) << f.mantBits
+					edge := []uint64{inf | 1, f.sign | inf | 1, inf, f.sign | inf, 0, f.sign, 1, f.sign | 1,
+						1<<f.mantBits - 1, f.sign | (1<<f.mantBits - 1)}
+					for k := 0; k < 1+n/200; k++ {
+						v := edge[r.IntN(len(edge))]
+						if v&inf == inf && rate == 0 {
+							continue // rate 0: finite rows only
+						}
+						c := [][]byte{a, b}[r.IntN(2)]
+						putElem(f, c, r.IntN(n), v)
+					}
+				}
 				for start := 0; start < n; {
 					gi, gs := fastSquares(f, a, b, start)
 					wi, ws := fastSquaresBranchy(f, a, b, start)
