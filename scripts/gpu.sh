@@ -27,7 +27,8 @@
 #         at every M, decode included) that loaded at the square, gate/up and o_proj shapes, and one of tmap with
 #         bf16 output (-tc-bf16, MatmulTCBF16) at every shape, all in the same call; then the decode sizes
 #         (M = 1…64) once per entry of TCDECS (default "mma tmd": -tc-dec=D; tmd:C also forces C consumer warps);
-#         TCBIG=0 runs only these; TCREPS=R times them as R launches back to back (cuBLAS: R in a CUDA graph).
+#         TCBIG=0 runs only these; TCREPS=R times them as R launches back to back (cuBLAS: R in a CUDA graph);
+#         TCBASE=dir runs them once more with the PTX tree dir (a kernel change's before, in the same call).
 #         ptxas -v of each module (registers, spills) first. The step also runs the tc attention's part (below;
 #         TCATT=0 skips it in the tc step).
 #   tcattn the tensor-core attention alone (kernels/cuda/tc/tc_attention.cu; also part of tc): the same PTX, its
@@ -81,7 +82,7 @@
 #         and decode (S = 4096, B = 8) against SDPA's flash kernels, the tc matmul at Qwen2.5-7B's gate/up and o_proj
 #         shapes (M = 4096) against cuBLAS bf16 (torch.mm). Sections: speed of light, compute and memory workload,
 #         occupancy, launch, warp states, scheduler, instructions. One profiled launch of each, after warm-up
-#         launches; $OUT/ncu-*.txt. NCUKERNELS: a subset (attn-prefill attn-decode mm-gateup mm-o; mm-dec-gateup mm-dec-down: M = 1, not in the default); NCUSIDE=tc or anchor: one side only. Not in the default list.
+#         launches; $OUT/ncu-*.txt. NCUKERNELS: a subset (attn-prefill attn-decode mm-gateup mm-o; mm-dec-gateup mm-dec-kv mm-dec-down: M = 1, not in the default); NCUSIDE=tc or anchor: one side only; NCUSOURCE=1 adds the source counters (top stall locations). Not in the default list.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -282,6 +283,18 @@ if [[ " $steps " == *" tc "* ]]; then
       echo "-- the same with -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} at M ≤ 64"
       TCREPS=${TCREPS:-1} python3 scripts/tc_bench.py "$OUT/tc-bench-dec-$dec-$c.log" 2>&1 | tee "$OUT/tc-table-dec-$dec-$c.log" || rc=1
     done
+    # TCBASE=dir: the decode sizes once more with every PTX from dir (BITALIGN_PTX_DIR=dir, a tree as make ptx
+    # PTX_OUT=dir writes it, e.g. the previous commit's: git archive HEAD~ kernels/cuda | tar -x -C dir), the
+    # first TCDECS entry, in the same call: a kernel change's before and after side by side
+    if [[ -n "${TCBASE:-}" ]]; then
+      dc=${TCDECS%% *} && dc=${dc:-tmd} && dec=${dc%%:*} c=0 && [[ $dc == *:* ]] && c=${dc##*:}
+      base=$(cd "$TCBASE" && pwd)
+      (cd kernels/cuda && BITALIGN_PTX_DIR="$base" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
+        -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/.*/.*/^M=(1|8|16|32|64)$' -test.benchtime "${BENCHTIME:-20x}" \
+        -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} -test.timeout 300s) >"$OUT/tc-bench-dec-base-$dec-$c.log" 2>&1 || { echo "tc: benchmark TCBASE -tc-dec=$dec FAILED"; tail -5 "$OUT/tc-bench-dec-base-$dec-$c.log"; rc=1; }
+      echo "-- the same with the PTX of TCBASE=$TCBASE, -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} at M ≤ 64"
+      TCREPS=${TCREPS:-1} python3 scripts/tc_bench.py "$OUT/tc-bench-dec-base-$dec-$c.log" 2>&1 | tee "$OUT/tc-table-dec-base-$dec-$c.log" || rc=1
+    fi
     if [[ $big != 0 && -s "$tcdir/tc_tma.ptx" ]]; then # bf16 output (MatmulTCBF16), every shape, as cuBLAS writes it
       (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
         -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$' -test.benchtime "${BENCHTIME:-20x}" -tc-path=tmap -tc-bf16 \
@@ -399,6 +412,8 @@ if [[ " $steps " == *" ncu "* ]]; then
   ncuflags=(--clock-control none --launch-skip 2 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis
     --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats
     --section SchedulerStats --section InstructionStats)
+  # NCUSOURCE=1: also the source counters (the warp-stall samples' top SASS locations, branch and memory hot spots)
+  [[ "${NCUSOURCE:-0}" == 1 ]] && ncuflags+=(--section SourceCounters)
   ncu_go() { # name kernel-regex bench-regex [test flags]: one profiled launch of the kernels-cuda benchmark
     local name=$1 k=$2 bench=$3; shift 3
     [[ "${NCUSIDE:-both}" == anchor ]] && return 0
@@ -442,6 +457,9 @@ torch.cuda.synchronize()'
     mm-dec-gateup)
       ncu_go tc-mm-dec-gateup 'tc_mm' '^BenchmarkMatmulTC$/qwen7b-gateup/.*/M=1/'
       ncu_py cublas-mm-dec-gateup 'nvjet|gemm|gemv|xmma|cutlass' "$mm" 1 3584 18944 ;;
+    mm-dec-kv)
+      ncu_go tc-mm-dec-kv 'tc_mm' '^BenchmarkMatmulTC$/qwen7b-kv/.*/M=1/'
+      ncu_py cublas-mm-dec-kv 'nvjet|gemm|gemv|xmma|cutlass' "$mm" 1 3584 512 ;;
     mm-dec-down)
       ncu_go tc-mm-dec-down 'tc_mm' '^BenchmarkMatmulTC$/qwen7b-down/.*/M=1/'
       ncu_py cublas-mm-dec-down 'nvjet|gemm|gemv|xmma|cutlass' "$mm" 1 18944 3584 ;;

@@ -319,7 +319,7 @@ func planTMD(l Limits, M, K, N int, b []int, forceG, forceC int) TCPlan {
 	if C == 0 { // a forced G that does not divide the segments: the automatic choice
 		return planTMD(l, M, K, N, b, 0, forceC)
 	}
-	stage := (16*C + R) * 128
+	stage := (16*C+R)*128 + 16 // a slot and its two mbarriers
 	S := min(r.MaxStages, (l.rowSmem()-1024)/stage)
 	kind := "chain"
 	if G > 1 {

@@ -243,7 +243,7 @@ func TestTCPlan(t *testing.T) {
 							t.Fatalf("%s: G %d, forced %d", what, p.G, force[0])
 						case ln.Grid.X != min(items, l.SMs) || ln.Grid.Y != 1 || ln.Grid.Z != 1 || ln.Block.X != 32*(p.C+1):
 							t.Fatalf("%s: grid %v block %v for %d items", what, ln.Grid, ln.Block, items)
-						case p.S < 2 || p.S > tmdMaxStages || ln.Smem != 1024+p.S*(16*p.C+R)*128 || ln.Smem > l.rowSmem():
+						case p.S < 2 || p.S > tmdMaxStages || ln.Smem != 1024+p.S*((16*p.C+R)*128+16) || ln.Smem > l.rowSmem():
 							t.Fatalf("%s: %d slots, %d bytes of shared memory", what, p.S, ln.Smem)
 						}
 						if p.Parts > 1 && p.Launches[1].Kernel != "tc_finish" {

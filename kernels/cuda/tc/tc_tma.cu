@@ -38,18 +38,21 @@ __device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+// mbar_arrive_a, mbar_try_wait_a: at a shared address (smem_addr's; ldmatrix_x4_a says why)
+__device__ __forceinline__ void mbar_arrive_a(uint32_t a) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
 }
-__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) { mbar_arrive_a(smem_addr(bar)); }
+__device__ __forceinline__ bool mbar_try_wait_a(uint32_t a, uint32_t parity) {
     uint32_t ok;
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(ok)
-        : "r"(smem_addr(bar)), "r"(parity)
+        : "r"(a), "r"(parity)
         : "memory");
     return ok != 0;
 }
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) { return mbar_try_wait_a(smem_addr(bar), parity); }
 // tma_load_2d: the box at (c0 = k, c1 = row) of the tensor map into shared memory dst, completing on bar.
 __device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, uint64_t* bar, int c0, int c1) {
     asm volatile(
@@ -120,6 +123,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
     if (mbar_try_wait(bar, parity)) return;
     const long long t0 = tma_clock();
     while (!mbar_try_wait(bar, parity))
+        if (tma_clock() - t0 > 20000000000LL) __trap();
+}
+__device__ __forceinline__ void mbar_wait_a(uint32_t a, uint32_t parity) {
+    if (mbar_try_wait_a(a, parity)) return;
+    const long long t0 = tma_clock();
+    while (!mbar_try_wait_a(a, parity))
         if (tma_clock() - t0 > 20000000000LL) __trap();
 }
 
@@ -415,7 +424,8 @@ TC_TMA_VARIANT(tma128tp, 128, 6, true, true, tree)
 // of tiles·(nseg/G) (item i: tile i % tiles, segment group i / tiles), the producer running on into the next item.
 // Which block or warp computes a chain never changes a bit. Entry: tc_mm_tmd<8·MT>_<chain|tree>(tx, tw, out,
 // part, bias, M, K, N, segs, G, dt, C, S); tx box 64 × 8·MT, tw box 64 × 16·C; 32·(C + 1) threads; dynamic shared
-// memory 1024 + S·(16·C + 8·MT)·128 bytes (kernels/cuda/tc.go, planTMD).
+// memory 1024 + S·((16·C + 8·MT)·128 + 16) bytes: the slots, then each slot's two mbarriers (kernels/cuda/tc.go,
+// planTMD; S ≥ 2: a consumer waits for the next slot before it releases its own).
 #define TC_TMD_MAXS 32
 template <int MT, bool TREE>
 __device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, float* __restrict__ out,
@@ -426,7 +436,9 @@ __device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, 
     TC_SMEM(smem16);
     uint8_t* const raw = reinterpret_cast<uint8_t*>(smem16);
     uint8_t* const base = raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);  // 1024-byte atoms: base offset 0
-    __shared__ uint64_t full[TC_TMD_MAXS], empty[TC_TMD_MAXS];
+    // the barriers after the slots, in dynamic shared memory: full[s] at S·SB + 8s, empty[s] at S·SB + 8(S + s)
+    uint64_t* const full = reinterpret_cast<uint64_t*>(base + (size_t)S * SB);
+    uint64_t* const empty = full + S;
     __shared__ int sb[9];
     const int nseg = segs.n;
     if (threadIdx.x < 9) sb[threadIdx.x] = segs.b[min((int)threadIdx.x, nseg)];
@@ -460,11 +472,45 @@ __device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, 
         return;
     }
     const int cw = warp - 1, g = lane >> 2, q = lane & 3, li = lane >> 3, lr = lane & 7;
+    // Shared addresses, once (ldmatrix_x4_a says why): the slots from s0, the barriers from fullA and emptyA.
     // ldmatrix rows: A (w) matrix li = rows 8·(li & 1) + lr of the warp's 16, k chunk (li >> 1) of the k-step;
-    // B (x) matrices for fragment pair (t, t + 1): rows 8·t + 8·(li >> 1) + lr, k chunk (li & 1)
+    // B (x) matrices for fragment pair (t, t + 1): rows 8·t + 8·(li >> 1) + lr (MT = 1: rows lr), k chunk (li & 1).
+    // Chunk c of a row r sits at (c ^ (r & 7))·16 (128-byte swizzle), and every row here has r & 7 = lr; k-step j of
+    // a stage reads chunks 2j and 2j + 1. ao[j], bo[j]: this lane's offsets in a slot for k-step j (fragment pair
+    // t of x at bo[j] + 1024·t: 8 rows further).
+    const uint32_t s0 = smem_addr(base), fullA = smem_addr(full), emptyA = smem_addr(empty);
     const uint32_t arow = (uint32_t)(16 * cw + 8 * (li & 1) + lr), achk = (uint32_t)(li >> 1);
+    const uint32_t brow = MT == 1 ? (uint32_t)lr : (uint32_t)(8 * (li >> 1) + lr), bchk = (uint32_t)(li & 1);
+    uint32_t ao[BK / 16], bo[BK / 16];
+#pragma unroll
+    for (int j = 0; j < BK / 16; j++) {
+        ao[j] = arow * 128 + (((2 * j + achk) ^ lr) << 4);
+        bo[j] = WB + brow * 128 + (((2 * j + bchk) ^ lr) << 4);
+    }
+    // load: k-step j's fragments of the slot at shared address sl; step: the chains' k-step on them
+    auto load = [&](uint32_t (&a)[4], uint32_t (&b)[MT][2], uint32_t sl, int j) {
+        ldmatrix_x4_a(a, sl + ao[j]);
+        if constexpr (MT == 1) {
+            ldmatrix_x2_a(b[0], sl + bo[j]);
+        } else {
+#pragma unroll
+            for (int t = 0; t < MT; t += 2) {
+                uint32_t r[4];
+                ldmatrix_x4_a(r, sl + bo[j] + 1024u * (uint32_t)t);
+                b[t][0] = r[0], b[t][1] = r[1], b[t + 1][0] = r[2], b[t + 1][1] = r[3];
+            }
+        }
+    };
     float acc[MT][4];
     float st0[TREE ? MT : 1][4], st1[TREE ? MT : 1][4], st2[TREE ? MT : 1][4];  // the open subtrees (TREE)
+    auto step = [&](const uint32_t (&a)[4], const uint32_t (&b)[MT][2]) {
+#pragma unroll
+        for (int t = 0; t < MT; t++) mma_bf16(acc[t], a, b[t]);  // the chains' next k-step
+    };
+    // Two fragment sets: each k-step's ldmatrix is issued before the previous k-step's mma, and a stage's last mma
+    // after the wait for the next stage and its first ldmatrix, so that the shared-memory and barrier latencies
+    // overlap the mma chain's (the chains' order is unchanged: k-steps in order, one after the other).
+    uint32_t fa0[4], fb0[MT][2], fa1[4], fb1[MT][2];
     int slot = 0;
     uint32_t phase = 0;
     for (int wi = blockIdx.x; wi < nwork; wi += gridDim.x) {
@@ -475,34 +521,40 @@ __device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, 
             for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;  // every chain starts from +0
         for (int s = z * G; s < z * G + G; s++) {
             const int lo = sb[s], hi = sb[s + 1];
+            if (lo < hi) {  // the segment's first k-step, into set 0
+                mbar_wait_a(fullA + 8u * slot, phase);
+                load(fa0, fb0, s0 + slot * SB, 0);
+            }
             for (int k0 = lo; k0 < hi; k0 += BK) {
-                mbar_wait(&full[slot], phase);
-                const uint8_t* const wp = base + slot * SB;
-                const uint8_t* const xp = wp + WB;
-#pragma unroll
-                for (int j = 0; j < BK / 16; j++) {
-                    if (k0 + 16 * j >= hi) break;  // the chain has no step there (warp-uniform)
-                    uint32_t a[4], b[MT][2];
-                    ldmatrix_x4(a, wp + arow * 128 + (((2 * j + achk) ^ lr) << 4));
-                    if constexpr (MT == 1) {
-                        uint32_t r[2];
-                        ldmatrix_x2(r, xp + (uint32_t)lr * 128 + (((2 * j + (li & 1)) ^ lr) << 4));
-                        b[0][0] = r[0], b[0][1] = r[1];
-                    } else {
-#pragma unroll
-                        for (int t = 0; t < MT; t += 2) {
-                            uint32_t r[4];
-                            const uint32_t xr = (uint32_t)(8 * t + 8 * (li >> 1) + lr);
-                            ldmatrix_x4(r, xp + xr * 128 + (((2 * j + (li & 1)) ^ lr) << 4));
-                            b[t][0] = r[0], b[t][1] = r[1], b[t + 1][0] = r[2], b[t + 1][1] = r[3];
-                        }
+                // set 0 holds this stage's k-step 0; the stage has k-step j where k0 + 16·j < hi
+                const uint32_t sl = s0 + slot * SB;
+                const int nslot = slot + 1 == S ? 0 : slot + 1;  // S ≥ 2 (planTMD): another slot than this one
+                const uint32_t nphase = nslot == 0 ? phase ^ 1 : phase;
+                if (k0 + 3 * 16 < hi) {  // four k-steps
+                    load(fa1, fb1, sl, 1);
+                    step(fa0, fb0);
+                    load(fa0, fb0, sl, 2);
+                    step(fa1, fb1);
+                    load(fa1, fb1, sl, 3);
+                    step(fa0, fb0);
+                    if (k0 + BK < hi) {  // the segment's next stage: its k-step 0 into set 0
+                        mbar_wait_a(fullA + 8u * nslot, nphase);
+                        load(fa0, fb0, s0 + nslot * SB, 0);
                     }
+                    step(fa1, fb1);
+                } else {  // the segment's last stage, one to three k-steps (hi − k0 ≤ 48)
+                    step(fa0, fb0);
 #pragma unroll
-                    for (int t = 0; t < MT; t++) mma_bf16(acc[t], a, b[t]);  // the chains' next k-step
+                    for (int j = 1; j < BK / 16 - 1; j++)
+                        if (k0 + 16 * j < hi) {  // warp-uniform
+                            load(fa0, fb0, sl, j);
+                            step(fa0, fb0);
+                        }
                 }
+                // the slot's last ldmatrix fed an mma that has issued: its reads are done
                 __syncwarp();
-                if (lane == 0) mbar_arrive(&empty[slot]);
-                if (++slot == S) slot = 0, phase ^= 1;
+                if (lane == 0) mbar_arrive_a(emptyA + 8u * slot);
+                slot = nslot, phase = nphase;
             }
             if constexpr (TREE) {
                 tree_push<MT>(acc, st0, st1, st2, s - z * G);

@@ -178,6 +178,10 @@ inline T __shfl_sync(unsigned, T v, int src) { return sim_shfl(v, src); }
 template <typename T>
 inline T __shfl_xor_sync(unsigned, T v, int d) { return sim_shfl(v, (int)(threadIdx.x & 31) ^ d); }
 inline void ldmatrix_x2(uint32_t (&r)[2], const void* p) { sim_ldmatrix<2>(r, p); }
+// the shared-address forms: a is smem_addr's offset in the block's dynamic shared memory
+inline void* sim_smem_at(uint32_t a) { return reinterpret_cast<char*>(sim_block.smem) + a; }
+inline void ldmatrix_x4_a(uint32_t (&r)[4], uint32_t a) { sim_ldmatrix<4>(r, sim_smem_at(a)); }
+inline void ldmatrix_x2_a(uint32_t (&r)[2], uint32_t a) { sim_ldmatrix<2>(r, sim_smem_at(a)); }
 
 // mma_dot16: one k-step of tc.1 (kernels.HopperMMA): c + Σ a[j]·b[j], bf16 bits in, float32 out.
 inline float mma_dot16(const uint16_t* a, const uint16_t* b, float c) {
@@ -394,6 +398,8 @@ inline bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
     std::this_thread::yield();
     return false;
 }
+inline bool mbar_try_wait_a(uint32_t a, uint32_t parity) { return mbar_try_wait(static_cast<uint64_t*>(sim_smem_at(a)), parity); }
+inline void mbar_arrive_a(uint32_t a) { mbar_arrive(static_cast<uint64_t*>(sim_smem_at(a))); }
 // tma_load_2d: the box at (c0, c1) copied at once (a valid schedule of the copy), zero outside the matrix,
 // 128-byte swizzled, then its bytes completed on bar.
 inline void tma_load_2d(void* dst, const TmaMap* map, uint64_t* bar, int c0, int c1) {
