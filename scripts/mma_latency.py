@@ -7,6 +7,7 @@ with clock64 around straight-line chains in one block (no memory traffic: operan
 memory that stays put), for:
 
   mma.sync m16n8k16 bf16 → f32 (tc_tmd's instruction): 1, 2 and 4 independent chains interleaved in one warp
+  mbarrier try_wait on a completed phase and ldmatrix .x4, each depending on the one before (tmd's other waits)
   wgmma m64nNk16 bf16 → f32, A and B from shared memory through 128-byte-swizzled descriptors (tc_tma's big-M
   instruction; a decode kernel would put 64 rows of w in A and N = 8…64 rows of x in B): N = 8, 16, 64, L wgmmas
   issued back to back on one accumulator, then one commit and one wait
@@ -48,6 +49,48 @@ __device__ void mma_chain(long long* out, float* sink, u32 seed) {
 extern "C" __global__ void mma1(long long* out, float* sink, u32 seed) { mma_chain<1>(out, sink, seed); }
 extern "C" __global__ void mma2(long long* out, float* sink, u32 seed) { mma_chain<2>(out, sink, seed); }
 extern "C" __global__ void mma4(long long* out, float* sink, u32 seed) { mma_chain<4>(out, sink, seed); }
+
+// trywait: L mbarrier try_waits on a completed phase, each address depending on the one before's result (tmd's
+// consumer waits once a stage); ldsm: L ldmatrix .x4, each address depending on the one before's data (mask = 0)
+extern "C" __global__ void trywait(long long* out, float* sink, u32 seed) {
+    __shared__ __align__(8) u64 bar[2];
+    const u32 base = (u32)__cvta_generic_to_shared(bar);
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(base) : "memory");
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(base) : "memory");  // phase 0 completes
+    }
+    __syncthreads();
+    u32 a = base, n = 0;
+    const long long t0 = clock64();
+#pragma unroll
+    for (int i = 0; i < @L@; i++) {
+        u32 ok;
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(ok) : "r"(a) : "memory");
+        a = base + ((ok ^ 1u) << 3);
+        n += ok;
+    }
+    const long long t1 = clock64();
+    sink[threadIdx.x] = (float)n;
+    if (threadIdx.x == 0) out[0] = t1 - t0;
+}
+extern "C" __global__ void ldsm(long long* out, float* sink, u32 seed) {
+    __shared__ __align__(128) unsigned short tile[16 * 64];
+    for (int i = threadIdx.x; i < 16 * 64; i += blockDim.x) tile[i] = (unsigned short)(i * seed);
+    __syncwarp();
+    const u32 base = (u32)__cvta_generic_to_shared(tile) + (threadIdx.x & 15) * 128, mask = seed >> 31;  // 0
+    u32 r[4] = {0, 0, 0, 0}, acc = 0;
+    const long long t0 = clock64();
+#pragma unroll
+    for (int i = 0; i < @L@; i++) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(base + (r[0] & mask)));
+        acc ^= r[1];
+    }
+    const long long t1 = clock64();
+    sink[threadIdx.x] = (float)acc;
+    if (threadIdx.x == 0) out[0] = t1 - t0;
+}
 
 __device__ __forceinline__ u64 sw128_desc(u32 addr) {
     return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
@@ -111,7 +154,8 @@ def main():
     clock = cp.cuda.Device().attributes["ClockRate"] / 1e6  # GHz (the attribute is kHz)
     out, sink = cp.zeros(1, dtype=cp.int64), cp.zeros(128, dtype=cp.float32)
     res = {}
-    for name, threads, chains in [("mma1", 32, 1), ("mma2", 32, 2), ("mma4", 32, 4)] + [("wgmma%d" % n, 128, 1) for n in ns]:
+    for name, threads, chains in [("mma1", 32, 1), ("mma2", 32, 2), ("mma4", 32, 4), ("trywait", 32, 1), ("ldsm", 32, 1)] + \
+            [("wgmma%d" % n, 128, 1) for n in ns]:
         f = mod.get_function(name)
         best = None
         for rep in range(6):  # the first launches warm up; the smallest count of the rest
