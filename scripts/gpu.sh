@@ -26,7 +26,8 @@
 #         TCPATHS (default "tma tmapall:128 tmapall:256 wgmma mmasync": -tc-path=P -tc-bn=BN; tmapall is tmap
 #         at every M, decode included) that loaded at the square, gate/up and o_proj shapes, and one of tmap with
 #         bf16 output (-tc-bf16, MatmulTCBF16) at every shape, all in the same call; then the decode sizes
-#         (M = 1…64) once per entry of TCDECS (default "mma tmd": -tc-dec=D; tmd:C also forces C consumer warps);
+#         (M = 1…64) once per entry of TCDECS (default "mma tmd": -tc-dec=D; tmd:C also forces C consumer warps,
+#         tmd:C:G also G segments a work item; TCDECM="1|64" other M, TCDECSHAPES a regex of the shapes);
 #         TCBIG=0 runs only these; TCREPS=R times them as R launches back to back (cuBLAS: R in a CUDA graph);
 #         TCBASE=dir runs them once more with the PTX tree dir (a kernel change's before, in the same call).
 #         ptxas -v of each module (registers, spills) first. The step also runs the tc attention's part (below;
@@ -276,22 +277,22 @@ if [[ " $steps " == *" tc "* ]]; then
     # the decode sizes (M ≤ 64) with each decode family forced in the same call: TCDECS entries dec[:C] (mma: dec16,
     # dec64; tmd with C consumer warps a block, 0 or none: planTMD's cost model)
     for dc in ${TCDECS:-mma tmd}; do
-      dec=${dc%%:*} c=0 && [[ $dc == *:* ]] && c=${dc##*:}
+      IFS=: read -r dec c g <<<"$dc" && c=${c:-0} g=${g:-0}
       (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
-        -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/.*/.*/^M=(1|8|16|32|64)$' -test.benchtime "${BENCHTIME:-20x}" \
-        -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} -test.timeout 300s) >"$OUT/tc-bench-dec-$dec-$c.log" 2>&1 || { echo "tc: benchmark -tc-dec=$dec -tc-c=$c FAILED"; tail -5 "$OUT/tc-bench-dec-$dec-$c.log"; rc=1; }
-      echo "-- the same with -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} at M ≤ 64"
-      TCREPS=${TCREPS:-1} python3 scripts/tc_bench.py "$OUT/tc-bench-dec-$dec-$c.log" 2>&1 | tee "$OUT/tc-table-dec-$dec-$c.log" || rc=1
+        -test.bench "^(BenchmarkCopy|BenchmarkMatmulTC)\$/${TCDECSHAPES:-.*}/.*/^M=(${TCDECM:-1|8|16|32|64})\$" -test.benchtime "${BENCHTIME:-20x}" \
+        -tc-dec=$dec -tc-c=$c -tc-g=$g -tc-reps=${TCREPS:-1} -test.timeout 300s) >"$OUT/tc-bench-dec-$dec-$c-$g.log" 2>&1 || { echo "tc: benchmark -tc-dec=$dec -tc-c=$c -tc-g=$g FAILED"; tail -5 "$OUT/tc-bench-dec-$dec-$c-$g.log"; rc=1; }
+      echo "-- the same with -tc-dec=$dec -tc-c=$c -tc-g=$g -tc-reps=${TCREPS:-1} at M ≤ 64"
+      TCREPS=${TCREPS:-1} python3 scripts/tc_bench.py "$OUT/tc-bench-dec-$dec-$c-$g.log" 2>&1 | tee "$OUT/tc-table-dec-$dec-$c-$g.log" || rc=1
     done
     # TCBASE=dir: the decode sizes once more with every PTX from dir (BITALIGN_PTX_DIR=dir, a tree as make ptx
     # PTX_OUT=dir writes it, e.g. the previous commit's: git archive HEAD~ kernels/cuda | tar -x -C dir), the
     # first TCDECS entry, in the same call: a kernel change's before and after side by side
     if [[ -n "${TCBASE:-}" ]]; then
-      dc=${TCDECS%% *} && dc=${dc:-tmd} && dec=${dc%%:*} c=0 && [[ $dc == *:* ]] && c=${dc##*:}
+      dc=${TCDECS:-tmd} && IFS=: read -r dec c g <<<"${dc%% *}" && c=${c:-0} g=${g:-0}
       base=$(cd "$TCBASE" && pwd)
       (cd kernels/cuda && BITALIGN_PTX_DIR="$base" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
         -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/.*/.*/^M=(1|8|16|32|64)$' -test.benchtime "${BENCHTIME:-20x}" \
-        -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} -test.timeout 300s) >"$OUT/tc-bench-dec-base-$dec-$c.log" 2>&1 || { echo "tc: benchmark TCBASE -tc-dec=$dec FAILED"; tail -5 "$OUT/tc-bench-dec-base-$dec-$c.log"; rc=1; }
+        -tc-dec=$dec -tc-c=$c -tc-g=$g -tc-reps=${TCREPS:-1} -test.timeout 300s) >"$OUT/tc-bench-dec-base-$dec-$c.log" 2>&1 || { echo "tc: benchmark TCBASE -tc-dec=$dec FAILED"; tail -5 "$OUT/tc-bench-dec-base-$dec-$c.log"; rc=1; }
       echo "-- the same with the PTX of TCBASE=$TCBASE, -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} at M ≤ 64"
       TCREPS=${TCREPS:-1} python3 scripts/tc_bench.py "$OUT/tc-bench-dec-base-$dec-$c.log" 2>&1 | tee "$OUT/tc-table-dec-base-$dec-$c.log" || rc=1
     fi

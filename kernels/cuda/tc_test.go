@@ -34,6 +34,9 @@ var tcBNFlag = flag.Int("tc-bn", 0, "BenchmarkMatmulTC: the tmap chain's tile wi
 var tcDecFlag = flag.String("tc-dec", "", "BenchmarkMatmulTC: the tc kernels of M ≤ 64 to time (tmd, mma; empty: launch.json's dec_path)")
 var tcCFlag = flag.Int("tc-c", 0, "BenchmarkMatmulTC: tmd's consumer warps a block, 1…16 (0: planTMD's cost model)")
 
+// tcGFlag forces the segments a block (tmd: a work item) runs in BenchmarkMatmulTC (row-parallel: 1, 2, 4 or 8).
+var tcGFlag = flag.Int("tc-g", 0, "BenchmarkMatmulTC: segments a block or tmd work item runs (0: the automatic choice)")
+
 // tcRepsFlag: BenchmarkMatmulTC enqueues that many launches back to back between its two events and reports the
 // time of one (the launch gaps shrink to what the host cannot hide; scripts/tc_bench.py times cuBLAS the same way
 // in a CUDA graph), and host-us/op, the host's time to enqueue one launch.
@@ -637,8 +640,8 @@ func BenchmarkMatmulTC(b *testing.B) {
 				reps := max(*tcRepsFlag, 1)
 				var host time.Duration
 				ms := timeGPUMedian(b, g, max(b.N, 20), func(c *cuda.Ctx, i int) error {
-					g.k.tcPath, g.k.tcBN, g.k.tcDec, g.k.tcC = TCPath(*tcPathFlag), *tcBNFlag, *tcDecFlag, *tcCFlag
-					defer func() { g.k.tcPath, g.k.tcBN, g.k.tcDec, g.k.tcC = "", 0, "", 0 }()
+					g.k.tcPath, g.k.tcBN, g.k.tcDec, g.k.tcC, g.k.tcG = TCPath(*tcPathFlag), *tcBNFlag, *tcDecFlag, *tcCFlag, *tcGFlag
+					defer func() { g.k.tcPath, g.k.tcBN, g.k.tcDec, g.k.tcC, g.k.tcG = "", 0, "", 0, 0 }()
 					t0 := time.Now()
 					defer func() { host += time.Since(t0) }()
 					for j := 0; j < reps; j++ {
