@@ -291,8 +291,8 @@ func planTMD(l Limits, M, K, N int, b []int, forceG, forceC int) TCPlan {
 		}
 		kItem := float64(K) * float64(g) / float64(nseg)
 		floor := math.Ceil(kItem/16) * r.KStepNs / 1e3 // µs
-		var widths []int                               // every width the entry takes, widest first, or the forced one
-		for c := min(r.MaxWarps, tmdMaxWarps(R, g > 1)); c >= 1; c-- {
+		var widths []int                               // the widths measured (docs/benchmarks.md): 16, 8, 4, 2, 1 warps, or the forced one
+		for c := min(r.MaxWarps, tmdMaxWarps(R, g > 1)); c >= 1; c /= 2 {
 			widths = append(widths, c)
 		}
 		if forceC > 0 {
