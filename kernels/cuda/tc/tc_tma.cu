@@ -513,6 +513,26 @@ __device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, 
     uint32_t fa0[4], fb0[MT][2], fa1[4], fb1[MT][2];
     int slot = 0;
     uint32_t phase = 0;
+    // M ≤ 8 (MT = 1; at MT = 2 the entries of 16 warps spill): two sets of a whole stage's fragments (below)
+    constexpr int DS = MT == 1 ? BK / 16 : 1;
+    uint32_t da0[DS][4], db0[DS][MT][2], da1[DS][4], db1[DS][MT][2];
+    // deep_stage: the stage at k0 of a segment ending at hi, its k-steps' fragments in (ca, cb); the next stage's
+    // (if the segment has one) loaded into (na, nb) behind the mmas; then the slot released and the next one taken
+    auto deep_stage = [&](uint32_t (&ca)[DS][4], uint32_t (&cb)[DS][MT][2], uint32_t (&na)[DS][4],
+                          uint32_t (&nb)[DS][MT][2], int k0, int hi) {
+        const int nslot = slot + 1 == S ? 0 : slot + 1;  // S ≥ 2 (planTMD): another slot than this one
+        const uint32_t nphase = nslot == 0 ? phase ^ 1 : phase, nsl = s0 + nslot * SB;
+        const bool more = k0 + BK < hi;
+#pragma unroll
+        for (int j = 0; j < DS; j++) {
+            if (k0 + 16 * j < hi) step(ca[j], cb[j]);  // warp-uniform
+            if (j == 0 && more) mbar_wait_a(fullA + 8u * nslot, nphase);
+            if (more && k0 + BK + 16 * j < hi) load(na[j], nb[j], nsl, j);
+        }
+        __syncwarp();  // the slot's ldmatrix results fed mmas that have issued: its reads are done
+        if (lane == 0) mbar_arrive_a(emptyA + 8u * slot);
+        slot = nslot, phase = nphase;
+    };
     for (int wi = blockIdx.x; wi < nwork; wi += gridDim.x) {
         const int n0 = (wi % tiles) * 16 * C, z = wi / tiles;
 #pragma unroll
@@ -521,6 +541,22 @@ __device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, 
             for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;  // every chain starts from +0
         for (int s = z * G; s < z * G + G; s++) {
             const int lo = sb[s], hi = sb[s + 1];
+            if constexpr (MT == 1) {
+                // M ≤ 8: a whole stage ahead (an ldmatrix takes ~95 cycles, a dependent mma ~24: scripts/mma_latency.py).
+                // The stage's four k-steps are in one register set; the next stage's load into the other set
+                // k-step by k-step after the mma that frees an issue slot, so that each ldmatrix has four mmas to land.
+                if (lo < hi) {
+                    mbar_wait_a(fullA + 8u * slot, phase);
+#pragma unroll
+                    for (int j = 0; j < BK / 16; j++)
+                        if (lo + 16 * j < hi) load(da0[j], db0[j], s0 + slot * SB, j);
+                }
+                for (int k0 = lo; k0 < hi; k0 += 2 * BK) {
+                    deep_stage(da0, db0, da1, db1, k0, hi);
+                    if (k0 + BK >= hi) break;
+                    deep_stage(da1, db1, da0, db0, k0 + BK, hi);
+                }
+            } else {
             if (lo < hi) {  // the segment's first k-step, into set 0
                 mbar_wait_a(fullA + 8u * slot, phase);
                 load(fa0, fb0, s0 + slot * SB, 0);
@@ -555,6 +591,7 @@ __device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, 
                 __syncwarp();
                 if (lane == 0) mbar_arrive_a(emptyA + 8u * slot);
                 slot = nslot, phase = nphase;
+            }
             }
             if constexpr (TREE) {
                 tree_push<MT>(acc, st0, st1, st2, s - z * G);
