@@ -274,27 +274,29 @@ if [[ " $steps " == *" tc "* ]]; then
       echo "-- the same with -tc-path=$path -tc-bn=$bn at M > 64"
       python3 scripts/tc_bench.py "$OUT/tc-bench-$path-$bn.log" 2>&1 | tee "$OUT/tc-table-$path-$bn.log" || rc=1
     done
-    # the decode sizes (M ≤ 64) with each decode family forced in the same call: TCDECS entries dec[:C] (mma: dec16,
-    # dec64; tmd with C consumer warps a block, 0 or none: planTMD's cost model)
-    for dc in ${TCDECS:-mma tmd}; do
-      IFS=: read -r dec c g <<<"$dc" && c=${c:-0} g=${g:-0}
-      (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
+    # the decode sizes (M ≤ 64) with each decode family forced in the same call: TCDECS entries dec[:C[:G]] (mma:
+    # dec16, dec64; tmd with C consumer warps a block and G segments a work item, 0 or none: planTMD's choice)
+    # dec_bench TAG PTXDIR ENTRY: one such run (PTXDIR: BITALIGN_PTX_DIR for it, empty: the tree's PTX) into
+    # $OUT/tc-bench-dec-TAG… and its table
+    dec_bench() {
+      local tag=$1 ptx=$2 dec c g
+      IFS=: read -r dec c g <<<"$3" && c=${c:-0} g=${g:-0}
+      local log="$OUT/tc-bench-dec-$tag$dec-$c-$g.log" what="-tc-dec=$dec -tc-c=$c -tc-g=$g -tc-reps=${TCREPS:-1}"
+      (cd kernels/cuda && BITALIGN_PTX_DIR="$ptx" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
         -test.bench "^(BenchmarkCopy|BenchmarkMatmulTC)\$/${TCDECSHAPES:-.*}/.*/^M=(${TCDECM:-1|8|16|32|64})\$" -test.benchtime "${BENCHTIME:-20x}" \
-        -tc-dec=$dec -tc-c=$c -tc-g=$g -tc-reps=${TCREPS:-1} -test.timeout 300s) >"$OUT/tc-bench-dec-$dec-$c-$g.log" 2>&1 || { echo "tc: benchmark -tc-dec=$dec -tc-c=$c -tc-g=$g FAILED"; tail -5 "$OUT/tc-bench-dec-$dec-$c-$g.log"; rc=1; }
-      echo "-- the same with -tc-dec=$dec -tc-c=$c -tc-g=$g -tc-reps=${TCREPS:-1} at M ≤ 64"
-      TCREPS=${TCREPS:-1} python3 scripts/tc_bench.py "$OUT/tc-bench-dec-$dec-$c-$g.log" 2>&1 | tee "$OUT/tc-table-dec-$dec-$c-$g.log" || rc=1
+        -tc-dec=$dec -tc-c=$c -tc-g=$g -tc-reps=${TCREPS:-1} -test.timeout 300s) >"$log" 2>&1 || { echo "tc: benchmark ${ptx:+(PTX of $ptx) }$what FAILED"; tail -5 "$log"; rc=1; }
+      echo "-- the same with ${ptx:+the PTX of $ptx, }$what at M ≤ 64"
+      TCREPS=${TCREPS:-1} python3 scripts/tc_bench.py "$log" 2>&1 | tee "${log/tc-bench-/tc-table-}" || rc=1
+    }
+    for dc in ${TCDECS:-mma tmd}; do
+      dec_bench "" "${BITALIGN_PTX_DIR:-}" "$dc"
     done
-    # TCBASE=dir: the decode sizes once more with every PTX from dir (BITALIGN_PTX_DIR=dir, a tree as make ptx
-    # PTX_OUT=dir writes it, e.g. the previous commit's: git archive HEAD~ kernels/cuda | tar -x -C dir), the
-    # first TCDECS entry, in the same call: a kernel change's before and after side by side
+    # TCBASE=dir: the decode sizes once more with every PTX from dir (a tree as make ptx PTX_OUT=dir writes it, e.g.
+    # the previous commit's: git archive HEAD~ kernels/cuda | tar -x -C dir), the first TCDECS entry, in the same
+    # call: a kernel change's before and after side by side
     if [[ -n "${TCBASE:-}" ]]; then
-      dc=${TCDECS:-tmd} && IFS=: read -r dec c g <<<"${dc%% *}" && c=${c:-0} g=${g:-0}
-      base=$(cd "$TCBASE" && pwd)
-      (cd kernels/cuda && BITALIGN_PTX_DIR="$base" BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \
-        -test.bench '^(BenchmarkCopy|BenchmarkMatmulTC)$/.*/.*/^M=(1|8|16|32|64)$' -test.benchtime "${BENCHTIME:-20x}" \
-        -tc-dec=$dec -tc-c=$c -tc-g=$g -tc-reps=${TCREPS:-1} -test.timeout 300s) >"$OUT/tc-bench-dec-base-$dec-$c.log" 2>&1 || { echo "tc: benchmark TCBASE -tc-dec=$dec FAILED"; tail -5 "$OUT/tc-bench-dec-base-$dec-$c.log"; rc=1; }
-      echo "-- the same with the PTX of TCBASE=$TCBASE, -tc-dec=$dec -tc-c=$c -tc-reps=${TCREPS:-1} at M ≤ 64"
-      TCREPS=${TCREPS:-1} python3 scripts/tc_bench.py "$OUT/tc-bench-dec-base-$dec-$c.log" 2>&1 | tee "$OUT/tc-table-dec-base-$dec-$c.log" || rc=1
+      dc=${TCDECS:-tmd}
+      dec_bench base- "$(cd "$TCBASE" && pwd)" "${dc%% *}"
     fi
     if [[ $big != 0 && -s "$tcdir/tc_tma.ptx" ]]; then # bf16 output (MatmulTCBF16), every shape, as cuBLAS writes it
       (cd kernels/cuda && BITALIGN_REQUIRE_GPU=1 ../../.gpu/kernels-cuda.test -test.run '^$' \

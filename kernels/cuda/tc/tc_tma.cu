@@ -119,17 +119,18 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[BN / 8][4], uint64_t a, uint
 // between polls); bounded: about 10 s of cycles without completion is a pipeline bug, and the kernel traps, so that
 // the launch fails (the launcher's error names the kernel) instead of hanging. No printf: a function call anywhere
 // in the kernel makes ptxas serialise every wgmma (C7510, seen with nvcc 13.0).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    if (mbar_try_wait(bar, parity)) return;
+template <typename Try>
+__device__ __forceinline__ void mbar_spin(Try done) {
+    if (done()) return;
     const long long t0 = tma_clock();
-    while (!mbar_try_wait(bar, parity))
+    while (!done())
         if (tma_clock() - t0 > 20000000000LL) __trap();
 }
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    mbar_spin([&] { return mbar_try_wait(bar, parity); });
+}
 __device__ __forceinline__ void mbar_wait_a(uint32_t a, uint32_t parity) {
-    if (mbar_try_wait_a(a, parity)) return;
-    const long long t0 = tma_clock();
-    while (!mbar_try_wait_a(a, parity))
-        if (tma_clock() - t0 > 20000000000LL) __trap();
+    mbar_spin([&] { return mbar_try_wait_a(a, parity); });
 }
 
 // tree_push_s: tree_push (tc_common.cuh), the same additions in the same order, with the second and third open
@@ -557,41 +558,41 @@ __device__ __forceinline__ void tc_tmd_body(const TmaMap* tx, const TmaMap* tw, 
                     deep_stage(da1, db1, da0, db0, k0 + BK, hi);
                 }
             } else {
-            if (lo < hi) {  // the segment's first k-step, into set 0
-                mbar_wait_a(fullA + 8u * slot, phase);
-                load(fa0, fb0, s0 + slot * SB, 0);
-            }
-            for (int k0 = lo; k0 < hi; k0 += BK) {
-                // set 0 holds this stage's k-step 0; the stage has k-step j where k0 + 16·j < hi
-                const uint32_t sl = s0 + slot * SB;
-                const int nslot = slot + 1 == S ? 0 : slot + 1;  // S ≥ 2 (planTMD): another slot than this one
-                const uint32_t nphase = nslot == 0 ? phase ^ 1 : phase;
-                if (k0 + 3 * 16 < hi) {  // four k-steps
-                    load(fa1, fb1, sl, 1);
-                    step(fa0, fb0);
-                    load(fa0, fb0, sl, 2);
-                    step(fa1, fb1);
-                    load(fa1, fb1, sl, 3);
-                    step(fa0, fb0);
-                    if (k0 + BK < hi) {  // the segment's next stage: its k-step 0 into set 0
-                        mbar_wait_a(fullA + 8u * nslot, nphase);
-                        load(fa0, fb0, s0 + nslot * SB, 0);
-                    }
-                    step(fa1, fb1);
-                } else {  // the segment's last stage, one to three k-steps (hi − k0 ≤ 48)
-                    step(fa0, fb0);
-#pragma unroll
-                    for (int j = 1; j < BK / 16 - 1; j++)
-                        if (k0 + 16 * j < hi) {  // warp-uniform
-                            load(fa0, fb0, sl, j);
-                            step(fa0, fb0);
-                        }
+                if (lo < hi) {  // the segment's first k-step, into set 0
+                    mbar_wait_a(fullA + 8u * slot, phase);
+                    load(fa0, fb0, s0 + slot * SB, 0);
                 }
-                // the slot's last ldmatrix fed an mma that has issued: its reads are done
-                __syncwarp();
-                if (lane == 0) mbar_arrive_a(emptyA + 8u * slot);
-                slot = nslot, phase = nphase;
-            }
+                for (int k0 = lo; k0 < hi; k0 += BK) {
+                    // set 0 holds this stage's k-step 0; the stage has k-step j where k0 + 16·j < hi
+                    const uint32_t sl = s0 + slot * SB;
+                    const int nslot = slot + 1 == S ? 0 : slot + 1;  // S ≥ 2 (planTMD): another slot than this one
+                    const uint32_t nphase = nslot == 0 ? phase ^ 1 : phase;
+                    if (k0 + 3 * 16 < hi) {  // four k-steps
+                        load(fa1, fb1, sl, 1);
+                        step(fa0, fb0);
+                        load(fa0, fb0, sl, 2);
+                        step(fa1, fb1);
+                        load(fa1, fb1, sl, 3);
+                        step(fa0, fb0);
+                        if (k0 + BK < hi) {  // the segment's next stage: its k-step 0 into set 0
+                            mbar_wait_a(fullA + 8u * nslot, nphase);
+                            load(fa0, fb0, s0 + nslot * SB, 0);
+                        }
+                        step(fa1, fb1);
+                    } else {  // the segment's last stage, one to three k-steps (hi − k0 ≤ 48)
+                        step(fa0, fb0);
+    #pragma unroll
+                        for (int j = 1; j < BK / 16 - 1; j++)
+                            if (k0 + 16 * j < hi) {  // warp-uniform
+                                load(fa0, fb0, sl, j);
+                                step(fa0, fb0);
+                            }
+                    }
+                    // the slot's last ldmatrix fed an mma that has issued: its reads are done
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive_a(emptyA + 8u * slot);
+                    slot = nslot, phase = nphase;
+                }
             }
             if constexpr (TREE) {
                 tree_push<MT>(acc, st0, st1, st2, s - z * G);
