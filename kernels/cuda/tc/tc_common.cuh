@@ -39,17 +39,9 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
-}
-// ldmatrix_x4_a, ldmatrix_x2_a: the same from a shared address (smem_addr's), for loops that keep their addresses in
-// registers (a generic pointer is converted again at every use: ptxas rematerialises the shared window's base,
-// an S2R of SR_CgaCtaId, inside the loop).
+// ldmatrix_x4_a, ldmatrix_x2_a: ldmatrix .x4 and .x2 from a shared address (smem_addr's), for loops that keep
+// their addresses in registers (a generic pointer is converted again at every use: ptxas rematerialises the shared
+// window's base, an S2R of SR_CgaCtaId, inside the loop); ldmatrix_x4 and ldmatrix_x2 take a generic pointer.
 __device__ __forceinline__ void ldmatrix_x4_a(uint32_t (&r)[4], uint32_t a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -58,6 +50,8 @@ __device__ __forceinline__ void ldmatrix_x4_a(uint32_t (&r)[4], uint32_t a) {
 __device__ __forceinline__ void ldmatrix_x2_a(uint32_t (&r)[2], uint32_t a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
 }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) { ldmatrix_x4_a(r, smem_addr(p)); }
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) { ldmatrix_x2_a(r, smem_addr(p)); }
 
 // mma_bf16: d = step(a, b, d), one k-step of tc.1 for the 16×8 tile.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
