@@ -71,6 +71,11 @@
 #         numpy's, `bitalign diff` of the fingerprint capture against the full one (exit 0), the disk's own rate
 #         (os.write + fsync of as many bytes); test_record_gpu.py first; $OUT/record-bench.json is its summary.
 #         About 9 GB of disk. Not in the default list: `bash scripts/gpu.sh record`. RECORDFLAGS: more flags.
+#         RECORDBASE=a .tgz of another commit's capture/python (`git archive REV capture/python | gzip`, carried;
+#         not .gz, which the unpacking above would gunzip):
+#         this record_bench.py runs again after with that package's recorder (RECORD_BENCH_PACKAGE; --no-baseline
+#         --no-full), in the same call, into $OUT/record-base.{log,json}.
+#         RECORDPROFILE=1: record_bench --profile (cProfile of the recorder) into $OUT/record-profile.txt.
 #   replay issue 15's replay at size (capture/python/tests/replay_size.py): random Qwen2-1.5B-shaped (4 × 256 tokens)
 #         and Qwen3-8B-shaped (8 × 512) bf16 models built on the GPU and saved, their trainer captures recorded
 #         with bitalign_capture (1.5B full and fingerprint; 8B fingerprint with layer $REPLAY_LAYER in full), then
@@ -390,10 +395,20 @@ if [[ " $steps " == *" record "* ]]; then
   rdir="${RECORD_DIR:-/tmp/bitalign-record}"
   python3 -m pytest -q -rs -m torch capture/python/tests/test_record_gpu.py 2>&1 | tee "$OUT/record-test.log" | tail -15
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
-  python3 -W ignore capture/python/tests/record_bench.py "$rdir" --device cuda --bin .gpu/bitalign ${RECORDFLAGS:-} 2>&1 |
-    tee "$OUT/record.log" | tail -20
+  python3 -W ignore capture/python/tests/record_bench.py "$rdir" --device cuda --bin .gpu/bitalign ${RECORDFLAGS:-} \
+    ${RECORDPROFILE:+--profile} 2>&1 | tee "$OUT/record.log" | tail -20
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   cp "$rdir/record-bench.json" "$OUT/" 2>/dev/null || { echo "record: no record-bench.json"; rc=1; }
+  [[ -z "${RECORDPROFILE:-}" ]] || cp "$rdir/record-profile.txt" "$OUT/" 2>/dev/null || true
+  if [[ -n "${RECORDBASE:-}" ]]; then
+    echo "== record, the base package ($RECORDBASE)"
+    rm -f "$rdir/record-bench.json"
+    bdir=$(mktemp -d) && tar -xzf "$RECORDBASE" -C "$bdir" &&
+      BITALIGN_PTX_DIR="${BITALIGN_PTX_DIR:-$PWD}" RECORD_BENCH_PACKAGE="$bdir/capture/python" python3 -W ignore capture/python/tests/record_bench.py "$rdir" \
+        --device cuda --bin .gpu/bitalign --no-baseline --no-full ${RECORDFLAGS:-} 2>&1 | tee "$OUT/record-base.log" | tail -14
+    cp "$rdir/record-bench.json" "$OUT/record-base.json" 2>/dev/null || { echo "record: no base record-bench.json"; rc=1; }
+    rm -rf "$bdir"
+  fi
 fi
 
 if [[ " $steps " == *" replay "* ]]; then

@@ -263,7 +263,7 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     if scaling is not None and abs(scaling - hd ** -0.5) > 1e-9 * hd ** -0.5:
         raise _err(f"attention scaling {scaling} is not 1/√head_dim")
     ro = getattr(module, "rotary_emb", None)
-    if isinstance(ro, RotaryOut) and (ro._forward_hooks or ro._forward_pre_hooks):
+    if isinstance(ro, RotaryOut) and _observed(ro):
         # only when something listens (a recorder): the copies cost. The forward's own keys are the cache's last
         # Tq (a DynamicCache appends; no cache: all of them): _attention_op checks that the last query sees them.
         B, H, Tq, _ = query.shape
@@ -475,6 +475,10 @@ def patch(model, profile="canonical", max_positions=None):
     prefix, qk_norm, cls, act_types = _classes(model)
     if getattr(model, "_bitalign", None) is not None:
         raise _err(f"{name} is already patched (unpatch it first)")
+    if _recording(model):
+        # the recorder found the modules to watch when it started: q_rope and k_rope (the RotaryOut the patch
+        # adds) would go unrecorded
+        raise _err(f"{name} is being recorded (bitalign_capture): patch it before the recording starts")
     cfg = model.config
     hd = _check_config(name, cfg, qk_norm)
     dtype = _model_dtype(model)
@@ -700,13 +704,22 @@ def _tp_linear(m, st, w, b, out_dt):
 
 
 def _unobserved(*mods):
-    """No forward hook or pre-hook on any of mods, nor a global one: calling their forwards directly (skipping
-    the module call) changes nothing anyone sees."""
-    from torch.nn.modules import module as _m
+    """Nothing sees any of mods' outputs (no forward hook or pre-hook, own or global, and no recorder's wrapper:
+    bitalign_capture.recorder.observed): calling their weights directly, skipping the modules, changes nothing
+    anyone sees."""
+    return not any(_observed(m) for m in mods)
 
-    if _m._global_forward_hooks or _m._global_forward_pre_hooks:
-        return False
-    return not any(p._forward_hooks or p._forward_pre_hooks for p in mods)
+
+def _observed(m):
+    from bitalign_capture.recorder import observed
+
+    return observed(m)
+
+
+def _recording(model):
+    from bitalign_capture.recorder import recording
+
+    return recording(model)
 
 
 def _dtype_of(x, st, what):

@@ -178,19 +178,24 @@ BACKEND_ENV = "BITALIGN_CAPTURE_FINGERPRINTS"  # "torch": never the kernel (test
 _kernels = {}  # cuda device index -> _Kernel, or the reason it is unavailable (a str)
 
 
-def fingerprint_sets(xs):
-    """The fingerprints (int64 [Σ rows] on their device) of every row of each tensor of xs (2-D, rows
-    contiguous inside: stride(1) == 1; all on one device), in order: one fingerprint_rows launch of the
-    repository's PTX on a GPU where the bitalign driver (cuda-bindings) loads it, else fingerprint_rows_torch of
-    each tensor (CPU, or no driver: what backend() says). Asynchronous on the current stream either way."""
+def fingerprint_sets(xs, ns=None):
+    """The fingerprints (int64 [Σ rows] on their device) of every row of each tensor of xs (all on one device),
+    in order: tensor i is ns[i] rows (default its first dimension), x.reshape(ns[i], -1)'s rows: a 2-D tensor
+    of ns[i] rows contiguous inside (stride(1) == 1), or a contiguous tensor of any shape. One fingerprint_rows
+    launch of the repository's PTX on a GPU where the bitalign driver (cuda-bindings) loads it, else
+    fingerprint_rows_torch of each tensor (CPU, or no driver: what backend() says). Asynchronous on the current
+    stream either way."""
     import torch
 
     if not xs:
         raise ValueError("bitalign_capture: fingerprint_sets of no tensors")
+    if ns is None:
+        ns = [x.shape[0] for x in xs]
     k = _kernel(xs[0].device)
     if isinstance(k, _Kernel):
-        return k.rows(xs)
-    return torch.cat([fingerprint_rows_torch(x) for x in xs])
+        return k.rows(xs, ns)
+    return torch.cat([fingerprint_rows_torch(x if x.dim() == 2 and x.shape[0] == n else x.reshape(n, -1))
+                      for x, n in zip(xs, ns)])
 
 
 def backend(device):
@@ -249,31 +254,38 @@ class _Kernel:
             self.K = torch.from_numpy(constants(n).view(np.int64).copy()).to(self.device)
         return self.K
 
-    def rows(self, xs):
+    def rows(self, xs, ns):
         import torch
 
-        desc = np.zeros((len(xs), 5), dtype=np.int64)
-        total, words, nd = 0, 0, 0
-        for x in xs:
-            n = x.shape[0]
+        desc = []
+        total, L_max = 0, 0
+        for x, n in zip(xs, ns):
             if n == 0:
                 continue
-            es = x.element_size()
-            L = (x.shape[1] if x.dim() == 2 else 1) * es
-            if x.dim() != 2 or (x.shape[1] > 1 and x.stride(1) != 1) or x.device != self.device:
-                raise ValueError(f"bitalign_capture: fingerprint_sets: a {tuple(x.shape)} tensor with strides "
-                                 f"{x.stride()} on {x.device} (want 2-D rows contiguous inside, on {self.device})")
-            desc[nd] = (x.data_ptr(), x.stride(0) * es, n, total, L)
-            nd += 1
+            if x.get_device() != self.index:
+                raise ValueError(f"bitalign_capture: fingerprint_sets: a tensor on {x.device} (want {self.device})")
+            if x.dim() == 2 and x.shape[0] == n:  # rows with a stride (contiguous inside)
+                es = x.element_size()
+                L = x.shape[1] * es
+                if x.shape[1] > 1 and x.stride(1) != 1:
+                    raise ValueError(f"bitalign_capture: fingerprint_sets: a {tuple(x.shape)} tensor with strides "
+                                     f"{x.stride()} (want rows contiguous inside)")
+                desc.append((x.data_ptr(), x.stride(0) * es, n, total, L))
+            else:  # a contiguous tensor of n rows
+                if not x.is_contiguous():
+                    raise ValueError(f"bitalign_capture: fingerprint_sets: a {tuple(x.shape)} tensor with strides "
+                                     f"{x.stride()} as {n} rows (want it contiguous)")
+                L = x.nbytes // n
+                desc.append((x.data_ptr(), L, n, total, L))
             total += n
-            words = max(words, (L + 3) // 4)
+            L_max = max(L_max, L)
         out = torch.empty(total, dtype=torch.int64, device=self.device)
         if total == 0:
             return out
-        K = self._consts(words)
-        dd = torch.from_numpy(desc[:nd]).pin_memory().to(self.device, non_blocking=True)
+        K = self._consts((L_max + 3) // 4)
+        dd = torch.tensor(desc, dtype=torch.int64).pin_memory().to(self.device, non_blocking=True)
         blocks = min(-(-total // self.WARPS), self.BLOCKS_PER_SM * max(self.d.limits.sms, 1))
         stream = torch.cuda.current_stream(self.device).cuda_stream
         self.d.launch(self.Launch("fingerprint_rows", (blocks, 1, 1), 32 * self.WARPS),
-                      [out.data_ptr(), dd.data_ptr(), nd, total, K.data_ptr()], stream)
+                      [out.data_ptr(), dd.data_ptr(), len(desc), total, K.data_ptr()], stream)
         return out

@@ -39,30 +39,33 @@ class Held:
         self._segs = {}  # segments key -> (layout, seq, pos, ntok, flat starts, dense for rows)
         self.step = 0
 
-    def add(self, op, role, index, rows, lay, packed, step):
-        """Holds rows (a tensor [n, ...]) of (op, role) at step: segment i of lay (which has segments) starts at
-        row segments[i].start (packed False: rows are lay's flat tokens) or after the segments before it
-        (packed True: rows are the valid tokens back to back)."""
+    def add(self, op, role, index, rows, lay, packed, step, n=None):
+        """Holds rows of (op, role) at step: a 2-D tensor [n, ...], or (n given) a contiguous tensor of any shape
+        whose x.reshape(n, -1) rows they are. Segment i of lay (which has segments) starts at row
+        segments[i].start (packed False: rows are lay's flat tokens) or after the segments before it (packed
+        True: rows are the valid tokens back to back)."""
         if step != self.step and self._items:
             self.flush()
         self.step = step
-        if rows.dim() != 2:
-            rows = rows.reshape(rows.shape[0], -1)
-        n = rows.shape[0]
-        if rows.shape[1] > 1 and rows.stride(1) != 1:
-            rows = rows.contiguous()  # rows not contiguous inside (a transposed view): copied now
+        if n is None:
+            if rows.dim() != 2:
+                rows = rows.reshape(rows.shape[0], -1)
+            n = rows.shape[0]
+            if rows.shape[1] > 1 and rows.stride(1) != 1:
+                rows = rows.contiguous()  # rows not contiguous inside (a transposed view): copied now
         key = (id(lay), packed, n)
-        seg = self._segs.get(key)
-        if seg is None or seg[0] is not lay:
-            seg = self._segs[key] = _segments(lay, packed, n)
+        if key not in self._segs or self._segs[key][0] is not lay:
+            self._segs[key] = _segments(lay, packed, n)
         try:
-            v, pre = rows._version, None
+            v = rows._version
         except RuntimeError:  # an inference tensor (torch.inference_mode) has no version counter: fingerprinted now
-            v, pre = None, fingerprint_mod.fingerprint_sets([rows])
-            rows = None
-        self._items.append((op, role, index, rows, v, key, pre, n))
-        self.bytes += 8 * n if rows is None else rows.numel() * rows.element_size()
-        self.peak = max(self.peak, self.bytes)
+            self._items.append((op, role, index, None, None, key, fingerprint_mod.fingerprint_sets([rows], [n]), n))
+            self.bytes += 8 * n
+        else:
+            self._items.append((op, role, index, rows, v, key, None, n))
+            self.bytes += rows.nbytes
+        if self.bytes > self.peak:
+            self.peak = self.bytes
         if self.bytes > self.bound:
             self.flush()
 
@@ -73,15 +76,14 @@ class Held:
             self._segs.clear()
             return
         segs, self._segs = self._segs, {}
-        for op, role, _, rows, v, _, _, _ in items:
-            if v is not None and rows._version != v:
-                raise ValueError(
-                    f"bitalign_capture: {self.writer.path}: {op} [{role}]: its output was changed in place after "
-                    f"its hook (tensor version {v} → {rows._version}): a fingerprint now would not be of what the op "
-                    "returned (record the op in full with full_ops, or leave it out with ops)"
-                )
-        xs = [it[3] for it in items if it[6] is None]
-        fps = fingerprint_mod.fingerprint_sets(xs) if xs else None
+        xs, ns = [], []
+        for op, role, _, rows, v, _, pre, n in items:
+            if pre is None:
+                if rows._version != v:
+                    raise changed(self.writer.path, op, role, v, rows._version)
+                xs.append(rows)
+                ns.append(n)
+        fps = fingerprint_mod.fingerprint_sets(xs, ns) if xs else None
         if len(xs) < len(items):  # some fingerprinted in their hooks (inference tensors): put them in order
             import torch
 
@@ -93,18 +95,22 @@ class Held:
                 else:
                     pieces.append(it[6])
             fps = torch.cat(pieces)
-        parts, gather, base, dense = [], [], 0, True
-        for op, role, index, _, _, key, _, n in items:
+        del xs
+        parts, gather, base, last = [], None, 0, None
+        for i, (op, role, index, _, _, key, _, n) in enumerate(items):
             _, seq, pos, ntok, idx = segs[key]
-            if parts and parts[-1][1] is seq:
+            if seq is last:
                 parts[-1][0].append((op, role, index))
             else:
                 parts.append(([(op, role, index)], seq, pos, ntok))
-            gather.append(np.arange(base, base + n) if idx is None else base + idx)
-            dense = dense and idx is None
+                last = seq
+            if idx is not None and gather is None:  # the first item not dense: the dense ones before it in full
+                gather = [np.arange(base)]
+            if gather is not None:
+                gather.append(np.arange(base, base + n) if idx is None else base + idx)
             base += n
         header = self.writer.prepare_rows(parts, step=self.step, dtype="i64")
-        take = None if dense else np.concatenate(gather)
+        take = None if gather is None else np.concatenate(gather)
         self.flushes += 1
         if self.stager is None:
             self.put(header, _rows_bytes(fps.cpu(), None, take))
@@ -115,6 +121,15 @@ class Held:
     def clear(self):
         """Drops what is held (abort)."""
         self._items, self._segs, self.bytes = [], {}, 0
+
+
+def changed(path, op, role, was, now):
+    """The error of an output changed in place after its module returned it, before it was fingerprinted."""
+    return ValueError(
+        f"bitalign_capture: {path}: {op} [{role}]: its output was changed in place after its module returned it "
+        f"(tensor version {was} → {now}): a fingerprint now would not be of what the op returned (record the op "
+        "in full with full_ops, or leave it out with ops)"
+    )
 
 
 def _segments(lay, packed, n):

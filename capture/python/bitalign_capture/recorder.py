@@ -1,4 +1,4 @@
-"""Recording a PyTorch model's forward passes into a bitalign capture with forward hooks.
+"""Recording a PyTorch model's forward passes into a bitalign capture by watching its modules' calls (_Observer).
 
     with bitalign_capture.record(model, "trainer.arrow", side="trainer", step=0) as rec:
         model(input_ids=ids, attention_mask=mask)
@@ -76,7 +76,7 @@ class Recorder(writer_mod.Closing):
         would exceed it waits for the writer thread).
     hold_bytes: fingerprint mode's bound on op outputs held (kept alive on their device, not copied) until they
         are fingerprinted together (default 1 GiB; past it they are fingerprinted within the forward). An output
-        changed in place after its hook is then an error naming the op.
+        changed in place after its module returned it (hooks included) is then an error naming the op.
     overwrite: replace an existing capture file. kernel_profile, seed, batch_size, extra, created: Meta fields.
     final_tokens: {seq id: token} (or pairs) = the token after each sequence's last recorded position, known
         up front to a trainer (the last token of its sequences, which is only a target). At close it gives the
@@ -176,6 +176,7 @@ class Recorder(writer_mod.Closing):
         self._heads_first = {}  # layer op suffix -> its 4-D tensors are [B, heads, S, head_dim]
         self._suffix = {}  # op -> its layer op suffix (names.split_layer_op, once per op)
         self._full = {}  # op -> full_ops names it (fingerprint mode)
+        self._info = {}  # (op, role) -> _op_info's (recorded, fingerprinted only, fingerprint role)
         self._warned = set()
         self.forwards = 0
 
@@ -186,7 +187,7 @@ class Recorder(writer_mod.Closing):
         return self
 
     def start(self):
-        """Creates the (temporary) capture file and attaches the hooks."""
+        """Creates the (temporary) capture file and starts watching the model."""
         if self._w is not None:
             return
         if self.tp > 1:
@@ -208,7 +209,7 @@ class Recorder(writer_mod.Closing):
             raise
 
     def close(self):
-        """Detaches the hooks and publishes the capture. Log-probabilities still waiting for a next token
+        """Stops watching the model and publishes the capture. Log-probabilities still waiting for a next token
         (the last position of each sequence) get it from final_tokens, or are dropped."""
         self._detach()
         if self._w is not None:
@@ -229,7 +230,7 @@ class Recorder(writer_mod.Closing):
             self._w.close()
 
     def abort(self):
-        """Detaches the hooks and discards the capture."""
+        """Stops watching the model and discards the capture."""
         self._detach()
         self._pending.clear()
         if self._held is not None:
@@ -363,14 +364,14 @@ class Recorder(writer_mod.Closing):
             sel = [(t, n) for t, n in takes if t.source.startswith("select.")]
             if sel:
                 self._wrap_select(path, m, sel)
-            pre = [(t, n) for t, n in takes if t.source in ("in", "residual")]
-            post = [(t, n) for t, n in takes if t.source.startswith("out") or t.source == "residual"]
+            # only what something records is watched (the ops filter is fixed for the recording)
+            wanted = lambda n, role="out": self._info_of(n, role)[0]  # noqa: E731
+            pre = [(t, n) for t, n in takes if t.source in ("in", "residual") and wanted(n)]
+            post = [(t, n) for t, n in takes if (t.source.startswith("out") or t.source == "residual") and wanted(n)]
             in_name = next((n for t, n in takes if t.source.startswith("out")), None)
-            if pre or (self.record_inputs and in_name):
-                h = m.register_forward_pre_hook(functools.partial(self._pre, pre, in_name), with_kwargs=True)
-                self._handles.append(h)
-            if post:
-                self._handles.append(m.register_forward_hook(functools.partial(self._post, post)))
+            in_name = in_name if self.record_inputs and in_name and wanted(in_name, "in") else None
+            if pre or in_name or post:
+                self._handles.append(_Observer(self, m, pre, in_name, post))
         self._handles.append(self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True, prepend=True))
         self._handles.append(self.model.register_forward_hook(self._model_post, always_call=True))
 
@@ -504,14 +505,12 @@ class Recorder(writer_mod.Closing):
             if self._pipe is not None:
                 self._pipe.check()
 
-    def _pre(self, takes, in_name, module, args, kwargs):
-        if self._layout is None:
-            return
+    def _pre(self, takes, in_name, args, kwargs):
         tensors = [a for a in args if _is_tensor(a)]
         x = tensors[0] if tensors else next((v for v in kwargs.values() if _is_tensor(v)), None)
         if x is None:
             return
-        if self.record_inputs and in_name:
+        if in_name:
             self._tensor(in_name, "in", x, self._layout)
         for take, name in takes:
             if take.source == "residual":
@@ -521,9 +520,7 @@ class Recorder(writer_mod.Closing):
                     continue
             self._tensor(name, "out", x, self._layout, take.split, take.dtype)
 
-    def _post(self, takes, module, args, output):
-        if self._layout is None:
-            return
+    def _post(self, takes, output):
         seq = isinstance(output, (tuple, list))
         for take, name in takes:
             if take.source == "residual":
@@ -540,6 +537,13 @@ class Recorder(writer_mod.Closing):
             self._tensor(name, "out", x, self._layout, take.split, take.dtype)
 
     # ----- writing
+
+    def _op_info(self, name, role):
+        """(recorded, fingerprinted only, the fingerprints' role) of (name, role): once per op and role."""
+        logits = (name, role) == ("logits", "out")
+        want = logits or self._want(name)
+        fp_only = self.mode == "fingerprint" and not logits and not any(fnmatch.fnmatchcase(name, p) for p in self.full_ops)
+        return want, fp_only, fingerprint_mod.ROLE_PREFIX + role
 
     def _want(self, op):
         return self.ops is None or any(fnmatch.fnmatchcase(op, p) for p in self.ops)
@@ -583,9 +587,31 @@ class Recorder(writer_mod.Closing):
         self._pipe.reserve(nbytes)
         self._pipe.put(h, self._stager.stage(x), nbytes)
 
+    def _info_of(self, name, role):
+        info = self._info.get((name, role))
+        if info is None:
+            info = self._info[(name, role)] = self._op_info(name, role)
+        return info
+
     def _tensor(self, name, role, x, lay, split=None, dtype=None):
-        if not _is_tensor(x) or ((name, role) != ("logits", "out") and not self._want(name)):
+        key = (name, role)
+        info = self._info.get(key)
+        if info is None:
+            info = self._info[key] = self._op_info(name, role)
+        if not info[0] or not _is_tensor(x):
             return
+        if info[1] and split is None and dtype is None and key not in self._seen:
+            # fingerprinted only, the common case at every op of a fingerprint recording: a contiguous output
+            # whose leading dimensions are the forward's tokens (what _flatten views as [N, -1] rows) is held as
+            # it is, N rows of it; everything else goes the general way below
+            sh = x.shape
+            B, S = lay.shape
+            d = len(sh)
+            if 0 < d < 4 and (sh[0] == B * S or (d > 1 and sh[0] == B and sh[1] == S)) and x.is_contiguous():
+                self._seen.add(key)
+                if lay.segments:
+                    self._held.add(name, info[2], self._op_index(name), x, lay, False, self.step, B * S)
+                return
         if dtype == "f32" and x.is_floating_point():
             x = x.float()  # widening bf16/f16 to float32 is exact
         elif dtype == "i32" and not x.is_floating_point():
@@ -712,6 +738,95 @@ class Recorder(writer_mod.Closing):
             off += s.n
 
 
+class _Observer:
+    """A recorded module watched for as long as the recorder records: _pre sees its call's arguments, _post its
+    output. Not forward hooks: a module with a hook takes Module.__call__'s general path, several microseconds a
+    call, where this is one Python call; on a host-bound forward of ~400 recorded modules that difference is most
+    of what recording fingerprints costs.
+
+    What it wraps is the instance's _call_impl (what Module.__call__ calls, and what calls the module's current
+    forward), so that whatever replaces the module's forward before or after (bitalign.hf.patch, unpatch) is
+    still what it sees. A module compiled in place (Module.compile: __call__ goes to its compiled _call_impl)
+    gets the two forward hooks instead. observed(module) tells bitalign.hf that something sees the output.
+
+    remove() puts the previous _call_impl back when the wrapper is still the module's (past any wrapper under it
+    whose recorder closed first); when another recorder's wrapper went on top since, this one stays in place and
+    passes calls through until that one goes."""
+
+    __slots__ = ("module", "prev", "fn", "hooks")
+
+    def __init__(self, rec, module, pre, in_name, post):
+        self.module, self.hooks = module, []
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            self.prev = self.fn = None
+            if pre or in_name:
+                h = module.register_forward_pre_hook(lambda m, a, kw: _call(rec._pre, pre, in_name, a, kw), with_kwargs=True)
+                self.hooks.append(h)
+            if post:
+                self.hooks.append(module.register_forward_hook(lambda m, a, out: _call(rec._post, post, out)))
+            return
+        inner = module._call_impl  # the class's, bound, or an earlier recorder's wrapper
+        self.prev = module.__dict__.get("_call_impl", _NONE)
+        live = [True]  # cleared by remove(): a wrapper left in place passes calls through
+
+        def call(*args, **kwargs):
+            if rec._layout is None or not live[0]:
+                return inner(*args, **kwargs)
+            if pre or in_name:
+                rec._pre(pre, in_name, args, kwargs)
+            out = inner(*args, **kwargs)
+            if post and rec._layout is not None:
+                rec._post(post, out)
+            return out
+
+        call._bitalign_capture, call._bitalign_prev = live, self.prev
+        self.fn = call
+        module._call_impl = call
+
+    def remove(self):
+        for h in self.hooks:
+            h.remove()
+        if self.fn is None:
+            return
+        self.fn._bitalign_capture[0] = False
+        d = self.module.__dict__
+        if d.get("_call_impl") is self.fn:
+            prev = self.prev
+            while not getattr(prev, "_bitalign_capture", [True])[0]:  # wrappers under it whose recorders closed
+                prev = prev._bitalign_prev
+            if prev is _NONE:
+                del d["_call_impl"]
+            else:
+                d["_call_impl"] = prev
+
+
+def _call(f, *args):
+    rec = f.__self__
+    if rec._layout is not None:
+        f(*args)
+
+
+_NONE = object()
+
+
+def observed(module):
+    """Whether something sees module's output: a forward hook or pre-hook (its own or a global one) or a
+    recording recorder's wrapper (_Observer)."""
+    from torch.nn.modules import module as _m
+
+    if _m._global_forward_hooks or _m._global_forward_pre_hooks or module._forward_hooks or module._forward_pre_hooks:
+        return True
+    live = getattr(module.__dict__.get("_call_impl"), "_bitalign_capture", None)
+    return bool(live and live[0])
+
+
+def recording(model):
+    """Whether a recorder records model (watches one of its modules)."""
+    return any(getattr(m.__dict__.get("_call_impl"), "_bitalign_capture", [False])[0] or
+               any(isinstance(getattr(h, "__self__", None), Recorder) for h in m._forward_pre_hooks.values())
+               for m in model.modules())
+
+
 def _flatten(x, lay, heads_first=None):
     """x viewed as (tokens, features) following lay, the layout its rows follow and what it found about a 4-D
     x's heads dimension (True, False, None = not a per-head tensor, "ambiguous").
@@ -788,12 +903,17 @@ def _parallel(tp, rank, group):
     return tp, rank
 
 
+_TENSOR = []  # [torch.Tensor] once torch is imported
+
+
 def _is_tensor(x):
-    try:
-        import torch
-    except ImportError:
-        return False
-    return isinstance(x, torch.Tensor)
+    if not _TENSOR:
+        try:
+            import torch
+        except ImportError:
+            return False
+        _TENSOR.append(torch.Tensor)
+    return isinstance(x, _TENSOR[0])
 
 
 def _np(x):

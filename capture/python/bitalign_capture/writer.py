@@ -34,6 +34,10 @@ MAX_DIMS = 32  # as Go's capture.MaxDims
 
 _I64, _I32, _STR, _LARGE_BINARY = pa.int64(), pa.int32(), pa.string(), pa.large_binary()
 _CACHE = 4096  # entries per cache of emit's arrays (cleared when full: bounded memory)
+# (pad, rows) -> bytes from a batch's start to its tensor bytes, for every batch but a file's first: the same in
+# every file of this schema (the message does not hold the schema's metadata), so measured once a process, not
+# once a Writer (~200 scratch encodings, ~0.1-0.5 ms each, on the writer thread of every new capture)
+_PREFIX = {}
 WRITEBACK_BYTES = 256 << 20  # start the disk's write-out of every this many bytes written (Linux), not at close
 _FIELDS = [
     ("data", pa.large_binary()),
@@ -165,7 +169,7 @@ class Writer(Closing):
             self._sink.close()
             os.unlink(self._tmp)
             raise
-        self._prefix = {}  # (first batch?, pad) -> bytes from the batch's start to its tensor bytes
+        self._prefix = {}  # (pad, rows) -> the first batch's bytes from the file's start to its tensor bytes
         self._pads = {}  # pad -> its record-batch custom metadata
         self._pad_at = {}  # (first batch?, file offset mod ALIGNMENT) -> the pad _pad gives
         self._offsets = {}  # payload length -> the [0, length] offsets buffer of the data column
@@ -477,11 +481,15 @@ class Writer(Closing):
         return pad
 
     def _find_pad(self, arrays, first, start, rows):
+        cache = self._prefix if first else _PREFIX  # a first batch's prefix holds this file's schema message
         for pad in range(2 * ALIGNMENT):
-            key = (first, pad, rows)
-            if key not in self._prefix:
-                self._prefix[key] = self._measure(arrays, first, pad)
-            if (start + self._prefix[key]) % ALIGNMENT == 0:
+            key = (pad, rows)
+            got = cache.get(key)
+            if got is None:
+                if len(cache) > _CACHE:
+                    cache.clear()
+                got = cache[key] = self._measure(arrays, first, pad)
+            if (start + got) % ALIGNMENT == 0:
                 return pad
         return 0
 

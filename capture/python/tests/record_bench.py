@@ -3,7 +3,7 @@ forward recorded in full, timed in one call, with the captures' sizes, their rat
 write rate; and checks that the background writer's captures are the synchronous writer's bytes.
 
     python3 capture/python/tests/record_bench.py OUT [--device cuda|cpu] [--tiny] [--iters 5] [--full-iters 3]
-        [--warmup 2] [--batch 4] [--tokens 256] [--no-baseline] [--bin bitalign]
+        [--warmup 2] [--batch 4] [--tokens 256] [--pairs 10] [--no-baseline] [--no-full] [--profile] [--bin bitalign]
 
 The model is a random bf16 Hugging Face Qwen2 of Qwen2-1.5B's shapes (hidden 1536, 28 layers, 12/2 heads,
 intermediate 8960, vocabulary 151936, tied; eager attention, as tinymodels builds it) over batch × tokens random
@@ -15,6 +15,12 @@ synchronisation (wall, what the caller waits for; its median over the iterations
   recorded forward back to back (the writer thread writing the previous forward's tensors meanwhile), its
   overhead over plain, the recorder's whole time (start to close: the writer thread's work included) per
   forward, and the median forward started with the writer thread idle (rec.flush() between forwards).
+- interleaved (the goal's figure): a copy of the model, never recorded, and the recorded model run by turns,
+  `pairs` forwards each, medians: the plain forward at the same moments as the recorded one (this host's forward
+  time drifts by tens of per cent between phases of one run), for the fingerprint recorder (back to back) and
+  for watch only.
+- watch only: a fingerprint recorder whose ops record nothing but tokens (ops=["tokens"]): every module watched,
+  nothing held: the cost of watching alone.
 - full: one recorder over `full-iters` forwards: the median forward, and bytes written / wall time from the
   recorder's start to the end of close, which fsyncs the file (GB/s = 1e9 bytes a second). Files in OUT (local
   disk), removed after.
@@ -29,7 +35,11 @@ synchronisation (wall, what the caller waits for; its median over the iterations
   `bitalign diff` (--bin, default $BITALIGN_BIN; skipped without one) of the fingerprint capture against the full
   one exits 0.
 
-Writes OUT/record-bench.json and prints a table; exit status 1 if a check fails.
+--no-full: no full recording timed and no disk anchors. RECORD_BENCH_PACKAGE=DIR: bitalign_capture from DIR
+(another commit's capture/python) instead of this one, for a before/after figure with the same measurements.
+--profile: one more fingerprint recording under cProfile, its top functions (by own time and by cumulative
+time) in OUT/record-profile.txt. Writes OUT/record-bench.json and prints a table; exit status 1 if a check
+fails.
 """
 
 import argparse
@@ -49,6 +59,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+if os.environ.get("RECORD_BENCH_PACKAGE"):  # another checkout's capture/python: its recorder, these measurements
+    sys.path.insert(0, os.environ["RECORD_BENCH_PACKAGE"])
 
 import bitalign_capture as bc  # noqa: E402
 from tinymodels import hf_model  # noqa: E402
@@ -188,6 +200,60 @@ def check_fingerprints(fp_path, full_path):
     return rows, None
 
 
+def profile(m, ids, a, path, dev):
+    """--profile: where a recorded forward's time goes. Recorder variants, each interleaved with the plain copy;
+    then torch.profiler's table (self CPU time: launches, synchronisations, allocations) of one plain and one
+    fingerprint-recorded forward, and cProfile of `iters` fingerprint-recorded forwards, into
+    OUT/record-profile.txt. Returns {variant: interleaved()'s figures}."""
+    import cProfile
+    import io
+    import pstats
+
+    variants = {
+        "watching, nothing recorded": dict(mode="fingerprint", ops=["-"], logprobs=False),
+        "watch only, no logprobs": dict(mode="fingerprint", ops=["tokens"], logprobs=False),
+        "watch only, background=False": dict(mode="fingerprint", ops=["tokens"], background=False),
+        "fingerprint, no logprobs": dict(mode="fingerprint", logprobs=False),
+        "fingerprint, hold_bytes 64 GiB": dict(mode="fingerprint", hold_bytes=64 << 30),
+        "fingerprint, logits only": dict(mode="fingerprint", ops=["tokens", "logits", "logprobs"]),
+    }
+    out, buf = {}, io.StringIO()
+    for name, kw in variants.items():
+        d = out[name] = interleaved(m, ids, path("variant"), a.pairs, dev, **kw)
+        buf.write(f"{name:40} {d['recorded_ms']:9.2f} ms, plain beside it {d['plain_ms']:9.2f} ms: "
+                  f"{d['overhead'] * 100:+6.1f} % (medians of {a.pairs}, interleaved)\n")
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    for name, kw in (("plain", None), ("fingerprint", dict(mode="fingerprint"))):
+        rec = None if kw is None else bc.record(m, path("prof"), "trainer", created=CREATED, overwrite=True, **kw)
+        with torch.no_grad():
+            if rec is not None:
+                rec.__enter__()
+            m(input_ids=ids)  # warm
+            sync()
+            if rec is not None:
+                rec.set_step(1)
+            with torch.profiler.profile(activities=acts) as prof:
+                m(input_ids=ids)
+                sync()
+            if rec is not None:
+                rec.__exit__(None, None, None)
+                os.unlink(path("prof"))
+        buf.write(f"\ntorch.profiler, one {name} forward, by self CPU time\n")
+        buf.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    cp = cProfile.Profile()
+    cp.enable()
+    record(m, ids, path("fingerprint"), a.iters, mode="fingerprint")
+    cp.disable()
+    os.unlink(path("fingerprint"))
+    buf.write(f"\ncProfile of {a.iters} fingerprint-recorded forwards (recorder start to close; main thread)\n")
+    for key in ("tottime", "cumulative"):
+        pstats.Stats(cp, stream=buf).sort_stats(key).print_stats(35)
+    with open(os.path.join(a.out, "record-profile.txt"), "w") as f:
+        f.write(buf.getvalue())
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
@@ -199,6 +265,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--no-full", action="store_true")
+    ap.add_argument("--pairs", type=int, default=10)
+    ap.add_argument("--profile", action="store_true")
     ap.add_argument("--bin", default=os.environ.get("BITALIGN_BIN", ""),
                     help="the bitalign binary for the diff check (default $BITALIGN_BIN)")
     a = ap.parse_args(argv)
@@ -210,7 +279,7 @@ def main(argv=None):
     res = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "torch": torch.__version__,
            "model": {"arch": "qwen2", "dtype": "bf16", **shape}, "batch": a.batch, "tokens": a.tokens,
            "iters": a.iters, "full_iters": a.full_iters, "warmup": a.warmup,
-           "fingerprint_backend": list(bc.fingerprints.backend(dev))}
+           "fingerprint_backend": list(bc.fingerprints.backend(dev)), "package": os.path.dirname(bc.__file__)}
     path = lambda name: os.path.join(a.out, name + ".arrow")  # noqa: E731
 
     with torch.no_grad():
@@ -267,7 +336,66 @@ def main(argv=None):
     record(m, ids, path("fingerprint"), a.iters, fp_alone, drained=True, mode="fingerprint")
     res["fingerprint"]["drained_wall_ms"] = fp_alone.summary()["wall_ms"]
     os.unlink(path("fingerprint"))
+    watch = Clock(dev)
+    record(m, ids, path("watch"), a.iters, watch, mode="fingerprint", ops=["tokens"])
+    res["watch_only"] = watch.summary()
+    os.unlink(path("watch"))
+    if a.profile:
+        res["profile_variants"] = profile(m, ids, a, path, dev)
 
+    res["interleaved"] = {name: interleaved(m, ids, path("pairs"), a.pairs, dev, **kw) for name, kw in
+                          (("fingerprint", dict(mode="fingerprint")), ("watch_only", dict(mode="fingerprint", ops=["tokens"])))}
+
+    if not a.no_full:
+        full(m, ids, a, path, dev, res)
+    p = res["plain"]["wall_ms"]
+    fp = res["fingerprint"]
+    fp["overhead"] = fp["wall_ms"] / p - 1
+    fp["overhead_total"] = fp["total_ms_per_forward"] / p - 1
+    fp["overhead_drained"] = fp["drained_wall_ms"] / p - 1
+    res["watch_only"]["overhead"] = res["watch_only"]["wall_ms"] / p - 1
+    res["goals"] = {
+        "fingerprint_overhead_interleaved_le_10pct": res["interleaved"]["fingerprint"]["overhead"] <= 0.10,
+        "fingerprint_overhead_le_10pct": fp["overhead"] <= 0.10,
+        "fingerprint_overhead_total_le_10pct": fp["overhead_total"] <= 0.10,
+        "fingerprint_overhead_drained_le_10pct": fp["overhead_drained"] <= 0.10,
+    }
+    if "full" in res:
+        res["ratio_full_to_fingerprint"] = res["full"]["bytes_per_forward"] / fp["bytes_per_forward"]
+        res["goals"]["fingerprint_capture_le_1_500"] = res["ratio_full_to_fingerprint"] >= 500
+        res["goals"]["full_ge_2GBps"] = res["full"]["GBps"] >= 2.0
+    res["checks"] = checks
+    with open(os.path.join(a.out, "record-bench.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    report(res, shape, a)
+    ok = checks["fingerprints_match_full_rows"] and all(
+        v is True for k, v in checks.items() if k.endswith(("equals_sync", "equals_torch_fingerprints")) and deterministic)
+    ok = ok and (rc is None or (rc == 0 or not deterministic))
+    return 0 if ok else 1
+
+
+def interleaved(m, ids, p, pairs, dev, **kw):
+    """The recorded model and an unrecorded copy of it by turns, `pairs` forwards each: medians and overhead."""
+    import copy
+
+    twin = copy.deepcopy(m)
+    plain, recd = Clock(dev), Clock(dev)
+    with torch.no_grad():
+        twin(input_ids=ids)
+        rec = bc.record(m, p, "trainer", created=CREATED, overwrite=True, **kw)
+        with rec:
+            for i in range(pairs):
+                plain.run(lambda: twin(input_ids=ids))
+                rec.set_step(i)
+                recd.run(lambda: m(input_ids=ids))
+    os.unlink(p)
+    del twin
+    a, b = plain.summary(), recd.summary()
+    return {"plain_ms": a["wall_ms"], "recorded_ms": b["wall_ms"], "overhead": b["wall_ms"] / a["wall_ms"] - 1,
+            "plain_ms_all": a["wall_ms_all"], "recorded_ms_all": b["wall_ms_all"]}
+
+
+def full(m, ids, a, path, dev, res):
     full_clock = Clock(dev)
     t, rec = record(m, ids, path("full"), a.full_iters, full_clock)
     full_size = os.path.getsize(path("full"))
@@ -283,50 +411,39 @@ def main(argv=None):
                                    "how": "the same with the write-out started every 256 MiB (as the writer does)"}
     res["full"]["of_disk_anchor"] = res["full"]["GBps"] / max(gbps, gbps2)
 
-    p = res["plain"]["wall_ms"]
-    fp = res["fingerprint"]
-    fp["overhead"] = fp["wall_ms"] / p - 1
-    fp["overhead_total"] = fp["total_ms_per_forward"] / p - 1
-    fp["overhead_drained"] = fp["drained_wall_ms"] / p - 1
-    res["ratio_full_to_fingerprint"] = res["full"]["bytes_per_forward"] / fp["bytes_per_forward"]
-    res["goals"] = {
-        "fingerprint_overhead_le_10pct": fp["overhead"] <= 0.10,
-        "fingerprint_overhead_total_le_10pct": fp["overhead_total"] <= 0.10,
-        "fingerprint_overhead_drained_le_10pct": fp["overhead_drained"] <= 0.10,
-        "fingerprint_capture_le_1_500": res["ratio_full_to_fingerprint"] >= 500,
-        "full_ge_2GBps": res["full"]["GBps"] >= 2.0,
-    }
-    res["checks"] = checks
-    with open(os.path.join(a.out, "record-bench.json"), "w") as f:
-        json.dump(res, f, indent=1)
 
+def report(res, shape, a):
+    fp = res["fingerprint"]
     print(f"record_bench: {res['device']}, qwen2 hidden {shape['hidden']} × {shape['layers']} layers, "
-          f"{a.batch} × {a.tokens} tokens, bf16; wall = call to synchronised end, median")
-    print(f"{'':34} {'wall ms':>9} {'gpu ms':>8} {'total ms/fwd':>13} {'MB/fwd':>9} {'GB/s':>6}")
+          f"{a.batch} × {a.tokens} tokens, bf16; wall = call to synchronised end, median; {res['package']}")
+    print(f"{'':40} {'wall ms':>9} {'gpu ms':>8} {'total ms/fwd':>13} {'MB/fwd':>9} {'GB/s':>6}")
 
     def line(name, d, total=None, size=None, rate=None):
         gpu = f"{d['gpu_ms']:8.2f}" if "gpu_ms" in d else f"{'':8}"
         wall = f"{d['wall_ms']:9.2f}" if "wall_ms" in d else f"{'':9}"
-        print(f"{name:34} {wall} {gpu} {'' if total is None else f'{total:13.1f}':>13} "
+        print(f"{name:40} {wall} {gpu} {'' if total is None else f'{total:13.1f}':>13} "
               f"{'' if size is None else f'{size / 1e6:9.2f}':>9} {'' if rate is None else f'{rate:6.2f}':>6}")
 
     line("plain forward", res["plain"])
     line(f"fingerprint ({fp['overhead'] * 100:+.1f} %)", fp, fp["total_ms_per_forward"], fp["bytes_per_forward"])
     line(f"fingerprint, writer idle ({fp['overhead_drained'] * 100:+.1f} %)", {"wall_ms": fp["drained_wall_ms"]})
-    line("full (fsync'd at close)", res["full"], res["full"]["total_ms_per_forward"],
-         res["full"]["bytes_per_forward"], res["full"]["GBps"])
-    line("disk anchor (os.write + fsync)", {}, None, None, res["disk_anchor"]["GBps"])
-    line("disk anchor, write-out every 256 MiB", {}, None, None, res["disk_anchor_writeout"]["GBps"])
+    line(f"watch only ({res['watch_only']['overhead'] * 100:+.1f} %)", res["watch_only"])
+    for name, d in res["interleaved"].items():
+        line(f"interleaved: plain, beside {name}", {"wall_ms": d["plain_ms"]})
+        line(f"interleaved: {name} ({d['overhead'] * 100:+.1f} %)", {"wall_ms": d["recorded_ms"]})
+    if "full" in res:
+        line("full (fsync'd at close)", res["full"], res["full"]["total_ms_per_forward"],
+             res["full"]["bytes_per_forward"], res["full"]["GBps"])
+        line("disk anchor (os.write + fsync)", {}, None, None, res["disk_anchor"]["GBps"])
+        line("disk anchor, write-out every 256 MiB", {}, None, None, res["disk_anchor_writeout"]["GBps"])
     for mode in ("full", "fingerprint"):
         b = res.get(f"baseline_{mode}")
         if b:
             line(f"{mode}, background=False", {}, b["total_ms"], b["bytes"], b["GBps"])
-    print(f"full / fingerprint capture: {res['ratio_full_to_fingerprint']:.0f}×; goals: {res['goals']}")
-    print(f"fingerprints: {res['fingerprint_backend']}; checks: {checks}")
-    ok = checks["fingerprints_match_full_rows"] and all(
-        v is True for k, v in checks.items() if k.endswith(("equals_sync", "equals_torch_fingerprints")) and deterministic)
-    ok = ok and (rc is None or (rc == 0 or not deterministic))
-    return 0 if ok else 1
+    if "ratio_full_to_fingerprint" in res:
+        print(f"full / fingerprint capture: {res['ratio_full_to_fingerprint']:.0f}×")
+    print(f"goals: {res['goals']}")
+    print(f"fingerprints: {res['fingerprint_backend']}; checks: {res['checks']}")
 
 
 if __name__ == "__main__":

@@ -521,6 +521,59 @@ def test_captures_hold_q_rope_and_k_rope(cpu_ops, tmp_path):
     assert n == sum(len(sq) - 1 for sq in seqs)
 
 
+def test_recorder_sees_the_patched_model_and_an_unpatch(cpu_ops, tmp_path):
+    """The recorder watches a module's calls, not its forward (recorder._Observer wraps _call_impl): a patched
+    model records every op, q_rope and k_rope included; an unpatch within the recording gives it transformers'
+    forward back (the next step's rows are an unpatched model's, bit for bit); the patch's direct weight calls
+    (_unobserved) and its RotaryOut see the wrapper (observed); closing leaves nothing on any module; a patch
+    within a recording is refused (the recorder would miss the RotaryOut it adds)."""
+    import bitalign_capture as bc
+    from bitalign_capture import recorder
+
+    def run(path, order):
+        m = model("qwen2", torch.bfloat16)
+        ids, mask = padded(SEQS, left=True)
+        with torch.no_grad():
+            if order != "plain":
+                bh.patch(m)
+            with bc.record(m, path, "trainer", mode="fingerprint", full_ops=["layers.0.*"]) as rec:
+                if order != "plain":
+                    mlp, ro = m.model.layers[1].mlp, m.model.layers[0].self_attn.rotary_emb
+                    assert recorder.observed(mlp.gate_proj) and recorder.observed(ro)
+                    assert not bh._unobserved(mlp.gate_proj, mlp.up_proj)
+                    m(input_ids=ids, attention_mask=mask)
+                rec.set_step(1)
+                if order == "unpatch":
+                    bh.unpatch(m)
+                if order != "patched":
+                    m(input_ids=ids, attention_mask=mask)
+            if order == "patched":
+                bh.unpatch(m)
+        assert not any("_call_impl" in mod.__dict__ or "forward" in mod.__dict__ for mod in m.modules())
+        assert not recorder.observed(m.model.layers[1].mlp.gate_proj)
+        out = {}
+        for t in bc.read(path)[1]:
+            for i in range(t["ntok"]):
+                out[(t["step"], t["op"], t["role"], t["seq"], t["pos"] + i)] = np.asarray(t["array"][i])
+        return out
+
+    got = run(tmp_path / "a.arrow", "unpatch")
+    want = run(tmp_path / "b.arrow", "patched")
+    assert {k[1] for k in want} >= {"layers.1.mlp.gate_proj", "layers.0.attn.q_rope", "layers.1.attn.k_rope"}
+    assert {k[0] for k in want} == {0}
+    plain = run(tmp_path / "c.arrow", "plain")
+    assert "layers.0.attn.q_rope" not in {k[1] for k in plain}
+    assert got.keys() == want.keys() | plain.keys()
+    for k, row in (want | plain).items():
+        assert np.array_equal(got[k], row), k
+
+    m = model("qwen2", torch.bfloat16)
+    with bc.record(m, tmp_path / "d.arrow", "trainer"):
+        with pytest.raises(ValueError, match="being recorded"):
+            bh.patch(m)
+    bh.patch(m)  # after it: fine
+
+
 def test_right_padding_of_every_row(cpu_ops):
     """A batch padded past its longest sequence (pad_to_multiple_of): no query sees the last key, which is fine
     without a cache; each sequence's logits are still its own."""

@@ -172,7 +172,7 @@ def test_record_bench_runs_on_the_cpu(tmp_path):
     import record_bench
 
     rc = record_bench.main([str(tmp_path), "--device", "cpu", "--tiny", "--iters", "1", "--warmup", "1",
-                            "--full-iters", "1", "--batch", "2", "--tokens", "16"])
+                            "--full-iters", "1", "--batch", "2", "--tokens", "16", "--pairs", "2", "--profile"])
     res = json.load(open(tmp_path / "record-bench.json"))
     assert rc == 0
     assert res["checks"]["full_background_equals_sync"] is True
@@ -180,7 +180,10 @@ def test_record_bench_runs_on_the_cpu(tmp_path):
     assert res["checks"]["fingerprints_match_full_rows"] is True and res["checks"]["fingerprint_rows_checked"] > 0
     assert res["full"]["bytes_per_forward"] > res["fingerprint"]["bytes_per_forward"] > 0
     assert res["full"]["GBps"] > 0 and res["plain"]["wall_ms"] > 0
-    assert sorted(os.listdir(tmp_path)) == ["record-bench.json"]  # the captures are removed
+    assert res["watch_only"]["wall_ms"] > 0
+    assert all(len(d["plain_ms_all"]) == len(d["recorded_ms_all"]) == 2 for d in res["interleaved"].values())
+    assert "recorder.py" in (tmp_path / "record-profile.txt").read_text()
+    assert sorted(os.listdir(tmp_path)) == ["record-bench.json", "record-profile.txt"]  # the captures are removed
 
 
 @pytest.mark.parametrize("mode", ["full", "fingerprint"])
@@ -235,9 +238,10 @@ def test_an_output_changed_in_place_after_its_hook_is_an_error(tmp_path):
     m = hf_model("llama", torch.float32)
     path = tmp_path / "c.arrow"
     with pytest.raises(ValueError, match=r"c\.arrow: layers\.0\.mlp\.down_proj \[fp\.out\]: its output was changed "
-                                         r"in place after its hook \(tensor version 0 → 1\)"):
+                                         r"in place after its module returned it \(tensor version 0 → 1\)"):
         with torch.no_grad(), bc.record(m, path, "trainer", mode="fingerprint"):
-            m.model.layers[0].mlp.down_proj.register_forward_hook(lambda mod, a, out: out.mul_(2))
+            # down_proj's output is the MLP's: a hook of the MLP changes it after down_proj returned it
+            m.model.layers[0].mlp.register_forward_hook(lambda mod, a, out: out.mul_(2))
             m(input_ids=torch.tensor(SEQS[:1]))
     assert os.listdir(tmp_path) == []
     # recorded in full instead, the same change is no error: the full rows are copied in the hook

@@ -170,6 +170,10 @@ def test_ops_filter_inputs_and_overwrite(tmp_path):
     ids = torch.tensor([SEQS[0]])
     p = tmp_path / "f.arrow"
     with torch.no_grad(), bc.record(m, p, "trainer", ops=["layers.1.*"], record_inputs=True) as rec:
+        # only what the filter records is watched: layer 0's modules are left as they are
+        watched = {n for n, mod in m.named_modules() if "_call_impl" in mod.__dict__}
+        assert "model.layers.1.self_attn.q_proj" in watched and "model.norm" in watched  # layers.1.mlp_residual
+        assert not any(n.startswith("model.layers.0.") for n in watched) and "lm_head" in watched  # logprobs
         m(input_ids=ids)
     assert rec.written > 0
     cap = by_key(p)
@@ -198,7 +202,51 @@ def test_exception_in_forward_leaves_no_file_and_no_hooks(tmp_path):
             m(input_ids=torch.tensor([[1, 2, 3]]))
             raise RuntimeError("boom")
     assert not p.exists() and os.listdir(tmp_path) == []
-    assert all(not mod._forward_hooks and not mod._forward_pre_hooks for mod in m.modules())
+    assert all(not mod._forward_hooks and not mod._forward_pre_hooks and "_call_impl" not in mod.__dict__
+               for mod in m.modules())
+
+
+def test_overlapping_recorders_and_compiled_modules(tmp_path):
+    """Two recorders on one model, closed in either order, each record what one alone does (a wrapper under
+    another passes calls through once its recorder closes); a module compiled in place (its own compiled
+    _call_impl, which a wrapper would miss) is watched with forward hooks instead, the same bits; nothing is
+    left on any module after."""
+    from bitalign_capture import recorder
+
+    ids = torch.tensor([[5, 17, 33, 2], [11, 64, 3, 3]])
+
+    def one(path, **kw):
+        m = hf_model("qwen2", torch.bfloat16)
+        with torch.no_grad(), bc.record(m, path, "trainer", **{"mode": "fingerprint", **kw}):
+            m(input_ids=ids)
+        return by_key(path)
+
+    want, want_full = one(tmp_path / "w.arrow"), one(tmp_path / "wf.arrow", mode="full")
+    for first in ("outer", "inner"):
+        m = hf_model("qwen2", torch.bfloat16)
+        a, b = tmp_path / f"{first}-a.arrow", tmp_path / f"{first}-b.arrow"
+        ra = bc.record(m, a, "trainer", mode="fingerprint").__enter__()
+        rb = bc.record(m, b, "trainer", mode="full").__enter__()
+        with torch.no_grad():
+            m(input_ids=ids)
+        (ra if first == "outer" else rb).__exit__(None, None, None)
+        assert recorder.observed(m.model.layers[0].mlp.down_proj)
+        (rb if first == "outer" else ra).__exit__(None, None, None)
+        assert not any("_call_impl" in mod.__dict__ for mod in m.modules())
+        for got, w in ((by_key(a), want), (by_key(b), want_full)):
+            assert got.keys() == w.keys()
+            assert all(np.array_equal(got[k][0], w[k][0]) for k in w)
+
+    m = hf_model("qwen2", torch.bfloat16)
+    mlp = m.model.layers[1].mlp.down_proj  # recorded: its input (mlp.act) and its output
+    mlp._compiled_call_impl = type(mlp)._call_impl.__get__(mlp)  # what Module.compile() leaves, uncompiled
+    with torch.no_grad(), bc.record(m, tmp_path / "c.arrow", "trainer", mode="fingerprint"):
+        assert recorder.observed(mlp)
+        assert "_call_impl" not in mlp.__dict__ and mlp._forward_hooks and mlp._forward_pre_hooks
+        m(input_ids=ids)
+    assert not mlp._forward_hooks and not mlp._forward_pre_hooks
+    got = by_key(tmp_path / "c.arrow")
+    assert got.keys() == want.keys() and all(np.array_equal(got[k][0], want[k][0]) for k in want)
 
 
 def test_bf16_activations_are_bf16_bits(tmp_path):
