@@ -38,6 +38,7 @@ _CACHE = 4096  # entries per cache of emit's arrays (cleared when full: bounded 
 # every file of this schema (the message does not hold the schema's metadata), so measured once a process, not
 # once a Writer (~200 scratch encodings, ~0.1-0.5 ms each, on the writer thread of every new capture)
 _PREFIX = {}
+_ROWS_CACHE = 64  # Rows headers whose columns a Writer keeps (cleared when full)
 WRITEBACK_BYTES = 256 << 20  # start the disk's write-out of every this many bytes written (Linux), not at close
 _FIELDS = [
     ("data", pa.large_binary()),
@@ -173,6 +174,7 @@ class Writer(Closing):
         self._pads = {}  # pad -> its record-batch custom metadata
         self._pad_at = {}  # (first batch?, file offset mod ALIGNMENT) -> the pad _pad gives
         self._offsets = {}  # payload length -> the [0, length] offsets buffer of the data column
+        self._rows_cols = {}  # Rows.key() -> its columns (emit_rows: a header seen before is not built again)
         self._cols = [{} for _ in _FIELDS[1:]]  # per column: value -> its one-row array (emit's cache)
         self._closed = False  # the file is ended (emit refuses); _done: close or abort was asked
         # the coordinates written, per step (the last CLAIM_STEPS + 1 steps: _step_claims), to refuse one
@@ -369,7 +371,15 @@ class Writer(Closing):
                 f"bitalign_capture: {self.path}: {rows.n} tensors of {int(offsets[-1])} bytes, the payload has {buf.size}"
             )
         data = pa.LargeBinaryArray.from_buffers(_LARGE_BINARY, k, [None, pa.py_buffer(offsets), buf])
-        arrays = rows.arrays()
+        # every forward of one shape writes the same header but for the step: its columns built once
+        key = rows.key()
+        arrays = self._rows_cols.get(key)
+        if arrays is None:
+            if len(self._rows_cols) >= _ROWS_CACHE:
+                self._rows_cols.clear()
+            arrays = self._rows_cols[key] = rows.arrays()
+        if arrays[0][0].as_py() != rows.step:
+            arrays = [pa.array(np.full(k, rows.step, dtype=np.int64))] + arrays[1:]
         self._emit(data, arrays, self._pad(arrays, k), k)
 
     def _emit(self, data, arrays, pad, k):
@@ -559,6 +569,11 @@ class Rows:
         self.ops, self.roles, self.index = ops, roles, index  # [(value, repeats)] in tensor order
         self.seq, self.pos, self.ntok = seq, pos, ntok
         self.n = int(seq.size)
+
+    def key(self):
+        """What the columns but the step depend on (hashable): equal keys give equal arrays() but column 0."""
+        return (self.dtype, self.rank, tuple(self.ops), tuple(self.roles), tuple(self.index), self.seq.tobytes(),
+                self.pos.tobytes(), self.ntok.tobytes())
 
     def arrays(self):
         """Columns 1.. of the batch (schema order after data), built from numpy buffers (no per-row Python)."""
