@@ -76,6 +76,9 @@
 #         this record_bench.py runs again after with that package's recorder (RECORD_BENCH_PACKAGE; --no-baseline
 #         --no-full), in the same call, into $OUT/record-base.{log,json}.
 #         RECORDPROFILE=1: record_bench --profile (cProfile of the recorder) into $OUT/record-profile.txt.
+#         RECORDSPY=a py-spy binary (carried: `pip download py-spy`, its wheel's bin/py-spy is static): py-spy samples
+#         record_bench --loop 40 (plain, then fingerprint-recorded forwards) and spy_summary.py writes what the
+#         recorded ones spend beside the plain ones into $OUT/record-spy.txt (the raw profile stays there: 35-70 MB).
 #   replay issue 15's replay at size (capture/python/tests/replay_size.py): random Qwen2-1.5B-shaped (4 × 256 tokens)
 #         and Qwen3-8B-shaped (8 × 512) bf16 models built on the GPU and saved, their trainer captures recorded
 #         with bitalign_capture (1.5B full and fingerprint; 8B fingerprint with layer $REPLAY_LAYER in full), then
@@ -400,6 +403,15 @@ if [[ " $steps " == *" record "* ]]; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   cp "$rdir/record-bench.json" "$OUT/" 2>/dev/null || { echo "record: no record-bench.json"; rc=1; }
   [[ -z "${RECORDPROFILE:-}" ]] || cp "$rdir/record-profile.txt" "$OUT/" 2>/dev/null || true
+  if [[ -n "${RECORDSPY:-}" ]]; then
+    echo "== record, sampled (py-spy $RECORDSPY)"
+    chmod +x "$RECORDSPY"
+    timeout 300 "$RECORDSPY" record -r 200 -f raw --threads -o "$rdir/spy.raw" -- python3 -W ignore \
+      capture/python/tests/record_bench.py "$rdir" --device cuda --loop 40 2>&1 | tail -2
+    python3 capture/python/tests/spy_summary.py "$rdir/spy.raw" > "$OUT/record-spy.txt" || rc=1
+    head -3 "$OUT/record-spy.txt"
+    rm -f "$rdir/spy.raw"
+  fi
   if [[ -n "${RECORDBASE:-}" ]]; then
     echo "== record, the base package ($RECORDBASE)"
     rm -f "$rdir/record-bench.json"

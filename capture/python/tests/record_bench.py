@@ -268,12 +268,17 @@ def main(argv=None):
     ap.add_argument("--no-full", action="store_true")
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--loop", type=int, default=0, metavar="N",
+                    help="only N plain forwards (plain_loop), then N fingerprint-recorded ones (recorded_loop), for "
+                         "a sampling profiler (spy_summary.py); no figures, no checks")
     ap.add_argument("--bin", default=os.environ.get("BITALIGN_BIN", ""),
                     help="the bitalign binary for the diff check (default $BITALIGN_BIN)")
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
     os.makedirs(a.out, exist_ok=True)
     m, shape = build(a.tiny, dev)
+    if a.loop:
+        return loop(m, shape, a, dev)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, shape["vocab"], (a.batch, a.tokens), generator=g).to(dev)
     res = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "torch": torch.__version__,
@@ -372,6 +377,34 @@ def main(argv=None):
         v is True for k, v in checks.items() if k.endswith(("equals_sync", "equals_torch_fingerprints")) and deterministic)
     ok = ok and (rc is None or (rc == 0 or not deterministic))
     return 0 if ok else 1
+
+
+def plain_loop(m, ids, n, sync):
+    for _ in range(n):
+        m(input_ids=ids)
+        sync()
+
+
+def recorded_loop(m, ids, n, sync, path):
+    with bc.record(m, path, "trainer", created=CREATED, overwrite=True, mode="fingerprint") as rec:
+        for i in range(n):
+            rec.set_step(i)
+            m(input_ids=ids)
+            sync()
+
+
+def loop(m, shape, a, dev):
+    """--loop: the two loops a sampling profiler tells apart by name (spy_summary.py), after a warm-up of each."""
+    ids = torch.randint(1, shape["vocab"], (a.batch, a.tokens), generator=torch.Generator().manual_seed(0)).to(dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    p = os.path.join(a.out, "loop.arrow")
+    with torch.no_grad():
+        plain_loop(m, ids, 3, sync)
+        recorded_loop(m, ids, 3, sync, p)
+        plain_loop(m, ids, a.loop, sync)
+        recorded_loop(m, ids, a.loop, sync, p)
+    os.unlink(p)
+    return 0
 
 
 def interleaved(m, ids, p, pairs, dev, **kw):

@@ -186,6 +186,13 @@ def test_record_bench_runs_on_the_cpu(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["record-bench.json", "record-profile.txt"]  # the captures are removed
 
 
+def test_record_bench_loop_for_a_profiler(tmp_path):
+    import record_bench
+
+    assert record_bench.main([str(tmp_path), "--device", "cpu", "--tiny", "--tokens", "8", "--loop", "2"]) == 0
+    assert os.listdir(tmp_path) == []  # the loop's capture is removed
+
+
 @pytest.mark.parametrize("mode", ["full", "fingerprint"])
 def test_flush_waits_for_everything_recorded(tmp_path, monkeypatch, mode):
     m = hf_model("llama", torch.float32)
