@@ -371,7 +371,7 @@ class Recorder(writer_mod.Closing):
             in_name = next((n for t, n in takes if t.source.startswith("out")), None)
             in_name = in_name if self.record_inputs and in_name and wanted(in_name, "in") else None
             if pre or in_name or post:
-                self._handles.append(_Observer(self, m, pre, in_name, post))
+                self._handles.append(_Observer(self, m, pre, in_name, post, self._dense_tag(pre, in_name, post)))
         self._handles.append(self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True, prepend=True))
         self._handles.append(self.model.register_forward_hook(self._model_post, always_call=True))
 
@@ -587,6 +587,18 @@ class Recorder(writer_mod.Closing):
         self._pipe.reserve(nbytes)
         self._pipe.put(h, self._stager.stage(x), nbytes)
 
+    def _dense_tag(self, pre, in_name, post):
+        """(op, fingerprint role, index, seen key) when a module's one record is its output, fingerprinted only
+        as it is (no split, no dtype): the case _Observer's lean wrapper takes (_tensor's fast branch inlined),
+        else None."""
+        if pre or in_name or len(post) != 1:
+            return None
+        take, name = post[0]
+        info = self._info_of(name, "out")
+        if take.source != "out" or take.split is not None or take.dtype is not None or not info[1]:
+            return None
+        return name, info[2], self._op_index(name), (name, "out")
+
     def _info_of(self, name, role):
         info = self._info.get((name, role))
         if info is None:
@@ -755,7 +767,7 @@ class _Observer:
 
     __slots__ = ("module", "prev", "fn", "hooks")
 
-    def __init__(self, rec, module, pre, in_name, post):
+    def __init__(self, rec, module, pre, in_name, post, dense=None):
         self.module, self.hooks = module, []
         if getattr(module, "_compiled_call_impl", None) is not None:
             self.prev = self.fn = None
@@ -769,15 +781,43 @@ class _Observer:
         self.prev = module.__dict__.get("_call_impl", _NONE)
         live = [True]  # cleared by remove(): a wrapper left in place passes calls through
 
-        def call(*args, **kwargs):
-            if rec._layout is None or not live[0]:
-                return inner(*args, **kwargs)
-            if pre or in_name:
-                rec._pre(pre, in_name, args, kwargs)
-            out = inner(*args, **kwargs)
-            if post and rec._layout is not None:
-                rec._post(post, out)
-            return out
+        if dense is not None:
+            # the module's one record is its output's fingerprints (most modules of a fingerprint recording):
+            # Recorder._tensor's fast branch inlined, one call less a level (~5 → ~2 µs a module on the VM)
+            import torch
+
+            name, role, index, key = dense
+            add, tensor = rec._held.add, torch.Tensor  # a subclass (a Parameter, a DTensor) goes _post's way
+
+            def call(*args, **kwargs):
+                out = inner(*args, **kwargs)
+                lay = rec._layout
+                if lay is None or not live[0]:
+                    return out
+                seen = rec._seen
+                if key in seen:  # run twice in one forward: the first is kept
+                    return out
+                sh = getattr(out, "shape", None)
+                B, S = lay.shape
+                if (sh is not None and 0 < len(sh) < 4 and (sh[0] == B * S or (len(sh) > 1 and sh[0] == B and sh[1] == S))
+                        and type(out) is tensor and out.is_contiguous()):
+                    seen.add(key)
+                    if lay.segments:
+                        add(name, role, index, out, lay, False, rec.step, B * S)
+                else:
+                    rec._post(post, out)
+                return out
+        else:
+
+            def call(*args, **kwargs):
+                if rec._layout is None or not live[0]:
+                    return inner(*args, **kwargs)
+                if pre or in_name:
+                    rec._pre(pre, in_name, args, kwargs)
+                out = inner(*args, **kwargs)
+                if post and rec._layout is not None:
+                    rec._post(post, out)
+                return out
 
         call._bitalign_capture, call._bitalign_prev = live, self.prev
         self.fn = call

@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 
 import bitalign_capture as bc  # noqa: E402
 from test_fingerprint import vectors  # noqa: E402
-from tinymodels import hf_model  # noqa: E402
+from tinymodels import FusedModel, hf_model  # noqa: E402
 
 BIN = os.environ.get("BITALIGN_BIN")
 SEQS = [[5, 17, 33, 2, 71, 9, 40], [11, 64, 3, 3, 58, 7, 1]]
@@ -67,6 +67,43 @@ def test_record_fingerprints_match_the_full_rows(tmp_path):
         n += 1
     assert n > 20
     assert os.path.getsize(tmp_path / "fp.arrow") < os.path.getsize(tmp_path / "full.arrow")
+
+
+@pytest.mark.parametrize("case", ["fused", "inference_mode", "twice"])
+def test_every_watching_path_fingerprints_the_full_rows(tmp_path, case):
+    """The fingerprints of each way a module's output is taken equal the full recording's rows: the lean wrapper
+    of a plain output, the general one (a vLLM-style model's tuple outputs, fused splits and residual-returning
+    norms), tensors without a version counter (torch.inference_mode: fingerprinted at once), and a module run
+    twice in one forward (its first output kept)."""
+    hf = hf_model("qwen2")
+    if case == "fused":
+        m = FusedModel(hf).eval()
+        flat = torch.tensor(sum(SEQS, []))
+        cu = torch.tensor(np.cumsum([0] + [len(s) for s in SEQS]))
+        positions = torch.cat([torch.arange(len(s)) for s in SEQS])
+        run = lambda: m(flat, positions, cu_seqlens=cu)  # noqa: E731
+    else:
+        m = hf
+        run = lambda: m(input_ids=torch.tensor(SEQS))  # noqa: E731
+        if case == "twice":  # gate_proj called again after the MLP, its output dropped
+            mlp = m.model.layers[0].mlp
+            mlp.register_forward_hook(lambda mod, a, out: [mod.gate_proj(a[0] * 2), None][1])
+    ctx = torch.inference_mode if case == "inference_mode" else torch.no_grad
+    caps = {}
+    for mode in ("full", "fingerprint"):
+        with ctx(), bc.record(m, tmp_path / f"{mode}.arrow", "trainer", mode=mode):
+            run()
+        caps[mode] = bc.read(tmp_path / f"{mode}.arrow")[1]
+    fps = {(t["op"], t["seq"], t["pos"]): t for t in caps["fingerprint"] if t["role"] == "fp.out"}
+    n = 0
+    for t in caps["full"]:
+        if t["op"] in bc.fingerprints.ALWAYS_FULL:
+            continue
+        f = fps.pop((t["op"], t["seq"], t["pos"]))
+        want = bc.fingerprint_rows(np.ascontiguousarray(t["array"]).view(np.uint8), t["ntok"])
+        np.testing.assert_array_equal(f["array"].view(np.uint64), want, err_msg=t["op"])
+        n += 1
+    assert not fps and n > 20
 
 
 def test_record_mode_errors(tmp_path):
