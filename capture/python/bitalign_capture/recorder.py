@@ -371,7 +371,7 @@ class Recorder(writer_mod.Closing):
             in_name = next((n for t, n in takes if t.source.startswith("out")), None)
             in_name = in_name if self.record_inputs and in_name and wanted(in_name, "in") else None
             if pre or in_name or post:
-                self._handles.append(_Observer(self, m, pre, in_name, post, self._dense_tag(pre, in_name, post)))
+                self._handles.append(_Observer(self, m, pre, in_name, post, self._lean_tags(pre, in_name, post)))
         self._handles.append(self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True, prepend=True))
         self._handles.append(self.model.register_forward_hook(self._model_post, always_call=True))
 
@@ -587,17 +587,22 @@ class Recorder(writer_mod.Closing):
         self._pipe.reserve(nbytes)
         self._pipe.put(h, self._stager.stage(x), nbytes)
 
-    def _dense_tag(self, pre, in_name, post):
-        """(op, fingerprint role, index, seen key) when a module's one record is its output, fingerprinted only
-        as it is (no split, no dtype): the case _Observer's lean wrapper takes (_tensor's fast branch inlined),
-        else None."""
-        if pre or in_name or len(post) != 1:
-            return None
-        take, name = post[0]
-        info = self._info_of(name, "out")
-        if take.source != "out" or take.split is not None or take.dtype is not None or not info[1]:
-            return None
-        return name, info[2], self._op_index(name), (name, "out")
+    def _lean_tags(self, pre, in_name, post):
+        """(pre tag, post tag) for _Observer's lean wrapper, or None: a tag (op, fingerprint role, index, seen key)
+        where the module's one record before its call (pre: its single input, source "in" or "residual") or after
+        it (post: its output, source "out"; a "residual" take beside it needs a tuple output, which the lean
+        wrapper leaves to _post) is fingerprinted only, as it is (no split, no dtype)."""
+
+        def tag(take, name):
+            info = self._info_of(name, "out")
+            if take.split is not None or take.dtype is not None or not info[1]:
+                return None
+            return name, info[2], self._op_index(name), (name, "out")
+
+        pre_tag = tag(*pre[0]) if len(pre) == 1 and not in_name else None
+        outs = [(t, n) for t, n in post if t.source != "residual"]
+        post_tag = tag(*outs[0]) if len(outs) == 1 and outs[0][0].source == "out" else None
+        return None if pre_tag is None and post_tag is None else (pre_tag, post_tag)
 
     def _info_of(self, name, role):
         info = self._info.get((name, role))
@@ -767,7 +772,7 @@ class _Observer:
 
     __slots__ = ("module", "prev", "fn", "hooks")
 
-    def __init__(self, rec, module, pre, in_name, post, dense=None):
+    def __init__(self, rec, module, pre, in_name, post, lean=None):
         self.module, self.hooks = module, []
         if getattr(module, "_compiled_call_impl", None) is not None:
             self.prev = self.fn = None
@@ -781,30 +786,45 @@ class _Observer:
         self.prev = module.__dict__.get("_call_impl", _NONE)
         live = [True]  # cleared by remove(): a wrapper left in place passes calls through
 
-        if dense is not None:
-            # the module's one record is its output's fingerprints (most modules of a fingerprint recording):
-            # Recorder._tensor's fast branch inlined, one call less a level (~5 → ~2 µs a module on the VM)
+        if lean is not None:
+            # a record fingerprinted as it is before the call (its input) and/or after it (its output), the case
+            # of nearly every module of a fingerprint recording: Recorder._tensor's fast branch inlined, one call
+            # level less (~5 -> ~3 us a module on the VM); anything else goes _pre's and _post's way
             import torch
 
-            name, role, index, key = dense
-            add, tensor = rec._held.add, torch.Tensor  # a subclass (a Parameter, a DTensor) goes _post's way
+            pre_tag, post_tag = lean
+            add, tensor = rec._held.add, torch.Tensor  # a subclass (a Parameter, a DTensor) goes the general way
 
-            def call(*args, **kwargs):
-                out = inner(*args, **kwargs)
-                lay = rec._layout
-                if lay is None or not live[0]:
-                    return out
+            def hold(tag, x, lay):
+                """True when x is held (or its op was this forward), False: _pre's or _post's way instead."""
+                name, role, index, key = tag
                 seen = rec._seen
                 if key in seen:  # run twice in one forward: the first is kept
-                    return out
-                sh = getattr(out, "shape", None)
+                    return True
+                if type(x) is not tensor:
+                    return False
+                sh = x.shape
                 B, S = lay.shape
-                if (sh is not None and 0 < len(sh) < 4 and (sh[0] == B * S or (len(sh) > 1 and sh[0] == B and sh[1] == S))
-                        and type(out) is tensor and out.is_contiguous()):
+                d = len(sh)
+                if 0 < d < 4 and (sh[0] == B * S or (d > 1 and sh[0] == B and sh[1] == S)) and x.is_contiguous():
                     seen.add(key)
                     if lay.segments:
-                        add(name, role, index, out, lay, False, rec.step, B * S)
-                else:
+                        add(name, role, index, x, lay, False, rec.step, B * S)
+                    return True
+                return False
+
+            def call(*args, **kwargs):
+                lay = rec._layout
+                if lay is None or not live[0]:
+                    return inner(*args, **kwargs)
+                if pre_tag is None:
+                    if pre or in_name:
+                        rec._pre(pre, in_name, args, kwargs)
+                elif kwargs or len(args) != 1 or not hold(pre_tag, args[0], lay):
+                    rec._pre(pre, in_name, args, kwargs)
+                out = inner(*args, **kwargs)
+                lay = rec._layout
+                if lay is not None and post and (post_tag is None or not hold(post_tag, out, lay)):
                     rec._post(post, out)
                 return out
         else:
