@@ -591,7 +591,8 @@ class Recorder(writer_mod.Closing):
         """(pre tag, post tag) for _Observer's lean wrapper, or None: a tag (op, fingerprint role, index, seen key)
         where the module's one record before its call (pre: its single input, source "in" or "residual") or after
         it (post: its output, source "out"; a "residual" take beside it needs a tuple output, which the lean
-        wrapper leaves to _post) is fingerprinted only, as it is (no split, no dtype)."""
+        wrapper leaves to _post) is fingerprinted only, as it is (no split, no dtype). The wrapper holds such a
+        tensor itself; _tensor is the way of everything else."""
 
         def tag(take, name):
             info = self._info_of(name, "out")
@@ -611,24 +612,8 @@ class Recorder(writer_mod.Closing):
         return info
 
     def _tensor(self, name, role, x, lay, split=None, dtype=None):
-        key = (name, role)
-        info = self._info.get(key)
-        if info is None:
-            info = self._info[key] = self._op_info(name, role)
-        if not info[0] or not _is_tensor(x):
+        if not self._info_of(name, role)[0] or not _is_tensor(x):
             return
-        if info[1] and split is None and dtype is None and key not in self._seen:
-            # fingerprinted only, the common case at every op of a fingerprint recording: a contiguous output
-            # whose leading dimensions are the forward's tokens (what _flatten views as [N, -1] rows) is held as
-            # it is, N rows of it; everything else goes the general way below
-            sh = x.shape
-            B, S = lay.shape
-            d = len(sh)
-            if 0 < d < 4 and (sh[0] == B * S or (d > 1 and sh[0] == B and sh[1] == S)) and x.is_contiguous():
-                self._seen.add(key)
-                if lay.segments:
-                    self._held.add(name, info[2], self._op_index(name), x, lay, False, self.step, B * S)
-                return
         if dtype == "f32" and x.is_floating_point():
             x = x.float()  # widening bf16/f16 to float32 is exact
         elif dtype == "i32" and not x.is_floating_point():
@@ -796,7 +781,9 @@ class _Observer:
             add, tensor = rec._held.add, torch.Tensor  # a subclass (a Parameter, a DTensor) goes the general way
 
             def hold(tag, x, lay):
-                """True when x is held (or its op was this forward), False: _pre's or _post's way instead."""
+                """True when x is held (or its op was this forward), False: _pre's or _post's way instead. Held
+                as it is: a contiguous tensor whose leading dimensions are the forward's tokens (what _flatten
+                views as [N, -1] rows) is N rows."""
                 name, role, index, key = tag
                 seen = rec._seen
                 if key in seen:  # run twice in one forward: the first is kept
