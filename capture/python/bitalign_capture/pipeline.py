@@ -44,6 +44,7 @@ class Pipeline:
         self._err = None
         self._stop = False
         self._drop = False  # abort: discard what is queued
+        self._held = False  # hold(): the thread starts nothing new until release()
         self._t = threading.Thread(target=self._run, name="bitalign_capture writer", daemon=True)
         self._t.start()
 
@@ -62,12 +63,27 @@ class Pipeline:
             self._q.append((header, payload, staged))
             self._cv.notify_all()
 
+    def hold(self):
+        """Until release(), the writer thread starts no queued tensor: its work (and the GIL it takes) waits for
+        the caller's next pause, e.g. a forward's end. A put or reserve that has to wait for room releases it."""
+        with self._cv:
+            self._held = True
+
+    def release(self):
+        """Lets the writer thread go on with what is queued."""
+        with self._cv:
+            self._held = False
+            self._cv.notify_all()
+
     def _wait(self, room):
         while True:
             with self._cv:
                 self._raise()
                 if room():
                     return
+                if self._held:  # the writer thread must make the room: held no longer
+                    self._held = False
+                    self._cv.notify_all()
             with self._cv:
                 self._cv.wait_for(lambda: self._err is not None or room(), timeout=1.0)
 
@@ -105,7 +121,7 @@ class Pipeline:
     def _run(self):
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: self._q or self._stop)
+                self._cv.wait_for(lambda: (self._q and not self._held) or self._stop)
                 if not self._q or self._drop:
                     self._q.clear()
                     self.used = 0

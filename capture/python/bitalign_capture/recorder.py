@@ -70,8 +70,9 @@ class Recorder(writer_mod.Closing):
         batch(seq_ids=...) overrides it for a forward and the forwards that continue its sequences.
     background: write from a writer thread (default): hooks queue their tensors and return, GPU rows are
         copied on a side stream into pinned buffers, fingerprints go to the host once per forward; an error of
-        that thread is raised by the next hook or by close, naming the file. False: each tensor is copied to the
-        CPU and written from its hook (the same bytes; slower).
+        that thread is raised by the next hook or by close, naming the file; in fingerprint mode the thread
+        writes a forward's tensors after the forward (Pipeline.hold). False: each tensor is copied to the CPU and
+        written from its hook (the same bytes; slower).
     staging_bytes: background's bound on tensor bytes copied and not yet written (default 1 GiB; a hook that
         would exceed it waits for the writer thread).
     hold_bytes: fingerprint mode's bound on op outputs held (kept alive on their device, not copied) until they
@@ -430,6 +431,11 @@ class Recorder(writer_mod.Closing):
         self._depth += 1
         if self._depth > 1:
             return
+        if self._pipe is not None and self.mode == "fingerprint":
+            # a fingerprint forward's writing (a few MB) waits for its end: the writer thread's pyarrow work
+            # retakes the GIL the launching thread needs (docs/benchmarks.md), so mid-forward it costs the forward
+            # about what writing inline would; after it, it runs while the caller syncs or goes on
+            self._pipe.hold()
         nxt, self._next = self._next, {}
         get = lambda k, i=None: nxt.get(k, kwargs.get(k, args[i] if i is not None and len(args) > i else None))
         ids = get("input_ids", 0)
@@ -498,12 +504,18 @@ class Recorder(writer_mod.Closing):
 
     def _model_post(self, module, args, output):
         self._depth = max(0, self._depth - 1)
-        if self._depth == 0 and self._layout is not None:
-            self._layout = None
-            self.forwards += 1
-            self._held.flush()  # the forward's fingerprints: one launch, one copy to the host, one batch
+        if self._depth != 0:
+            return
+        try:
+            if self._layout is not None:
+                self._layout = None
+                self.forwards += 1
+                self._held.flush()  # the forward's fingerprints: one launch, one copy to the host, one batch
+        finally:
             if self._pipe is not None:
-                self._pipe.check()
+                self._pipe.release()
+        if self._pipe is not None:
+            self._pipe.check()
 
     def _pre(self, takes, in_name, args, kwargs):
         tensors = [a for a in args if _is_tensor(a)]

@@ -17,8 +17,9 @@ synchronisation (wall, what the caller waits for; its median over the iterations
   forward, and the median forward started with the writer thread idle (rec.flush() between forwards).
 - interleaved (the goal's figure): a copy of the model, never recorded, and the recorded model run by turns,
   `pairs` forwards each, medians: the plain forward at the same moments as the recorded one (this host's forward
-  time drifts by tens of per cent between phases of one run), for the fingerprint recorder (back to back) and
-  for watch only.
+  time drifts by tens of per cent between phases of one run), each started with the writer thread idle (the
+  writing left after a recorded forward returned, drained untimed, is its drain_ms), for the fingerprint
+  recorder and for watch only.
 - watch only: a fingerprint recorder whose ops record nothing but tokens (ops=["tokens"]): every module watched,
   nothing held: the cost of watching alone.
 - full: one recorder over `full-iters` forwards: the median forward, and bytes written / wall time from the
@@ -408,11 +409,14 @@ def loop(m, shape, a, dev):
 
 
 def interleaved(m, ids, p, pairs, dev, **kw):
-    """The recorded model and an unrecorded copy of it by turns, `pairs` forwards each: medians and overhead."""
+    """The recorded model and an unrecorded copy of it by turns, `pairs` forwards each: medians and overhead.
+    Each forward starts with the writer thread idle (rec.flush() before it, untimed), so that no recorded
+    forward's writing runs in the plain one beside it; what the writer still had to do after a recorded forward
+    returned is drain_ms (a trainer's backward and optimizer step give it that time)."""
     import copy
 
     twin = copy.deepcopy(m)
-    plain, recd = Clock(dev), Clock(dev)
+    plain, recd, drain = Clock(dev), Clock(dev), []
     with torch.no_grad():
         twin(input_ids=ids)
         rec = bc.record(m, p, "trainer", created=CREATED, overwrite=True, **kw)
@@ -421,11 +425,14 @@ def interleaved(m, ids, p, pairs, dev, **kw):
                 plain.run(lambda: twin(input_ids=ids))
                 rec.set_step(i)
                 recd.run(lambda: m(input_ids=ids))
+                t = time.perf_counter()
+                rec.flush()
+                drain.append((time.perf_counter() - t) * 1e3)
     os.unlink(p)
     del twin
     a, b = plain.summary(), recd.summary()
     return {"plain_ms": a["wall_ms"], "recorded_ms": b["wall_ms"], "overhead": b["wall_ms"] / a["wall_ms"] - 1,
-            "plain_ms_all": a["wall_ms_all"], "recorded_ms_all": b["wall_ms_all"]}
+            "drain_ms": statistics.median(drain), "plain_ms_all": a["wall_ms_all"], "recorded_ms_all": b["wall_ms_all"]}
 
 
 def full(m, ids, a, path, dev, res):
@@ -464,6 +471,7 @@ def report(res, shape, a):
     for name, d in res["interleaved"].items():
         line(f"interleaved: plain, beside {name}", {"wall_ms": d["plain_ms"]})
         line(f"interleaved: {name} ({d['overhead'] * 100:+.1f} %)", {"wall_ms": d["recorded_ms"]})
+        line(f"interleaved: {name}, writer drain after", {"wall_ms": d["drain_ms"]})
     if "full" in res:
         line("full (fsync'd at close)", res["full"], res["full"]["total_ms_per_forward"],
              res["full"]["bytes_per_forward"], res["full"]["GBps"])

@@ -114,6 +114,39 @@ class SlowEmit:
         monkeypatch.setattr(writer_mod.Writer, "emit", emit)
 
 
+@pytest.mark.parametrize("full_ops", [None, ["layers.0.*"]])
+def test_a_fingerprint_forward_writes_after_it_ends(tmp_path, monkeypatch, full_ops):
+    """In fingerprint mode the writer thread starts nothing while a forward runs (Pipeline.hold: its pyarrow work
+    would take the GIL from the launching thread) and writes it all after; a forward whose full_ops rows fill
+    the staging budget releases it instead of waiting for itself (staging_bytes of a few rows), and the capture is
+    the background=False one, byte for byte."""
+    m = hf_model("llama", torch.float32)
+    ids, mask, pos = padded(SEQS, "left")
+    in_forward, during = [False], []
+    m.register_forward_pre_hook(lambda mod, a: in_forward.__setitem__(0, True), prepend=True)
+    m.register_forward_hook(lambda mod, a, out: in_forward.__setitem__(0, False))
+    inner = writer_mod.Writer.emit
+
+    def emit(w, header, payload):
+        during.append(in_forward[0])
+        return inner(w, header, payload)
+
+    monkeypatch.setattr(writer_mod.Writer, "emit", emit)
+    paths = {}
+    for bg in (True, False):
+        paths[bg] = tmp_path / f"c{int(bg)}.arrow"
+        kw = dict(staging_bytes=4096) if full_ops else {}
+        with torch.no_grad(), bc.record(m, paths[bg], "trainer", mode="fingerprint", full_ops=full_ops,
+                                        created=CREATED, background=bg, **kw) as rec:
+            for step in range(2):
+                rec.set_step(step)
+                m(input_ids=ids, attention_mask=mask, position_ids=pos)
+        if bg:
+            assert during and (any(during) if full_ops else not any(during)), during
+        during.clear()
+    assert paths[True].read_bytes() == paths[False].read_bytes()
+
+
 def test_staging_is_bounded_and_the_bytes_unchanged(tmp_path, monkeypatch):
     m = hf_model("llama", torch.float32)
     ids, mask, pos = padded(SEQS, "left")
