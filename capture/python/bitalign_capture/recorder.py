@@ -744,11 +744,13 @@ class Recorder(writer_mod.Closing):
         nxt = lay.next_token()[lay.valid_index()]
         target = torch.as_tensor(np.maximum(nxt, 0), device=lsm.device).unsqueeze(1)
         lp = lsm.gather(1, target).squeeze(1).cpu().numpy().astype(np.float32)
+        ends = np.cumsum([s.n for s in lay.segments]) - 1  # each segment's last row: one copy to the host for all
+        last = lsm.index_select(0, torch.as_tensor(ends, device=lsm.device)).cpu().numpy()
         off = 0
-        for s in lay.segments:
+        for i, s in enumerate(lay.segments):
             if s.n > 1 and self._want("logprobs"):
                 self._put("logprobs", lp[off : off + s.n - 1], "f32", s.seq, s.pos)
-            self._pending.hold(s.seq, s.pos + s.n - 1, lsm[off + s.n - 1].cpu().numpy())
+            self._pending.hold(s.seq, s.pos + s.n - 1, last[i])
             off += s.n
 
 
