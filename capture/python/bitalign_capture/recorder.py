@@ -728,8 +728,11 @@ class Recorder(writer_mod.Closing):
 
         if not lay.segments:
             return
-        # logits are float32 in a capture (docs/design.md); bf16/f16 -> f32 is exact
-        rows = self._select(x2, lay).float()
+        # logits are float32 in a capture (docs/design.md); bf16/f16 -> f32 is exact. Every row recorded (no
+        # padding): the widening is the copy, without a gather before it (a float32 x2 is still gathered, a copy
+        # that a later in-place change of the model's logits cannot reach)
+        every = sum(s.n for s in lay.segments) == x2.shape[0]
+        rows = (x2 if every and x2.dtype != torch.float32 else self._select(x2, lay)).float()
         if self._want("logits"):
             self._rows("logits", "out", None, lay, rows)
         if not (self.logprobs and (self._want("logprobs") or self.record_samples)):
