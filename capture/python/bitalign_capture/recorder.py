@@ -788,60 +788,48 @@ class _Observer:
         self.prev = module.__dict__.get("_call_impl", _NONE)
         live = [True]  # cleared by remove(): a wrapper left in place passes calls through
 
-        if lean is not None:
-            # a record fingerprinted as it is before the call (its input) and/or after it (its output), the case
-            # of nearly every module of a fingerprint recording: Recorder._tensor's fast branch inlined, one call
-            # level less (~5 -> ~3 us a module on the VM); anything else goes _pre's and _post's way
-            import torch
+        # lean: a record fingerprinted as it is before the call (its input) and/or after it (its output), the case
+        # of nearly every module of a fingerprint recording, held here (Recorder._tensor's work inlined, one call
+        # level less: ~5 -> ~3 us a module on the VM); anything else goes _pre's and _post's way
+        import torch
 
-            pre_tag, post_tag = lean
-            add, tensor = rec._held.add, torch.Tensor  # a subclass (a Parameter, a DTensor) goes the general way
+        pre_tag, post_tag = lean or (None, None)
+        add, tensor = rec._held.add, torch.Tensor  # a subclass (a Parameter, a DTensor) goes the general way
 
-            def hold(tag, x, lay):
-                """True when x is held (or its op was this forward), False: _pre's or _post's way instead. Held
-                as it is: a contiguous tensor whose leading dimensions are the forward's tokens (what _flatten
-                views as [N, -1] rows) is N rows."""
-                name, role, index, key = tag
-                seen = rec._seen
-                if key in seen:  # run twice in one forward: the first is kept
-                    return True
-                if type(x) is not tensor:
-                    return False
-                sh = x.shape
-                B, S = lay.shape
-                d = len(sh)
-                if 0 < d < 4 and (sh[0] == B * S or (d > 1 and sh[0] == B and sh[1] == S)) and x.is_contiguous():
-                    seen.add(key)
-                    if lay.segments:
-                        add(name, role, index, x, lay, False, rec.step, B * S)
-                    return True
+        def hold(tag, x, lay):
+            """True when x is held (or its op was this forward), False: _pre's or _post's way instead. Held as it
+            is: a contiguous tensor whose leading dimensions are the forward's tokens (what _flatten views as
+            [N, -1] rows) is N rows."""
+            name, role, index, key = tag
+            seen = rec._seen
+            if key in seen:  # run twice in one forward: the first is kept
+                return True
+            if type(x) is not tensor:
                 return False
+            sh = x.shape
+            B, S = lay.shape
+            d = len(sh)
+            if 0 < d < 4 and (sh[0] == B * S or (d > 1 and sh[0] == B and sh[1] == S)) and x.is_contiguous():
+                seen.add(key)
+                if lay.segments:
+                    add(name, role, index, x, lay, False, rec.step, B * S)
+                return True
+            return False
 
-            def call(*args, **kwargs):
-                lay = rec._layout
-                if lay is None or not live[0]:
-                    return inner(*args, **kwargs)
-                if pre_tag is None:
-                    if pre or in_name:
-                        rec._pre(pre, in_name, args, kwargs)
-                elif kwargs or len(args) != 1 or not hold(pre_tag, args[0], lay):
-                    rec._pre(pre, in_name, args, kwargs)
-                out = inner(*args, **kwargs)
-                lay = rec._layout
-                if lay is not None and post and (post_tag is None or not hold(post_tag, out, lay)):
-                    rec._post(post, out)
-                return out
-        else:
-
-            def call(*args, **kwargs):
-                if rec._layout is None or not live[0]:
-                    return inner(*args, **kwargs)
+        def call(*args, **kwargs):
+            lay = rec._layout
+            if lay is None or not live[0]:
+                return inner(*args, **kwargs)
+            if pre_tag is None:
                 if pre or in_name:
                     rec._pre(pre, in_name, args, kwargs)
-                out = inner(*args, **kwargs)
-                if post and rec._layout is not None:
-                    rec._post(post, out)
-                return out
+            elif kwargs or len(args) != 1 or not hold(pre_tag, args[0], lay):
+                rec._pre(pre, in_name, args, kwargs)
+            out = inner(*args, **kwargs)
+            lay = rec._layout
+            if lay is not None and post and (post_tag is None or not hold(post_tag, out, lay)):
+                rec._post(post, out)
+            return out
 
         call._bitalign_capture, call._bitalign_prev = live, self.prev
         self.fn = call

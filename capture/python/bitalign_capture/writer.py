@@ -174,7 +174,7 @@ class Writer(Closing):
         self._pads = {}  # pad -> its record-batch custom metadata
         self._pad_at = {}  # (first batch?, file offset mod ALIGNMENT) -> the pad _pad gives
         self._offsets = {}  # payload length -> the [0, length] offsets buffer of the data column
-        self._rows_cols = {}  # Rows.key() -> its columns (emit_rows: a header seen before is not built again)
+        self._rows_cols = {}  # Rows.key() -> its columns but the step (_emit_rows: built once a header)
         self._cols = [{} for _ in _FIELDS[1:]]  # per column: value -> its one-row array (emit's cache)
         self._closed = False  # the file is ended (emit refuses); _done: close or abort was asked
         # the coordinates written, per step (the last CLAIM_STEPS + 1 steps: _step_claims), to refuse one
@@ -371,15 +371,14 @@ class Writer(Closing):
                 f"bitalign_capture: {self.path}: {rows.n} tensors of {int(offsets[-1])} bytes, the payload has {buf.size}"
             )
         data = pa.LargeBinaryArray.from_buffers(_LARGE_BINARY, k, [None, pa.py_buffer(offsets), buf])
-        # every forward of one shape writes the same header but for the step: its columns built once
+        # every forward of one shape writes the same header but for the step: the other columns built once
         key = rows.key()
-        arrays = self._rows_cols.get(key)
-        if arrays is None:
+        cols = self._rows_cols.get(key)
+        if cols is None:
             if len(self._rows_cols) >= _ROWS_CACHE:
                 self._rows_cols.clear()
-            arrays = self._rows_cols[key] = rows.arrays()
-        if arrays[0][0].as_py() != rows.step:
-            arrays = [pa.array(np.full(k, rows.step, dtype=np.int64))] + arrays[1:]
+            cols = self._rows_cols[key] = rows.arrays()[1:]
+        arrays = [pa.array(np.full(k, rows.step, dtype=np.int64))] + cols
         self._emit(data, arrays, self._pad(arrays, k), k)
 
     def _emit(self, data, arrays, pad, k):
