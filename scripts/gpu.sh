@@ -73,8 +73,10 @@
 #         About 9 GB of disk. Not in the default list: `bash scripts/gpu.sh record`. RECORDFLAGS: more flags.
 #         RECORDBASE=a .tgz of another commit's capture/python (`git archive REV capture/python | gzip`, carried;
 #         not .gz, which the unpacking above would gunzip):
-#         this record_bench.py runs again after with that package's recorder (RECORD_BENCH_PACKAGE; --no-baseline
-#         --no-full), in the same call, into $OUT/record-base.{log,json}.
+#         this record_bench.py then runs RECORDROUNDS (default 2) times more with each package by turns, base
+#         first (RECORD_BENCH_PACKAGE; --no-baseline --no-full), in the same call, so that the host's drift between
+#         minutes reaches both: a table of each run's figures, $OUT/record-ab.json (all of them) and
+#         $OUT/record-base.log (the last base run's).
 #         RECORDPROFILE=1: record_bench --profile (cProfile of the recorder) into $OUT/record-profile.txt.
 #         RECORDSPY=a py-spy binary (carried: `pip download py-spy`, its wheel's bin/py-spy is static): py-spy samples
 #         record_bench --loop 40 (plain, then fingerprint-recorded forwards) and spy_summary.py writes what the
@@ -413,13 +415,30 @@ if [[ " $steps " == *" record "* ]]; then
     rm -f "$rdir/spy.raw"
   fi
   if [[ -n "${RECORDBASE:-}" ]]; then
-    echo "== record, the base package ($RECORDBASE)"
-    rm -f "$rdir/record-bench.json"
-    bdir=$(mktemp -d) && tar -xzf "$RECORDBASE" -C "$bdir" &&
-      BITALIGN_PTX_DIR="${BITALIGN_PTX_DIR:-$PWD}" RECORD_BENCH_PACKAGE="$bdir/capture/python" python3 -W ignore capture/python/tests/record_bench.py "$rdir" \
-        --device cuda --bin .gpu/bitalign --no-baseline --no-full ${RECORDFLAGS:-} 2>&1 | tee "$OUT/record-base.log" | tail -14
-    cp "$rdir/record-bench.json" "$OUT/record-base.json" 2>/dev/null || { echo "record: no base record-bench.json"; rc=1; }
-    rm -rf "$bdir"
+    echo "== record, the base package ($RECORDBASE) and this one by turns"
+    bdir=$(mktemp -d) && tar -xzf "$RECORDBASE" -C "$bdir" || rc=1
+    for i in $(seq 1 "${RECORDROUNDS:-2}"); do
+      for side in base new; do
+        rm -f "$rdir/record-bench.json"
+        pkg=$PWD/capture/python log=/dev/null
+        [[ $side == base ]] && pkg=$bdir/capture/python log=$OUT/record-base.log
+        BITALIGN_PTX_DIR="${BITALIGN_PTX_DIR:-$PWD}" RECORD_BENCH_PACKAGE="$pkg" python3 -W ignore \
+          capture/python/tests/record_bench.py "$rdir" --device cuda --bin .gpu/bitalign --no-baseline --no-full \
+          ${RECORDFLAGS:-} >"$log" 2>&1
+        mv "$rdir/record-bench.json" "$rdir/ab-$i-$side.json" 2>/dev/null || { echo "record: $side run $i: no json"; rc=1; }
+      done
+    done
+    python3 - "$rdir" "$OUT/record-ab.json" <<'PY'
+import glob, json, os, sys
+runs = {os.path.basename(p)[3:-5]: json.load(open(p)) for p in sorted(glob.glob(os.path.join(sys.argv[1], "ab-*.json")))}
+json.dump(runs, open(sys.argv[2], "w"), indent=1)
+print(f"{'run':10} {'plain ms':>9} {'fp seq':>8} {'fp idle':>8} {'fp inter':>9} {'watch inter':>12}  (overheads)")
+for k, r in runs.items():
+    fp, il = r["fingerprint"], r["interleaved"]
+    print(f"{k:10} {r['plain']['wall_ms']:9.2f} {fp['overhead']*100:+7.1f}% {fp['overhead_drained']*100:+7.1f}% "
+          f"{il['fingerprint']['overhead']*100:+8.1f}% {il['watch_only']['overhead']*100:+11.1f}%")
+PY
+    rm -rf "$bdir" "$rdir"/ab-*.json
   fi
 fi
 

@@ -13,6 +13,8 @@ CPU and on CUDA (two's complement; torch does not check integer overflow), and s
 The result is the fingerprint's bits as int64, the dtype a capture stores them in.
 """
 
+import operator
+
 import numpy as np
 
 GAMMA = 0x9E3779B97F4A7C15
@@ -257,6 +259,13 @@ class _Kernel:
     def rows(self, xs, ns):
         import torch
 
+        if all(map(torch.Tensor.is_contiguous, xs)):  # a held forward's outputs: the table without per-tensor Python
+            return self._launch(self._table(xs, ns), sum(ns))
+        return self._launch(*self._loop(xs, ns))
+
+    def _loop(self, xs, ns):
+        """(descriptor rows, total rows, longest row's bytes) of xs of ns rows, tensor by tensor: 2-D tensors of
+        rows with a stride, contiguous ones of any shape."""
         desc = []
         total, L_max = 0, 0
         for x, n in zip(xs, ns):
@@ -279,11 +288,37 @@ class _Kernel:
                 desc.append((x.data_ptr(), L, n, total, L))
             total += n
             L_max = max(L_max, L)
+        return np.array(desc, dtype=np.int64).reshape(-1, 5), total, L_max
+
+    def _table(self, xs, ns):
+        """_loop's descriptor rows of contiguous tensors xs of ns rows (those with no rows left out), made from
+        arrays of their pointers and sizes."""
+        import torch
+
+        if set(map(torch.Tensor.get_device, xs)) != {self.index}:
+            bad = next(x for x in xs if x.get_device() != self.index)
+            raise ValueError(f"bitalign_capture: fingerprint_sets: a tensor on {bad.device} (want {self.device})")
+        k = len(xs)
+        n = np.array(ns, dtype=np.int64)
+        t = np.empty((k, 5), dtype=np.int64)
+        t[:, 0] = np.fromiter(map(torch.Tensor.data_ptr, xs), np.int64, k)
+        t[:, 1] = np.fromiter(map(operator.attrgetter("nbytes"), xs), np.int64, k) // np.maximum(n, 1)
+        t[:, 2] = n
+        t[:, 3] = np.cumsum(n) - n
+        t[:, 4] = t[:, 1]
+        return t[n > 0]
+
+    def _launch(self, desc, total, L_max=None):
+        """One fingerprint_rows launch over desc's rows (ptr, stride, rows, first output row, row bytes)."""
+        import torch
+
         out = torch.empty(total, dtype=torch.int64, device=self.device)
         if total == 0:
             return out
+        if L_max is None:
+            L_max = int(desc[:, 4].max())
         K = self._consts((L_max + 3) // 4)
-        dd = torch.tensor(desc, dtype=torch.int64).pin_memory().to(self.device, non_blocking=True)
+        dd = torch.from_numpy(desc).pin_memory().to(self.device, non_blocking=True)
         blocks = min(-(-total // self.WARPS), self.BLOCKS_PER_SM * max(self.d.limits.sms, 1))
         stream = torch.cuda.current_stream(self.device).cuda_stream
         self.d.launch(self.Launch("fingerprint_rows", (blocks, 1, 1), 32 * self.WARPS),

@@ -16,12 +16,17 @@ event on a side stream), so the two files are the same bytes.
 """
 
 import functools
+import operator
 
 import numpy as np
 
 from . import fingerprints as fingerprint_mod
 
 HOLD_BYTES = 1 << 30  # default bound of held tensor bytes before a flush inside the forward
+PLANS = 64  # flush plans kept (Held._plans): a forward's flushes, for a few shapes of forward
+
+_first, _rows_of, _version_of, _n_of, _segkey_of = (operator.itemgetter(i) for i in (0, 1, 2, 5, 3))
+_version = operator.attrgetter("_version")
 
 
 class Held:
@@ -35,8 +40,11 @@ class Held:
         self.bytes = 0
         self.peak = 0  # the most bytes held at once (tests and benchmarks read it)
         self.flushes = 0
-        self._items = []  # (op, role, index, rows tensor, its version, segments key)
+        self.planned = 0  # flushes whose batch header came from a plan (tests and benchmarks read it)
+        self._items = []  # ((op, role, index), rows tensor or None, its version, segments key, fingerprints, n)
         self._segs = {}  # segments key -> (layout, seq, pos, ntok, flat starts, dense for rows)
+        self._plans = {}  # (items, segments' contents) -> [_Plan]: a repeated forward's batch header and gather
+        self._pre = 0  # items fingerprinted in add (inference tensors)
         self.step = 0
 
     def add(self, op, role, index, rows, lay, packed, step, n=None):
@@ -44,25 +52,32 @@ class Held:
         whose x.reshape(n, -1) rows they are. Segment i of lay (which has segments) starts at row
         segments[i].start (packed False: rows are lay's flat tokens) or after the segments before it (packed
         True: rows are the valid tokens back to back)."""
-        if step != self.step and self._items:
-            self.flush()
-        self.step = step
         if n is None:
             if rows.dim() != 2:
                 rows = rows.reshape(rows.shape[0], -1)
             n = rows.shape[0]
             if rows.shape[1] > 1 and rows.stride(1) != 1:
                 rows = rows.contiguous()  # rows not contiguous inside (a transposed view): copied now
+        self.add_rows((op, role, index), rows, lay, packed, step, n)
+
+    def add_rows(self, op, rows, lay, packed, step, n):
+        """add's work once rows are n rows as fingerprint_sets takes them; op is (op, role, index), the same
+        tuple each forward where the caller can (a repeated forward's flush then compares it by identity)."""
+        if step != self.step and self._items:
+            self.flush()
+        self.step = step
         key = (id(lay), packed, n)
-        if key not in self._segs or self._segs[key][0] is not lay:
+        got = self._segs.get(key)
+        if got is None or got[0] is not lay:
             self._segs[key] = _segments(lay, packed, n)
         try:
             v = rows._version
         except RuntimeError:  # an inference tensor (torch.inference_mode) has no version counter: fingerprinted now
-            self._items.append((op, role, index, None, None, key, fingerprint_mod.fingerprint_sets([rows], [n]), n))
+            self._items.append((op, None, None, key, fingerprint_mod.fingerprint_sets([rows], [n]), n))
+            self._pre += 1
             self.bytes += 8 * n
         else:
-            self._items.append((op, role, index, rows, v, key, None, n))
+            self._items.append((op, rows, v, key, None, n))
             self.bytes += rows.nbytes
         if self.bytes > self.peak:
             self.peak = self.bytes
@@ -72,37 +87,60 @@ class Held:
     def flush(self):
         """Fingerprints what is held and writes (or queues) it as one record batch."""
         items, self._items, self.bytes = self._items, [], 0
+        pre, self._pre = self._pre, 0
         if not items:
             self._segs.clear()
             return
         segs, self._segs = self._segs, {}
-        xs, ns = [], []
-        for op, role, _, rows, v, _, pre, n in items:
-            if pre is None:
-                if rows._version != v:
-                    raise changed(self.writer.path, op, role, v, rows._version)
-                xs.append(rows)
-                ns.append(n)
-        fps = fingerprint_mod.fingerprint_sets(xs, ns) if xs else None
-        if len(xs) < len(items):  # some fingerprinted in their hooks (inference tensors): put them in order
+        if pre:  # some fingerprinted in their hooks (inference tensors): the others now, in order
+            xs = [it for it in items if it[1] is not None]
+            _check(self.writer.path, xs)
+            fps = fingerprint_mod.fingerprint_sets(list(map(_rows_of, xs)), list(map(_n_of, xs))) if xs else None
+            del xs
             import torch
 
             pieces, off = [], 0
             for it in items:
-                if it[6] is None:
-                    pieces.append(fps[off : off + it[7]])
-                    off += it[7]
+                if it[4] is None:
+                    pieces.append(fps[off : off + it[5]])
+                    off += it[5]
                 else:
-                    pieces.append(it[6])
+                    pieces.append(it[4])
             fps = torch.cat(pieces)
-        del xs
+        else:
+            _check(self.writer.path, items)
+            fps = fingerprint_mod.fingerprint_sets(list(map(_rows_of, items)), list(map(_n_of, items)))
+        header, take = self._planned(items, segs)
+        self.flushes += 1
+        if self.stager is None:
+            self.put(header, _rows_bytes(fps.cpu(), None, take))
+            return
+        host, done = self.stager.copy(fps)
+        self.put(header, functools.partial(_rows_bytes, host, done, take))
+
+    def _planned(self, items, segs):
+        """The batch header of items at self.step and the gather of their fingerprints (None: in order): from
+        the plan of an earlier flush of the same ops on segments of the same contents when the writer takes
+        its claims again (Writer.rows_again), else made (and planned for the next time)."""
+        order = {k: i for i, k in enumerate(segs)}
+        ops = list(map(_first, items))
+        sks = list(map(order.__getitem__, map(_segkey_of, items)))
+        sig = (len(items), tuple((k[1], k[2]) + tuple(b"" if a is None else a.tobytes() for a in v[1:])
+                                 for k, v in segs.items()))
+        for p in self._plans.get(sig, ()):
+            if p.ops == ops and p.sks == sks:
+                header = self.writer.rows_again(p.header, self.step)
+                if header is not None:
+                    self.planned += 1
+                    return header, p.take
+                break
         parts, gather, base, last = [], None, 0, None
-        for i, (op, role, index, _, _, key, _, n) in enumerate(items):
+        for op, _, _, key, _, n in items:
             _, seq, pos, ntok, idx = segs[key]
             if seq is last:
-                parts[-1][0].append((op, role, index))
+                parts[-1][0].append(op)
             else:
-                parts.append(([(op, role, index)], seq, pos, ntok))
+                parts.append(([op], seq, pos, ntok))
                 last = seq
             if idx is not None and gather is None:  # the first item not dense: the dense ones before it in full
                 gather = [np.arange(base)]
@@ -111,16 +149,34 @@ class Held:
             base += n
         header = self.writer.prepare_rows(parts, step=self.step, dtype="i64")
         take = None if gather is None else np.concatenate(gather)
-        self.flushes += 1
-        if self.stager is None:
-            self.put(header, _rows_bytes(fps.cpu(), None, take))
-            return
-        host, done = self.stager.copy(fps)
-        self.put(header, functools.partial(_rows_bytes, host, done, take))
+        if header.claims is not None:
+            plans = self._plans.setdefault(sig, [])
+            if sum(map(len, self._plans.values())) >= PLANS:
+                self._plans.clear()
+                plans = self._plans[sig] = []
+            plans.append(_Plan(ops, sks, header, take))
+        return header, take
 
     def clear(self):
         """Drops what is held (abort)."""
-        self._items, self._segs, self.bytes = [], {}, 0
+        self._items, self._segs, self.bytes, self._pre = [], {}, 0, 0
+
+
+class _Plan:
+    """A flush's batch header and gather, for the next flush of the same ops (op tuples, segments keys' order)."""
+
+    __slots__ = ("ops", "sks", "header", "take")
+
+    def __init__(self, ops, sks, header, take):
+        self.ops, self.sks, self.header, self.take = ops, sks, header, take
+
+
+def _check(path, items):
+    """Raises changed() for the first held tensor of items changed in place since it was held."""
+    if list(map(_version, map(_rows_of, items))) != list(map(_version_of, items)):
+        for (op, role, _), rows, v, *_ in items:
+            if rows._version != v:
+                raise changed(path, op, role, v, rows._version)
 
 
 def changed(path, op, role, was, now):

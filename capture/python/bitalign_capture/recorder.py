@@ -600,7 +600,7 @@ class Recorder(writer_mod.Closing):
         self._pipe.put(h, self._stager.stage(x), nbytes)
 
     def _lean_tags(self, pre, in_name, post):
-        """(pre tag, post tag) for _Observer's lean wrapper, or None: a tag (op, fingerprint role, index, seen key)
+        """(pre tag, post tag) for _Observer's lean wrapper, or None: a tag ((op, fingerprint role, index), seen key)
         where the module's one record before its call (pre: its single input, source "in" or "residual") or after
         it (post: its output, source "out"; a "residual" take beside it needs a tuple output, which the lean
         wrapper leaves to _post) is fingerprinted only, as it is (no split, no dtype). The wrapper holds such a
@@ -610,7 +610,7 @@ class Recorder(writer_mod.Closing):
             info = self._info_of(name, "out")
             if take.split is not None or take.dtype is not None or not info[1]:
                 return None
-            return name, info[2], self._op_index(name), (name, "out")
+            return (name, info[2], self._op_index(name)), (name, "out")
 
         pre_tag = tag(*pre[0]) if len(pre) == 1 and not in_name else None
         outs = [(t, n) for t, n in post if t.source != "residual"]
@@ -794,13 +794,13 @@ class _Observer:
         import torch
 
         pre_tag, post_tag = lean or (None, None)
-        add, tensor = rec._held.add, torch.Tensor  # a subclass (a Parameter, a DTensor) goes the general way
+        add, tensor = rec._held.add_rows, torch.Tensor  # a subclass (a Parameter, a DTensor) goes the general way
 
         def hold(tag, x, lay):
             """True when x is held (or its op was this forward), False: _pre's or _post's way instead. Held as it
             is: a contiguous tensor whose leading dimensions are the forward's tokens (what _flatten views as
             [N, -1] rows) is N rows."""
-            name, role, index, key = tag
+            op, key = tag
             seen = rec._seen
             if key in seen:  # run twice in one forward: the first is kept
                 return True
@@ -812,7 +812,7 @@ class _Observer:
             if 0 < d < 4 and (sh[0] == B * S or (d > 1 and sh[0] == B and sh[1] == S)) and x.is_contiguous():
                 seen.add(key)
                 if lay.segments:
-                    add(name, role, index, x, lay, False, rec.step, B * S)
+                    add(op, x, lay, False, rec.step, B * S)
                 return True
             return False
 

@@ -318,6 +318,7 @@ class Writer(Closing):
         spans, row_spans, row_keys = self._claims.get(step) or ({}, {}, set())
         ops, roles, index, seqs, poss, ntoks = [], [], [], [], [], []
         claimed = {}  # the claims, made only if every tensor passes (a refused call leaves the writer as it was)
+        fresh = True  # no key claimed in step before: claimed is this call's alone (rows_again may repeat it)
         for keys, seq, pos, ntok in parts:
             seq, pos, ntok = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (seq, pos, ntok))
             m = seq.size
@@ -335,6 +336,8 @@ class Writer(Closing):
                     raise ValueError(f"bitalign_capture: {self.path}: tensor without an op name")
                 rk = (op, role, rank)
                 had = claimed.get(rk, row_spans.get(rk))
+                if fresh and (rk in row_spans or rk in row_keys):
+                    fresh = False
                 if had is None and rk not in row_keys:
                     if own is None:
                         own = _merge_runs(self.path, op, role, step, runs)
@@ -356,7 +359,27 @@ class Writer(Closing):
         if claimed:
             self._step_claims(step)[1].update(claimed)
         cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64)  # noqa: E731
-        return Rows(step, dt, rank, ops, roles, index, cat(seqs), cat(poss), cat(ntoks))
+        rows = Rows(step, dt, rank, ops, roles, index, cat(seqs), cat(poss), cat(ntoks))
+        rows.claims = claimed if fresh else None
+        return rows
+
+    def rows_again(self, rows, step):
+        """prepare_rows's header of the same tensors at step, without their checks, or None (prepare_rows
+        then): rows was prepared in a step where none of its keys was claimed before, and none of them is
+        claimed in step yet, so its claims are the ones prepare_rows would make (a repeated forward's
+        fingerprints: one dict update instead of a look-up and a merge per tensor)."""
+        if self._done:
+            raise ValueError(f"bitalign_capture: {self.path}: write after close or abort")
+        step = int(step)
+        self._admit(step)
+        claims = rows.claims
+        if claims is None:
+            return None
+        c = self._claims.get(step)
+        if c is not None and (c[1].keys() & claims.keys() or c[2] & claims.keys()):
+            return None
+        self._step_claims(step)[1].update(claims)
+        return rows.again(step)
 
     def _emit_rows(self, rows, payload):
         k = rows.n
@@ -561,18 +584,31 @@ class Writer(Closing):
 class Rows:
     """The header of many 1-D tensors written as one record batch (Writer.prepare_rows); n tensors."""
 
-    __slots__ = ("step", "dtype", "rank", "ops", "roles", "index", "seq", "pos", "ntok", "n")
+    __slots__ = ("step", "dtype", "rank", "ops", "roles", "index", "seq", "pos", "ntok", "n", "claims", "_key")
 
     def __init__(self, step, dtype, rank, ops, roles, index, seq, pos, ntok):
         self.step, self.dtype, self.rank = step, dtype, rank
         self.ops, self.roles, self.index = ops, roles, index  # [(value, repeats)] in tensor order
         self.seq, self.pos, self.ntok = seq, pos, ntok
         self.n = int(seq.size)
+        self.claims = None  # prepare_rows: its claims when they were its alone ({(op, role, rank): runs})
+        self._key = None
 
     def key(self):
         """What the columns but the step depend on (hashable): equal keys give equal arrays() but column 0."""
-        return (self.dtype, self.rank, tuple(self.ops), tuple(self.roles), tuple(self.index), self.seq.tobytes(),
-                self.pos.tobytes(), self.ntok.tobytes())
+        if self._key is None:
+            self._key = (self.dtype, self.rank, tuple(self.ops), tuple(self.roles), tuple(self.index),
+                         self.seq.tobytes(), self.pos.tobytes(), self.ntok.tobytes())
+        return self._key
+
+    def again(self, step):
+        """The same header at step (the arrays shared: neither is changed after it is made)."""
+        self.key()
+        r = Rows.__new__(Rows)
+        for f in Rows.__slots__:
+            setattr(r, f, getattr(self, f))
+        r.step = step
+        return r
 
     def arrays(self):
         """Columns 1.. of the batch (schema order after data), built from numpy buffers (no per-row Python)."""

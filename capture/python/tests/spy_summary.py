@@ -6,8 +6,9 @@ forwards' time goes beside the plain ones'.
 A raw profile is one line per distinct stack, "frame;frame;... count", outermost first (with --threads the first
 frame names the thread). Samples under plain_loop are the plain forwards', under recorded_loop (and the recorder's
 writer thread's, but where it waits for work) the recorded ones'. Prints the samples of each, the top frames by own samples of each, the
-recorder's functions by inclusive samples, and the writer thread's share: a sampled profile's answer to what
-record_bench's ablations can only bound.
+recorder's functions by inclusive samples, the recorder's own samples (by the innermost recorder frame: its
+code and what it calls, not the modules it watches) and the writer thread's share: a sampled profile's answer to
+what record_bench's ablations can only bound.
 """
 
 import argparse
@@ -19,6 +20,7 @@ def summarize(lines, top=30):
     """The summary text of the raw profile's lines."""
     own = {k: collections.Counter() for k in ("plain", "recorded")}
     incl = collections.Counter()
+    mine, mine_fn = collections.Counter(), collections.Counter()  # the recorder's own samples
     total = collections.Counter()
     writer = 0
     for line in lines:
@@ -47,6 +49,10 @@ def summarize(lines, top=30):
             for f in set(frames[1:]):
                 if "bitalign_capture" in f:
                     incl[f] += n
+            at = _own_frame(frames)
+            if at is not None:
+                mine[at] += n
+                mine_fn[at.split(" (")[0]] += n
     out = [f"samples: plain {total['plain']}, recorded {total['recorded']} (the writer thread {writer}); "
            f"recorded / plain {total['recorded'] / max(total['plain'], 1):.3f}"]
     for kind in ("plain", "recorded"):
@@ -54,7 +60,27 @@ def summarize(lines, top=30):
         out += [f"{c:8d} {f}" for f, c in own[kind].most_common(top)]
     out.append("-- recorded: bitalign_capture functions by inclusive samples")
     out += [f"{c:8d} {f}" for f, c in incl.most_common(top)]
+    n = sum(mine.values())
+    out.append(f"-- the recorder's own samples: {n} of the recorded {total['recorded']} "
+               f"({n / max(total['recorded'], 1) * 100:.1f} %; the innermost recorder frame, a watched module's own "
+               "call not counted), by function")
+    out += [f"{c:8d} {f}" for f, c in mine_fn.most_common(top)]
+    out.append("-- the recorder's own samples by line")
+    out += [f"{c:8d} {f}" for f, c in mine.most_common(top)]
     return "\n".join(out) + "\n"
+
+
+def _own_frame(frames):
+    """The innermost bitalign_capture frame of a recorded sample's stack when the sample is the recorder's own
+    time (its code, or what it calls outside the package: torch, numpy, pyarrow), else None: no recorder frame,
+    or the innermost one is the watching wrapper running its module (a frame below it is the module's)."""
+    at = [i for i, f in enumerate(frames) if "bitalign_capture" in f]
+    if not at:
+        return None
+    i = at[-1]
+    if frames[i].startswith("call (bitalign_capture/recorder.py") and i < len(frames) - 1:
+        return None
+    return frames[i]
 
 
 def main(argv=None):

@@ -274,6 +274,46 @@ def test_held_fingerprints_are_numpys_and_the_same_in_both_modes(tmp_path, hold)
         np.testing.assert_array_equal(got[k], want[k], err_msg=str(k))
 
 
+@pytest.mark.parametrize("hold", [4096, None])
+def test_a_repeated_forwards_batches_come_from_its_plan(tmp_path, monkeypatch, hold):
+    """A forward of the shape of an earlier one (same ops, segments of the same contents) at a new step takes the
+    earlier flush's header and gather again (Writer.rows_again): the same bytes as made afresh, padded rows
+    gathered, flushes inside the forward (hold_bytes) planned too."""
+    m = hf_model("qwen2", torch.bfloat16)
+    ids, mask, pos = padded([SEQS[0], SEQS[1][:3]], "left")
+    kw = {} if hold is None else {"hold_bytes": hold}
+
+    def run(p):
+        with torch.no_grad(), bc.record(m, p, "trainer", mode="fingerprint", created=CREATED, **kw) as rec:
+            for step in range(3):
+                rec.set_step(step)
+                m(input_ids=ids, attention_mask=mask, position_ids=pos)
+        return rec._held
+
+    held = run(tmp_path / "planned.arrow")
+    per_forward = held.flushes // 3
+    assert held.planned == 2 * per_forward and (per_forward > 1) == (hold is not None), (held.planned, held.flushes)
+    monkeypatch.setattr(bc.writer.Writer, "rows_again", lambda self, rows, step: None)
+    assert run(tmp_path / "made.arrow").planned == 0
+    assert first_difference(tmp_path / "planned.arrow", tmp_path / "made.arrow") is None
+
+
+def test_a_plan_is_not_taken_where_its_positions_are_claimed(tmp_path):
+    """The same forward twice at one step (its ops' positions claimed by the first): the second is refused as
+    written twice, as without the plan (tokens left out, so the fingerprints are the first to collide)."""
+    m = hf_model("llama", torch.float32)
+    p = tmp_path / "c.arrow"
+    with pytest.raises(ValueError, match=r"layers\.0\.\S+ \[fp\.out\] step 0 seq 0 pos 0 written twice"):
+        with torch.no_grad(), bc.record(m, p, "trainer", mode="fingerprint", ops=["layers.0.*"]) as rec:
+            m(input_ids=torch.tensor(SEQS[:1]))
+            rec.set_step(1)
+            m(input_ids=torch.tensor(SEQS[:1]))
+            assert rec._held.planned == 1
+            rec.set_step(0)
+            m(input_ids=torch.tensor(SEQS[:1]))
+    assert not p.exists()
+
+
 def test_an_output_changed_in_place_after_its_hook_is_an_error(tmp_path):
     m = hf_model("llama", torch.float32)
     path = tmp_path / "c.arrow"
@@ -289,6 +329,25 @@ def test_an_output_changed_in_place_after_its_hook_is_an_error(tmp_path):
                                     background=False) as rec:
         pass
     assert rec.written == 0
+
+
+def test_the_kernels_descriptor_table_is_its_loops():
+    """The launch's descriptors of contiguous tensors made from arrays (_Kernel._table) are the per-tensor loop's
+    (_loop: ptr, row stride, rows, first output row, row bytes), tensors of no rows left out; a tensor on another
+    device is refused by both. (The launch itself needs the GPU: test_record_gpu.py.)"""
+    k = fpm._Kernel.__new__(fpm._Kernel)
+    k.index, k.device = -1, torch.device("cpu")
+    xs = [torch.zeros(4, 6, dtype=torch.bfloat16), torch.zeros(2, 3, 5), torch.zeros(0, 8), torch.zeros(3, 1, dtype=torch.int64),
+          torch.zeros(6, 7, dtype=torch.uint8), torch.zeros(2, 2, 4, dtype=torch.bfloat16)]
+    ns = [4, 6, 0, 3, 6, 4]  # the second as 6 rows of 5, the last as 4 rows of 4
+    desc, total, L_max = k._loop(xs, ns)
+    np.testing.assert_array_equal(k._table(xs, ns), desc)
+    assert total == sum(ns) and L_max == 20 and desc.shape == (5, 5)
+    assert desc[:, 3].tolist() == [0, 4, 10, 13, 19] and desc[:, 4].tolist() == [12, 20, 8, 7, 8]
+    k.index = 0
+    for f in (k._loop, k._table):
+        with pytest.raises(ValueError, match=r"a tensor on cpu \(want cpu\)"):
+            f(xs, ns)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.uint8])
