@@ -432,11 +432,12 @@ if [[ " $steps " == *" record "* ]]; then
 import glob, json, os, sys
 runs = {os.path.basename(p)[3:-5]: json.load(open(p)) for p in sorted(glob.glob(os.path.join(sys.argv[1], "ab-*.json")))}
 json.dump(runs, open(sys.argv[2], "w"), indent=1)
-print(f"{'run':10} {'plain ms':>9} {'fp seq':>8} {'fp idle':>8} {'fp inter':>9} {'watch inter':>12}  (overheads)")
+print(f"{'run':10} {'plain ms':>9} {'fp seq':>8} {'fp idle':>8} {'fp inter':>9} {'fp pairs':>9} {'watch pairs':>12}")
 for k, r in runs.items():
     fp, il = r["fingerprint"], r["interleaved"]
     print(f"{k:10} {r['plain']['wall_ms']:9.2f} {fp['overhead']*100:+7.1f}% {fp['overhead_drained']*100:+7.1f}% "
-          f"{il['fingerprint']['overhead']*100:+8.1f}% {il['watch_only']['overhead']*100:+11.1f}%")
+          f"{il['fingerprint']['overhead']*100:+8.1f}% {il['fingerprint']['overhead_pairwise']*100:+8.1f}% "
+          f"{il['watch_only']['overhead_pairwise']*100:+11.1f}%")
 PY
     rm -rf "$bdir" "$rdir"/ab-*.json
   fi

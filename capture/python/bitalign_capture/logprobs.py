@@ -20,8 +20,9 @@ class Pending:
         return len(self._rows)
 
     def hold(self, seq, pos, row):
-        """Keeps row, the log-softmax at position pos of sequence seq, until its next token is known."""
-        self._rows[int(seq)] = (int(pos), np.asarray(row, dtype=np.float32))
+        """Keeps row, the log-softmax at position pos of sequence seq, until its next token is known: the
+        float32 [V] values, or a callable giving them (read only when a token resolves them)."""
+        self._rows[int(seq)] = (int(pos), row if callable(row) else np.asarray(row, dtype=np.float32))
 
     def resolve(self, seq, pos, token):
         """token is at position pos of seq: returns (pos-1, logprob) if a row waited for it, else None.
@@ -34,6 +35,8 @@ class Pending:
         p, row = held
         if p != int(pos) - 1:
             return None
+        if callable(row):
+            row = np.asarray(row(), dtype=np.float32)
         if not 0 <= int(token) < row.size:
             raise ValueError(f"bitalign_capture: token id {token} outside the vocabulary of {row.size}")
         return p, np.float32(row[int(token)])

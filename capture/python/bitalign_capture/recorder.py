@@ -76,7 +76,8 @@ class Recorder(writer_mod.Closing):
     staging_bytes: background's bound on tensor bytes copied and not yet written (default 1 GiB; a hook that
         would exceed it waits for the writer thread).
     hold_bytes: fingerprint mode's bound on op outputs held (kept alive on their device, not copied) until they
-        are fingerprinted together (default 1 GiB; past it they are fingerprinted within the forward). An output
+        are fingerprinted together (past it they are fingerprinted within the forward). Default: 1 GiB off a
+        GPU; on one, an eighth of its memory free when recording starts, from 1 to 8 GiB. An output
         changed in place after its module returned it (hooks included) is then an error naming the op.
     overwrite: replace an existing capture file. kernel_profile, seed, batch_size, extra, created: Meta fields.
     final_tokens: {seq id: token} (or pairs) = the token after each sequence's last recorded position, known
@@ -115,7 +116,7 @@ class Recorder(writer_mod.Closing):
         final_tokens=None,
         background=True,
         staging_bytes=pipeline_mod.STAGING_BYTES,
-        hold_bytes=held_mod.HOLD_BYTES,
+        hold_bytes=None,
     ):
         self.model = model
         self.path = os.fspath(path)
@@ -133,7 +134,7 @@ class Recorder(writer_mod.Closing):
         self.overwrite = overwrite
         self.background = bool(background)
         self.staging_bytes = int(staging_bytes)
-        self.hold_bytes = int(hold_bytes)
+        self.hold_bytes = None if hold_bytes is None else int(hold_bytes)
         self.meta_args = dict(kernel_profile=kernel_profile, seed=seed, batch_size=batch_size, created=created)
         self.extra = extra
         ft = final_tokens.items() if isinstance(final_tokens, dict) else (final_tokens or [])
@@ -199,9 +200,12 @@ class Recorder(writer_mod.Closing):
                 self._stager = pipeline_mod.Stager()
                 self._pipe = pipeline_mod.Pipeline(self._w, staging_bytes=self.staging_bytes)
             put = self._w.emit if self._pipe is None else self._pipe.put
-            self._held = held_mod.Held(self._w, put, self._stager, self.hold_bytes)
+            p = next(self.model.parameters(), None)
+            bound = self.hold_bytes
+            if bound is None:
+                bound = held_mod.default_bound(None if p is None else p.device)
+            self._held = held_mod.Held(self._w, put, self._stager, bound)
             if self.mode == "fingerprint":
-                p = next(self.model.parameters(), None)
                 if p is not None:
                     fingerprint_mod.backend(p.device)  # loads the kernel now, not in the first forward
             self._attach()
@@ -590,6 +594,16 @@ class Recorder(writer_mod.Closing):
                             index=self._op_index(op), role=role, rank=self.rank, shard=shard)
         self._pipe.put(h, writer_mod.payload(arr))
 
+    def _put_later(self, op, values, ntok, dt, seq, pos):
+        """_put of ntok values that values() gives once a copy to the host has finished: at once without the
+        writer thread, else on it."""
+        if self._pipe is None:
+            return self._put(op, values(), dt, seq, pos)
+        nbytes = ntok * dtypes.SIZES[dt]
+        h = self._w.prepare(op, None, dtype=dt, shape=(ntok,), nbytes=nbytes, step=self.step, seq=seq, pos=pos,
+                            ntok=ntok, index=self._op_index(op), role="out", rank=self.rank)
+        self._pipe.put(h, lambda: writer_mod.payload(values()))
+
     def _queue(self, op, x, dt, seq, pos, role="out", shard=None):
         """Queues rows x (a torch tensor [n, F] on any device) for the writer thread: a copy staged now."""
         n = x.shape[0]
@@ -745,15 +759,24 @@ class Recorder(writer_mod.Closing):
         fn = self.log_softmax or getattr(self.model, "bitalign_log_softmax", None)
         lsm = fn(rows) if fn is not None else torch.log_softmax(rows, dim=-1)  # float32 on the device
         nxt = lay.next_token()[lay.valid_index()]
-        target = torch.as_tensor(np.maximum(nxt, 0), device=lsm.device).unsqueeze(1)
-        lp = lsm.gather(1, target).squeeze(1).cpu().numpy().astype(np.float32)
-        ends = np.cumsum([s.n for s in lay.segments]) - 1  # each segment's last row: one copy to the host for all
-        last = lsm.index_select(0, torch.as_tensor(ends, device=lsm.device)).cpu().numpy()
+        ends = np.cumsum([s.n for s in lay.segments]) - 1  # each segment's last row
+        n = nxt.shape[0]
+        # the next tokens' log-probabilities and each segment's last row in one tensor, one copy to the host;
+        # the indices go up from pageable memory without a wait (the driver stages them at once)
+        at = torch.from_numpy(np.concatenate([np.maximum(nxt, 0), ends]).astype(np.int64))
+        at = at.to(lsm.device, non_blocking=True)
+        got = torch.cat([lsm.gather(1, at[:n, None]).reshape(-1), lsm.index_select(0, at[n:]).reshape(-1)])
+        V = lsm.shape[1]
+        if self._pipe is None or got.device.type != "cuda":
+            host, done = got.cpu().numpy(), None
+        else:  # the writer thread and the next forward wait for the copy, not this one
+            host, done = self._stager.copy(got)
         off = 0
         for i, s in enumerate(lay.segments):
             if s.n > 1 and self._want("logprobs"):
-                self._put("logprobs", lp[off : off + s.n - 1], "f32", s.seq, s.pos)
-            self._pending.hold(s.seq, s.pos + s.n - 1, last[i])
+                lp = functools.partial(_values, host, done, off, off + s.n - 1)
+                self._put_later("logprobs", lp, s.n - 1, "f32", s.seq, s.pos)
+            self._pending.hold(s.seq, s.pos + s.n - 1, functools.partial(_values, host, done, n + i * V, n + (i + 1) * V))
             off += s.n
 
 
@@ -859,6 +882,14 @@ def _call(f, *args):
 
 
 _NONE = object()
+
+
+def _values(host, done, a, b):
+    """Elements a:b of host (numpy, or a pinned tensor whose copy done records) once the copy has finished."""
+    if done is not None:
+        done.synchronize()  # releases the GIL while the copy finishes
+        host = host.numpy()
+    return host[a:b]
 
 
 def observed(module):

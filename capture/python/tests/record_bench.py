@@ -201,6 +201,34 @@ def check_fingerprints(fp_path, full_path):
     return rows, None
 
 
+def host_costs(dev, reps=200):
+    """The launching thread's cost of what a recorder does a few times a forward (median µs of reps, the GPU
+    idle): a pinned allocation, a staged copy (pipeline.Stager.copy), a synchronisation, small copies each way."""
+    from bitalign_capture import pipeline
+
+    x = torch.zeros(1 << 17, dtype=torch.int64, device=dev)  # 1 MiB: a forward's fingerprints, about
+    small = np.arange(1024, dtype=np.int64)
+    st = pipeline.Stager()
+    cases = {
+        "torch.empty 1 MiB, pin_memory": lambda: torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True),
+        "Stager.copy of 1 MiB (side stream, event)": lambda: st.copy(x),
+        "torch.cuda.synchronize, idle": torch.cuda.synchronize,
+        ".cpu() of 8 KiB": lambda: x[:1024].cpu(),
+        "as_tensor(8 KiB numpy, device)": lambda: torch.as_tensor(small, device=dev),
+        "from_numpy(8 KiB).to(device, non_blocking)": lambda: torch.from_numpy(small).to(dev, non_blocking=True),
+    }
+    lines = ["host costs (median µs of %d, the GPU idle)" % reps]
+    for name, f in cases.items():
+        ts = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            f()
+            ts.append((time.perf_counter() - t) * 1e6)
+        lines.append(f"  {name:45} {statistics.median(ts):9.1f}")
+    return "\n".join(lines) + "\n"
+
+
 def profile(m, ids, a, path, dev):
     """--profile: where a recorded forward's time goes. Recorder variants, each interleaved with the plain copy;
     then torch.profiler's table (self CPU time: launches, synchronisations, allocations) of one plain and one
@@ -215,7 +243,7 @@ def profile(m, ids, a, path, dev):
         "watch only, no logprobs": dict(mode="fingerprint", ops=["tokens"], logprobs=False),
         "watch only, background=False": dict(mode="fingerprint", ops=["tokens"], background=False),
         "fingerprint, no logprobs": dict(mode="fingerprint", logprobs=False),
-        "fingerprint, hold_bytes 64 GiB": dict(mode="fingerprint", hold_bytes=64 << 30),
+        "fingerprint, hold_bytes 1 GiB (the old default)": dict(mode="fingerprint", hold_bytes=1 << 30),
         "fingerprint, logits only": dict(mode="fingerprint", ops=["tokens", "logits", "logprobs"]),
     }
     out, buf = {}, io.StringIO()
@@ -223,6 +251,8 @@ def profile(m, ids, a, path, dev):
         d = out[name] = interleaved(m, ids, path("variant"), a.pairs, dev, **kw)
         buf.write(f"{name:40} {d['recorded_ms']:9.2f} ms, plain beside it {d['plain_ms']:9.2f} ms: "
                   f"{d['overhead'] * 100:+6.1f} % (medians of {a.pairs}, interleaved)\n")
+    if dev.type == "cuda":
+        buf.write("\n" + host_costs(dev))
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     for name, kw in (("plain", None), ("fingerprint", dict(mode="fingerprint"))):
@@ -426,7 +456,9 @@ def interleaved(m, ids, p, pairs, dev, **kw):
     os.unlink(p)
     del twin
     a, b = plain.summary(), recd.summary()
+    pairwise = statistics.median(r / q - 1 for q, r in zip(a["wall_ms_all"], b["wall_ms_all"]))
     return {"plain_ms": a["wall_ms"], "recorded_ms": b["wall_ms"], "overhead": b["wall_ms"] / a["wall_ms"] - 1,
+            "overhead_pairwise": pairwise,
             "drain_ms": statistics.median(drain), "plain_ms_all": a["wall_ms_all"], "recorded_ms_all": b["wall_ms_all"]}
 
 
@@ -465,7 +497,8 @@ def report(res, shape, a):
     line(f"watch only ({res['watch_only']['overhead'] * 100:+.1f} %)", res["watch_only"])
     for name, d in res["interleaved"].items():
         line(f"interleaved: plain, beside {name}", {"wall_ms": d["plain_ms"]})
-        line(f"interleaved: {name} ({d['overhead'] * 100:+.1f} %)", {"wall_ms": d["recorded_ms"]})
+        line(f"interleaved: {name} ({d['overhead'] * 100:+.1f} %; pairs {d['overhead_pairwise'] * 100:+.1f} %)",
+             {"wall_ms": d["recorded_ms"]})
         line(f"interleaved: {name}, writer drain after", {"wall_ms": d["drain_ms"]})
     if "full" in res:
         line("full (fsync'd at close)", res["full"], res["full"]["total_ms_per_forward"],

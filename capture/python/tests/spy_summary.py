@@ -78,7 +78,7 @@ def _own_frame(frames):
     if not at:
         return None
     i = at[-1]
-    if frames[i].startswith("call (bitalign_capture/recorder.py") and i < len(frames) - 1:
+    if frames[i].split(" (")[0].endswith("_Observer.__init__.<locals>.call") and i < len(frames) - 1:
         return None
     return frames[i]
 
