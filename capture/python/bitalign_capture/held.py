@@ -2,7 +2,7 @@
 
 A hook of a fingerprinted op does almost nothing: it keeps the op's rows (the tensor itself, no copy, no
 kernel), the tensor's version counter and where its segments are. At the forward's end (or when the held
-tensors pass hold_bytes, default_bound: holding outputs keeps them alive, so the bound is on the device memory
+tensors pass hold_bytes, default 1 GiB: holding outputs keeps them alive, so the bound is on the device memory
 the recorder keeps from the allocator) flush() fingerprints every held tensor in one fingerprints.fingerprint_sets
 call (one fingerprint_rows launch on a GPU with the bitalign driver), sends the fingerprints to the host in one
 copy, and writes them as ONE record batch of many rows (Writer.prepare_rows). A tensor changed in place after
@@ -22,25 +22,11 @@ import numpy as np
 
 from . import fingerprints as fingerprint_mod
 
-HOLD_BYTES = 1 << 30  # default bound of held tensor bytes before a flush inside the forward (off a GPU, at least)
-HOLD_MAX = 8 << 30  # the most a default bound on a GPU holds (default_bound)
+HOLD_BYTES = 1 << 30  # default bound of held tensor bytes before they are fingerprinted inside the forward
 PLANS = 64  # flush plans kept (Held._plans): a forward's flushes, for a few shapes of forward
 
 _first, _rows_of, _version_of, _n_of, _segkey_of = (operator.itemgetter(i) for i in (0, 1, 2, 5, 3))
 _version = operator.attrgetter("_version")
-
-
-def default_bound(device):
-    """hold_bytes when the caller gives none: HOLD_BYTES off a GPU; on one, an eighth of the memory free on it
-    when recording starts, between HOLD_BYTES and HOLD_MAX. Each flush inside a forward costs the launching
-    thread about 1.5 ms on the H200's host (docs/benchmarks.md), and a large model's forward holds several GB
-    (a 1.5B one over 1024 tokens 3.2 GB); what is free then bounds what holding may keep from the allocator."""
-    if device is None or device.type != "cuda":
-        return HOLD_BYTES
-    import torch
-
-    free, _ = torch.cuda.mem_get_info(device)
-    return max(HOLD_BYTES, min(HOLD_MAX, free // 8))
 
 
 class Held:
@@ -53,9 +39,12 @@ class Held:
         self.writer, self.put, self.stager, self.bound = writer, put, stager, int(hold_bytes)
         self.bytes = 0
         self.peak = 0  # the most bytes held at once (tests and benchmarks read it)
-        self.flushes = 0
+        self.flushes = 0  # record batches made
+        self.chunks = 0  # fingerprint_sets calls inside a forward (past the bound)
         self.planned = 0  # flushes whose batch header came from a plan (tests and benchmarks read it)
         self._items = []  # ((op, role, index), rows tensor or None, its version, segments key, fingerprints, n)
+        self._done = []  # the items of this batch fingerprinted already (rows dropped), in order
+        self._chunks = []  # their fingerprints (on the device), in order
         self._segs = {}  # segments key -> (layout, seq, pos, ntok, flat starts, dense for rows)
         self._plans = {}  # (items, segments' contents) -> [_Plan]: a repeated forward's batch header and gather
         self._pre = 0  # items fingerprinted in add (inference tensors)
@@ -77,7 +66,7 @@ class Held:
     def add_rows(self, op, rows, lay, packed, step, n):
         """add's work once rows are n rows as fingerprint_sets takes them; op is (op, role, index), the same
         tuple each forward where the caller can (a repeated forward's flush then compares it by identity)."""
-        if step != self.step and self._items:
+        if step != self.step and (self._items or self._done):
             self.flush()
         self.step = step
         key = (id(lay), packed, n)
@@ -96,16 +85,49 @@ class Held:
         if self.bytes > self.peak:
             self.peak = self.bytes
         if self.bytes > self.bound:
-            self.flush()
+            self._chunk()
+
+    def _chunk(self):
+        """Past the bound: what is held is fingerprinted now (one launch, nothing waits) and let go; its
+        fingerprints stay on the device for the batch the forward's end writes, so that a forward writes one
+        batch whatever the bound (the header, the copy and the writer's work once)."""
+        items, self._items, self.bytes = self._items, [], 0
+        self._chunks.append(self._fingerprints(items))
+        self._done += [(it[0], None, None, it[3], None, it[5]) for it in items]
+        self.chunks += 1
 
     def flush(self):
-        """Fingerprints what is held and writes (or queues) it as one record batch."""
-        items, self._items, self.bytes = self._items, [], 0
-        pre, self._pre = self._pre, 0
-        if not items:
+        """Fingerprints what is held and writes (or queues) it, with what was fingerprinted since the last
+        flush, as one record batch."""
+        rest, self._items, self.bytes = self._items, [], 0
+        done, self._done = self._done, []
+        chunks, self._chunks = self._chunks, []
+        if not rest and not done:
             self._segs.clear()
             return
         segs, self._segs = self._segs, {}
+        if rest:
+            chunks.append(self._fingerprints(rest))
+        if len(chunks) > 1:
+            import torch
+
+            fps = torch.cat(chunks)
+        else:
+            fps = chunks[0]
+        del chunks
+        items = done + rest if done else rest
+        header, take = self._planned(items, segs)
+        self.flushes += 1
+        if self.stager is None:
+            self.put(header, _rows_bytes(fps.cpu(), None, take))
+            return
+        host, done = self.stager.copy(fps)
+        self.put(header, functools.partial(_rows_bytes, host, done, take))
+
+    def _fingerprints(self, items):
+        """The fingerprints (on the device) of items' rows in order: those held fingerprinted now, in one
+        fingerprint_sets call, after the check that none changed in place since it was held."""
+        pre, self._pre = self._pre, 0
         if pre:  # some fingerprinted in their hooks (inference tensors): the others now, in order
             xs = [it for it in items if it[1] is not None]
             _check(self.writer.path, xs)
@@ -120,17 +142,9 @@ class Held:
                     off += it[5]
                 else:
                     pieces.append(it[4])
-            fps = torch.cat(pieces)
-        else:
-            _check(self.writer.path, items)
-            fps = fingerprint_mod.fingerprint_sets(list(map(_rows_of, items)), list(map(_n_of, items)))
-        header, take = self._planned(items, segs)
-        self.flushes += 1
-        if self.stager is None:
-            self.put(header, _rows_bytes(fps.cpu(), None, take))
-            return
-        host, done = self.stager.copy(fps)
-        self.put(header, functools.partial(_rows_bytes, host, done, take))
+            return torch.cat(pieces)
+        _check(self.writer.path, items)
+        return fingerprint_mod.fingerprint_sets(list(map(_rows_of, items)), list(map(_n_of, items)))
 
     def _planned(self, items, segs):
         """The batch header of items at self.step and the gather of their fingerprints (None: in order): from
@@ -173,7 +187,7 @@ class Held:
 
     def clear(self):
         """Drops what is held (abort)."""
-        self._items, self._segs, self.bytes, self._pre = [], {}, 0, 0
+        self._items, self._segs, self.bytes, self._pre, self._done, self._chunks = [], {}, 0, 0, [], []
 
 
 class _Plan:

@@ -243,7 +243,7 @@ def profile(m, ids, a, path, dev):
         "watch only, no logprobs": dict(mode="fingerprint", ops=["tokens"], logprobs=False),
         "watch only, background=False": dict(mode="fingerprint", ops=["tokens"], background=False),
         "fingerprint, no logprobs": dict(mode="fingerprint", logprobs=False),
-        "fingerprint, hold_bytes 1 GiB (the old default)": dict(mode="fingerprint", hold_bytes=1 << 30),
+        "fingerprint, hold_bytes 64 GiB (no chunk inside)": dict(mode="fingerprint", hold_bytes=64 << 30),
         "fingerprint, logits only": dict(mode="fingerprint", ops=["tokens", "logits", "logprobs"]),
     }
     out, buf = {}, io.StringIO()
