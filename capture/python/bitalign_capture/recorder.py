@@ -76,8 +76,9 @@ class Recorder(writer_mod.Closing):
     staging_bytes: background's bound on tensor bytes copied and not yet written (default 1 GiB; a hook that
         would exceed it waits for the writer thread).
     hold_bytes: fingerprint mode's bound on op outputs held (kept alive on their device, not copied) until they
-        are fingerprinted together (default 1 GiB; past it they are fingerprinted within the forward, and
-        their fingerprints are written with the rest at its end). An output
+        are fingerprinted together (past it they are fingerprinted within the forward, and their fingerprints
+        written with the rest at its end). Default: 1 GiB off a GPU; on one, an eighth of its memory free when
+        recording starts, from 1 to 8 GiB. An output
         changed in place after its module returned it (hooks included) is then an error naming the op.
     overwrite: replace an existing capture file. kernel_profile, seed, batch_size, extra, created: Meta fields.
     final_tokens: {seq id: token} (or pairs) = the token after each sequence's last recorded position, known
@@ -116,7 +117,7 @@ class Recorder(writer_mod.Closing):
         final_tokens=None,
         background=True,
         staging_bytes=pipeline_mod.STAGING_BYTES,
-        hold_bytes=held_mod.HOLD_BYTES,
+        hold_bytes=None,
     ):
         self.model = model
         self.path = os.fspath(path)
@@ -134,7 +135,7 @@ class Recorder(writer_mod.Closing):
         self.overwrite = overwrite
         self.background = bool(background)
         self.staging_bytes = int(staging_bytes)
-        self.hold_bytes = int(hold_bytes)
+        self.hold_bytes = None if hold_bytes is None else int(hold_bytes)
         self.meta_args = dict(kernel_profile=kernel_profile, seed=seed, batch_size=batch_size, created=created)
         self.extra = extra
         ft = final_tokens.items() if isinstance(final_tokens, dict) else (final_tokens or [])
@@ -200,9 +201,12 @@ class Recorder(writer_mod.Closing):
                 self._stager = pipeline_mod.Stager()
                 self._pipe = pipeline_mod.Pipeline(self._w, staging_bytes=self.staging_bytes)
             put = self._w.emit if self._pipe is None else self._pipe.put
-            self._held = held_mod.Held(self._w, put, self._stager, self.hold_bytes)
+            p = next(self.model.parameters(), None)
+            bound = self.hold_bytes
+            if bound is None:
+                bound = held_mod.default_bound(None if p is None else p.device)
+            self._held = held_mod.Held(self._w, put, self._stager, bound)
             if self.mode == "fingerprint":
-                p = next(self.model.parameters(), None)
                 if p is not None:
                     fingerprint_mod.backend(p.device)  # loads the kernel now, not in the first forward
             self._attach()

@@ -299,6 +299,20 @@ def test_a_repeated_forwards_batches_come_from_its_plan(tmp_path, monkeypatch, h
     assert first_difference(tmp_path / "planned.arrow", tmp_path / "made.arrow") is None
 
 
+def test_the_default_hold_bound(monkeypatch, tmp_path):
+    """hold_bytes by default: 1 GiB off a GPU; on one an eighth of its free memory, from 1 to 8 GiB."""
+    from bitalign_capture import held
+
+    assert held.default_bound(torch.device("cpu")) == held.default_bound(None) == 1 << 30
+    for free, want in ((4 << 30, 1 << 30), (24 << 30, 3 << 30), (140 << 30, 8 << 30)):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, f=free: (f, 141 << 30))
+        assert held.default_bound(torch.device("cuda", 0)) == want
+    m = hf_model("llama", torch.float32)
+    for kw, want in (({}, 1 << 30), ({"hold_bytes": 5000}, 5000)):
+        with torch.no_grad(), bc.record(m, tmp_path / "c.arrow", "trainer", mode="fingerprint", overwrite=True, **kw) as rec:
+            assert rec._held.bound == want
+
+
 def test_a_plan_is_not_taken_where_its_positions_are_claimed(tmp_path):
     """The same forward twice at one step (its ops' positions claimed by the first): the second is refused as
     written twice, as without the plan (tokens left out, so the fingerprints are the first to collide)."""
