@@ -1,11 +1,12 @@
 """A fingerprint recording's ops held until their forward ends, then fingerprinted and written together.
 
 A hook of a fingerprinted op does almost nothing: it keeps the op's rows (the tensor itself, no copy, no
-kernel), the tensor's version counter and where its segments are. At the forward's end (or when the held
-tensors pass hold_bytes, default_bound: holding outputs keeps them alive, so the bound is on the device memory
-the recorder keeps from the allocator) flush() fingerprints every held tensor in one fingerprints.fingerprint_sets
-call (one fingerprint_rows launch on a GPU with the bitalign driver), sends the fingerprints to the host in one
-copy, and writes them as ONE record batch of many rows (Writer.prepare_rows). A tensor changed in place after
+kernel), the tensor's version counter and where its segments are. At the forward's end flush() fingerprints
+every held tensor in one fingerprints.fingerprint_sets call (one fingerprint_rows launch on a GPU with the
+bitalign driver), sends the fingerprints to the host in one copy, and writes them as ONE record batch of many
+rows (Writer.prepare_rows). Holding outputs keeps them alive, so hold_bytes (default_bound) bounds the device
+memory the recorder keeps from the allocator: past it the held tensors are fingerprinted at once and let go,
+their fingerprints joining the forward's one batch. A tensor changed in place after
 its hook (its version moved) is an error naming the op: its fingerprint would not be of what the op returned.
 Inference tensors (torch.inference_mode) have no version counter: those are fingerprinted in their hook (one
 launch an op, still no synchronisation) and only their fingerprints are held.
@@ -24,7 +25,7 @@ from . import fingerprints as fingerprint_mod
 
 HOLD_BYTES = 1 << 30  # default bound of held tensor bytes before they are fingerprinted inside the forward (off a GPU)
 HOLD_MAX = 8 << 30  # the most a default bound on a GPU holds (default_bound)
-PLANS = 64  # flush plans kept (Held._plans): a forward's flushes, for a few shapes of forward
+PLANS = 64  # flush plans kept (Held._plans): a forward's batch, for a few shapes of forward
 
 _first, _rows_of, _version_of, _n_of, _segkey_of = (operator.itemgetter(i) for i in (0, 1, 2, 5, 3))
 _version = operator.attrgetter("_version")
