@@ -22,6 +22,7 @@ import operator
 import numpy as np
 
 from . import fingerprints as fingerprint_mod
+from . import pipeline as pipeline_mod
 
 HOLD_BYTES = 1 << 30  # default bound of held tensor bytes before they are fingerprinted inside the forward (off a GPU)
 HOLD_MAX = 8 << 30  # the most a default bound on a GPU holds (default_bound)
@@ -246,9 +247,7 @@ def _segments(lay, packed, n):
 
 
 def _rows_bytes(host, done, take):
-    if done is not None:
-        done.synchronize()  # releases the GIL while the copy finishes
-    a = host.numpy()
+    a = pipeline_mod.ready(host, done).numpy()
     if take is not None:
         a = a[take]
     return a.view(np.uint8)

@@ -174,9 +174,14 @@ class Stager:
         return host, done
 
 
+def ready(host, done):
+    """host (a Stager.copy result) once its copy has finished: done is that copy's event, or None (done already)."""
+    if done is not None:
+        done.synchronize()  # releases the GIL while the copy finishes
+    return host
+
+
 def _host_bytes(host, done):
     import torch
 
-    if done is not None:
-        done.synchronize()  # releases the GIL while the copy finishes
-    return host.reshape(-1).view(torch.uint8).numpy()
+    return ready(host, done).reshape(-1).view(torch.uint8).numpy()

@@ -890,10 +890,8 @@ _NONE = object()
 
 def _values(host, done, a, b):
     """Elements a:b of host (numpy, or a pinned tensor whose copy done records) once the copy has finished."""
-    if done is not None:
-        done.synchronize()  # releases the GIL while the copy finishes
-        host = host.numpy()
-    return host[a:b]
+    host = pipeline_mod.ready(host, done)
+    return (host if done is None else host.numpy())[a:b]
 
 
 def observed(module):
